@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 import mlx.core as mx
+from mlx.utils import tree_flatten as _tree_flatten, tree_unflatten as _tree_unflatten
 from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, int32, int64, bool_,
     softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten, stop_gradient,
     concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal)
 
 # %% auto #0
-__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'to_numpy', 'MemoryStats',
-           'memory_stats', 'reset_peak_memory', 'set_cache_limit']
+__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'tree_flatten', 'tree_unflatten',
+           'to_numpy', 'MemoryStats', 'memory_stats', 'reset_peak_memory', 'set_cache_limit']
 
 # %% ../../nbs/00_backend_core.ipynb
 def device_kind() -> str:
@@ -44,6 +45,14 @@ def seed(n:int):
 def normal(shape, dtype=float32, scale:float=1.0):
     "Standard normal samples times `scale`"
     return (mx.random.normal(shape) * scale).astype(dtype)
+
+def tree_flatten(tree) -> list:
+    "`[(dotted.name, leaf), ...]` of a nested dict/list of arrays (a model's `parameters()`)"
+    return _tree_flatten(tree)
+
+def tree_unflatten(items:list):
+    "Inverse of `tree_flatten`"
+    return _tree_unflatten(items)
 
 def to_numpy(x) -> np.ndarray:
     "Host copy of `x`; bfloat16 (which numpy lacks) becomes float32"
