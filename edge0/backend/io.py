@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['DTYPES', 'itemsize', 'from_buffer']
 
-# %% ../../nbs/00_backend_io.ipynb
+# %% ../../nbs/00_backend_io.ipynb #dcab0dff
 import numpy as np
 import mlx.core as mx
 
@@ -24,7 +24,7 @@ def _storage(dtype:str):
     if dtype not in DTYPES: raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(DTYPES)}")
     return DTYPES[dtype][0]
 
-# %% ../../nbs/00_backend_io.ipynb
+# %% ../../nbs/00_backend_io.ipynb #b351f4e5
 def from_buffer(buf, dtype:str, shape, offset:int=0):
     "Array of `shape` and safetensors `dtype` from `buf` (bytes, bytearray, memoryview, mmap) at byte `offset`"
     st = _storage(dtype)

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['silu', 'gelu_erf', 'linear']
 
-# %% ../../nbs/00_backend_nn.ipynb
+# %% ../../nbs/00_backend_nn.ipynb #0d58b274
 import mlx.core as mx
 import mlx.nn as _nn
 

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['GROUP_SIZE', 'BITS', 'quantize', 'dequantize', 'quantized_matmul', 'gather_qmm']
 
-# %% ../../nbs/00_backend_quant.ipynb
+# %% ../../nbs/00_backend_quant.ipynb #4aa47dbc
 import mlx.core as mx
 
 GROUP_SIZE, BITS = 64, 4

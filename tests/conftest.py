@@ -1,0 +1,19 @@
+import os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+BIN = Path(sys.executable).parent
+
+@pytest.fixture(scope='session')
+def edge0_cmd():
+    "The installed `edge0` console script"
+    exe = BIN / 'edge0'
+    if not exe.exists(): exe = Path(shutil.which('edge0') or '')
+    assert exe.is_file(), "the edge0 console script is not installed (pip install -e .)"
+    return str(exe)
+
+@pytest.fixture(scope='session')
+def tiny_qwen(tmp_path_factory):
+    "A tiny int4 Qwen3-MoE checkpoint built once per session"
+    from edge0.zoo import build_tiny
+    return build_tiny('qwen3_moe', tmp_path_factory.mktemp('zoo') / 'qwen3_moe')
