@@ -9,7 +9,7 @@ def test_offline_html_renders_index(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     html = (tmp_path / 'index.html').read_text()
-    assert 'make demo' in html and 'sigmoid_group (1, 2, 3)' in html  # prose and a fresh output
+    assert 'Two commands' in html and 'sigmoid_group (1, 2, 3)' in html  # prose and a fresh output
 
 def test_readme_opens_with_the_two_commands():
     text = (ROOT / 'README.md').read_text()
