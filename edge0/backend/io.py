@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['DTYPES', 'itemsize', 'from_buffer']
 
-# %% ../../nbs/00_backend_io.ipynb #dcab0dff
+# %% ../../nbs/00_backend_io.ipynb #a76b5984
 import numpy as np
 import mlx.core as mx
 
@@ -24,7 +24,7 @@ def _storage(dtype:str):
     if dtype not in DTYPES: raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(DTYPES)}")
     return DTYPES[dtype][0]
 
-# %% ../../nbs/00_backend_io.ipynb #b351f4e5
+# %% ../../nbs/00_backend_io.ipynb #18792ca7
 def from_buffer(buf, dtype:str, shape, offset:int=0):
     "Array of `shape` and safetensors `dtype` from `buf` (bytes, bytearray, memoryview, mmap) at byte `offset`"
     st = _storage(dtype)
@@ -32,6 +32,8 @@ def from_buffer(buf, dtype:str, shape, offset:int=0):
     need = offset + n * np.dtype(st).itemsize
     if need > len(memoryview(buf).cast('B')):
         raise ValueError(f"buffer of {len(memoryview(buf).cast('B'))} bytes is too short for {dtype}{list(shape)} at offset {offset} (needs {need})")
-    a = mx.array(np.frombuffer(buf, dtype=st, count=n, offset=offset)).reshape(tuple(shape))
+    a = mx.array(np.frombuffer(buf, dtype=st, count=n, offset=offset).reshape(tuple(shape)))
     target = DTYPES[dtype][1]
-    return a.view(target) if a.dtype != target else a
+    if a.dtype != target: a = a.view(target)
+    mx.eval(a)  # materialized here: reader threads have streams of their own, and `buf` is reused after return
+    return a
