@@ -1,0 +1,82 @@
+"Streaming as scripts use it, and its failures: every bad input is a clear error, never a hang or a half-written file."
+import json, os, shutil, subprocess
+from pathlib import Path
+import pytest
+from edge0.backend import core as B
+
+TIMEOUT = 120  # a hung reader would show up as a timeout, not as a pass
+
+def run(cmd, *args):
+    return subprocess.run([cmd, *map(str, args)], capture_output=True, text=True, timeout=TIMEOUT)
+
+def edit_header(path, fn):
+    raw = Path(path).read_bytes(); n = int.from_bytes(raw[:8], 'little')
+    hdr = json.loads(raw[8:8 + n]); fn(hdr)
+    h = json.dumps(hdr).encode(); h += b' ' * (-len(h) % 8)
+    Path(path).write_bytes(len(h).to_bytes(8, 'little') + h + raw[8 + n:])
+
+@pytest.fixture
+def model(tiny_qwen, tmp_path):
+    d = tmp_path / 'm'; shutil.copytree(tiny_qwen, d); return d
+
+KEY = 'model.layers.1.mlp.switch_mlp.up_proj'
+
+def check(edge0_cmd, d, *want, extra=()):
+    r = run(edge0_cmd, 'generate', '--model', d, '--prompt', 'hello', '--max-tokens', 4, *extra)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    for w in want: assert w in r.stderr, r.stderr
+    assert 'Traceback' not in r.stderr
+
+def test_truncated_shard(edge0_cmd, model):
+    f = model / 'model.safetensors'; os.truncate(f, f.stat().st_size // 2)
+    check(edge0_cmd, model, 'model.safetensors', 'truncated')
+
+def test_header_offsets_past_file(edge0_cmd, model):
+    def lie(h): b, e = h[KEY + '.weight']['data_offsets']; h[KEY + '.weight']['data_offsets'] = [b + 10**8, e + 10**8]
+    edit_header(model / 'model.safetensors', lie)
+    check(edge0_cmd, model, KEY + '.weight', 'run past the end of the file')
+
+def test_missing_expert_key(edge0_cmd, model):
+    edit_header(model / 'model.safetensors', lambda h: h.__setitem__(KEY + '.renamed', h.pop(KEY + '.scales')))
+    check(edge0_cmd, model, KEY + '.scales', 'is in no shard')
+
+def test_dtype_mismatch(edge0_cmd, model):
+    edit_header(model / 'model.safetensors', lambda h: h[KEY + '.weight'].__setitem__('dtype', 'I32'))
+    check(edge0_cmd, model, KEY + '.weight', 'dtype I32', 'expected U32')
+
+def test_shape_mismatch_with_config(edge0_cmd, model):
+    c = json.loads((model / 'config.json').read_text()); c['hidden_size'] = 128
+    (model / 'config.json').write_text(json.dumps(c))
+    check(edge0_cmd, model, 'gate_proj.weight', 'has shape [16, 64, 8]', 'hidden 128')
+
+def test_missing_shard(edge0_cmd, model):
+    (model / 'model.safetensors.index.json').write_text(json.dumps({'weight_map': {KEY + '.weight': 'model-00002-of-00002.safetensors'}}))
+    check(edge0_cmd, model, 'model-00002-of-00002.safetensors is missing')
+
+def test_pool_smaller_than_working_set(edge0_cmd, model):
+    check(edge0_cmd, model, "smaller than one token's working set", '4 experts', extra=('--pool-mb', '0.02'))
+
+def test_read_error_mid_generation_raises(model):
+    "A shard that shrinks under a running model: the read fails loudly, in the foreground and in the background reader"
+    from edge0.streaming import load
+    from edge0.store import StoreError
+    m, tok = load(model, prefill_path='whole_layer')
+    f = model / 'model.safetensors'; os.truncate(f, 1024)
+    with pytest.raises(StoreError, match='stopped after'):
+        B.eval(m(B.array([tok.encode('hello there')])))
+
+def test_streaming_matches_resident_from_a_script(tiny_qwen):
+    import mlx_lm
+    from mlx_lm.generate import generate_step
+    from mlx_lm.sample_utils import make_sampler
+    from edge0.streaming import load, stats
+    def greedy(m, tok):
+        ids = B.array(tok.encode('Once upon a time'))
+        return [int(t) for (t, _), _ in zip(generate_step(ids, m, sampler=make_sampler(temp=0.0)), range(32))]
+    ref, tok = mlx_lm.load(str(tiny_qwen)); ref.set_dtype(B.compute_dtype())
+    want = greedy(ref, tok)
+    for path in ('exact', 'staged', 'hot'):
+        m, _ = load(tiny_qwen, decode_path=path, pool_bundles=8)
+        assert greedy(m, tok) == want, path
+        s = stats(m)
+        assert s['total']['loads'] > 0 and s['pool']['bundles'] <= 8
