@@ -27,7 +27,7 @@ test: setup
 demo: setup
 	@test -f $(DEMO)/config.json || $(BIN)/edge0 zoo qwen3_moe $(DEMO) --overwrite
 	$(BIN)/edge0 spec $(DEMO)
-	$(BIN)/edge0 generate --model $(DEMO) --prompt "Once upon a time" --max-tokens 48
+	$(BIN)/edge0 generate --model $(DEMO) --prompt "Once upon a time" --max-tokens 48 --stats
 
 export: setup
 	$(BIN)/nbdev_export
