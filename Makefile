@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.edge0-installed
 DEMO   := edge0/models/edge0-tiny-int4
 UNAME  := $(shell uname -s)
 
-.PHONY: setup test demo docs docs-html export teachers
+.PHONY: setup test demo docs docs-html export teachers prerouters bench
 
 setup: $(STAMP)
 
@@ -26,7 +26,7 @@ test: setup
 
 demo: setup
 	$(BIN)/edge0 spec $(DEMO)
-	$(BIN)/edge0 generate --model $(DEMO) --prompt "The history of the city" --max-tokens 48 --stats
+	$(BIN)/edge0 generate --model $(DEMO) --prompt "The history of the city" --max-tokens 48 --prerouter routing --k 4 --stats
 
 # Reproduce the committed tiny teachers from ../shared/data/corpus (about 40 min on 2 cores). The mlx[cpu] wheel links
 # the reference BLAS; Debian's OpenBLAS, when installed, is preloaded (5x faster training; recorded in the provenance).
@@ -34,6 +34,16 @@ OPENBLAS := $(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so.0 /usr/lib/aarch
 teachers: setup
 	for t in edge0-tiny edge0-tiny-ds; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out with edge0/models, then copy it there to update the committed teachers"
+
+# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (about 8 min each), beside a copy of the committed base.
+prerouters: setup
+	for k in 8 4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train edge0-tiny --phase 1 --k $$k --dst build/teachers/out || exit 1; done
+	@echo "compare build/teachers/out/edge0-tiny-int4/prerouter*.safetensors with edge0/models/edge0-tiny-int4, then copy them there"
+
+# The benchmarks: streaming memory (issue 3) and the prerouter A/B (issue 5); each prints its table.
+bench: setup
+	$(BIN)/python bench/streaming_memory.py
+	$(BIN)/python bench/prerouter_ab.py
 
 export: setup
 	$(BIN)/nbdev_export

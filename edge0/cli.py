@@ -11,6 +11,7 @@ from .zoo import FAMILIES, build_tiny
 from .backend import core as B
 from .store import StoreError
 from .streaming import PATHS, StreamOptions
+from .decode import MODES
 
 # %% auto #0
 __all__ = ['CLIError', 'read_config', 'describe', 'generate', 'format_stats', 'main']
@@ -45,7 +46,8 @@ def describe(model_dir) -> str:
 
 # %% ../nbs/09_cli.ipynb #52b6e7c5
 def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=0, resident:bool=False,
-             options:StreamOptions|None=None, out=None) -> dict:
+             options:StreamOptions|None=None, out=None, prerouter:str|None=None, k:int|None=None,
+             trace=None, record_trace=None) -> dict:
     "Generate from the model in `model_dir`, writing text to `out` as it comes; returns the figures (and streaming stats)"
     import mlx_lm
     from mlx_lm.sample_utils import make_sampler
@@ -54,6 +56,9 @@ def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=
     read_config(model_dir)
     if max_tokens < 1: raise CLIError(f"--max-tokens must be at least 1, got {max_tokens}")
     B.seed(seed)
+    if prerouter is not None or k is not None or record_trace is not None or trace is not None:
+        if resident: raise CLIError("--prerouter, --k and traces apply to streamed models; drop --resident")
+        return _generate_prerouted(model_dir, prompt, max_tokens, temp, options, out, prerouter or 'off', k, trace, record_trace)
     if resident: model, tok = mlx_lm.load(str(model_dir))
     else:
         try: model, tok = load(model_dir, options)
@@ -66,6 +71,26 @@ def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=
     return dict(prompt_tokens=last.prompt_tokens, prompt_tps=last.prompt_tps, generation_tokens=last.generation_tokens,
                 generation_tps=last.generation_tps, peak_memory_gb=last.peak_memory, stats=None if resident else stats(model))
 
+def _generate_prerouted(model_dir, prompt, max_tokens, temp, options, out, mode, k, trace, record_trace) -> dict:
+    from edge0.decode import load, generate_ids, decode_stats, save_trace
+    if record_trace is not None and mode != 'off': raise CLIError(f"--record-trace records an off run's routing; got --prerouter {mode}")
+    if trace is not None and mode != 'oracle': raise CLIError(f"--trace is replayed by --prerouter oracle; got --prerouter {mode}")
+    if mode == 'oracle' and trace is None: raise CLIError("--prerouter oracle needs --trace FILE (record one with --record-trace)")
+    try: model, tok, dec = load(model_dir, mode, k, trace=trace, record_trace=record_trace is not None, options=options)
+    except (StoreError, ValueError, KeyError, FileNotFoundError) as e: raise CLIError(str(e))
+    B.reset_peak_memory()
+    ids, times, detok = tok.encode(prompt), [], tok.detokenizer
+    detok.reset()
+    try:
+        for t, dt in generate_ids(model, ids, max_tokens, temp, set(tok.eos_token_ids), dec):
+            times.append(dt); detok.add_token(t); out.write(detok.last_segment); out.flush()
+    except (StoreError, ValueError) as e: raise CLIError(str(e))
+    detok.finalize(); out.write(detok.last_segment + '\n')
+    if record_trace is not None: save_trace(dec.trace, record_trace, dec.spec, dec.k)
+    n = len(times) - 1
+    return dict(prompt_tokens=len(ids), prompt_tps=len(ids) / times[0], generation_tokens=len(times),
+                generation_tps=n / sum(times[1:]) if n else 0.0, peak_memory_gb=B.memory_stats().peak / 1e9, stats=decode_stats(model))
+
 # %% ../nbs/09_cli.ipynb #686070c2
 def format_stats(s:dict) -> str:
     "The streaming counters as a table"
@@ -76,6 +101,10 @@ def format_stats(s:dict) -> str:
     p = s['pool']
     lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 1e6:.2f} MB held, {p['evictions']} evictions | "
                  f"peak active memory {s['peak_active_bytes'] / 1e6:.1f} MB")
+    if 'decoder' in s:
+        d = s['decoder']
+        lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, {s['syncs_per_step']:.1f} host syncs/step, {d['planned']} planned layer-steps, "
+                     f"{d['experts_computed']}/{d['experts_planned']} planned experts computed, {d['dropped']} dropped, {d['background_loads']} background loads")
     return '\n'.join(lines)
 
 # %% ../nbs/09_cli.ipynb #a6e30afe
@@ -97,6 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
+    g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the routing), "
+                   "prefetch (predictions warm the pool), oracle (replay --trace)")
+    g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
+    g.add_argument('--trace', help="routing trace for --prerouter oracle")
+    g.add_argument('--record-trace', help="write this off run's routing trace to a file")
     c = sub.add_parser('convert', help='quantize to int4 g64 and/or repack experts one file per layer')
     c.add_argument('src'); c.add_argument('dst')
     c.add_argument('--quantize', action='store_true', help='quantize an unquantized checkpoint')
@@ -105,12 +139,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--overwrite', action='store_true')
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='mlx-lm model directory')
-    t = sub.add_parser('train', help='reproduce a committed tiny teacher from the corpus (phase 0)')
+    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0) or its prerouter heads (phase 1) from the corpus')
     t.add_argument('teacher', help='edge0-tiny or edge0-tiny-ds')
     t.add_argument('--corpus', default='../shared/data/corpus', help='folder of the licensed corpus')
     t.add_argument('--work', default='build/teachers', help='tokenizer, token cache and resumable checkpoints')
     t.add_argument('--dst', default='build/teachers/out', help='where the bf16 and int4 checkpoints are written')
     t.add_argument('--steps', type=int, help='train this many steps instead of the recipe')
+    t.add_argument('--phase', type=int, choices=(0, 1), default=0, help='0: the teacher; 1: prerouter heads for its committed int4 base, '
+                   'written beside a copy of the base in DST/<teacher>-int4')
+    t.add_argument('--k', type=int, help='phase 1: the serving K the heads are trained for (default: native)')
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
     z.add_argument('family', choices=FAMILIES)
     z.add_argument('dst', help='directory to create')
@@ -126,7 +163,9 @@ def main(argv=None) -> int:
         if a.cmd == 'generate':
             o = StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mb * 1e6),
                               slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead)
-            f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o)
+            if a.k is not None and a.k < 1: raise CLIError(f"--k must be at least 1, got {a.k}")
+            f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o, prerouter=a.prerouter, k=a.k,
+                         trace=a.trace, record_trace=a.record_trace)
             if a.stats and f['stats']: print(format_stats(f['stats']))
             print(f"{'resident' if a.resident else 'streamed'}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | decode {f['generation_tokens']} tokens "
                   f"at {f['generation_tps']:.1f} tok/s | peak memory {f['peak_memory_gb'] * 1e3:.1f} MB")
@@ -139,6 +178,14 @@ def main(argv=None) -> int:
             from edge0.training import TEACHERS, reproduce
             if a.teacher not in TEACHERS: raise CLIError(f"unknown teacher {a.teacher!r}; known: {', '.join(TEACHERS)}")
             if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist")
+            if a.phase == 1:
+                from edge0.training import train_prerouter, teacher_path
+                import shutil
+                base = Path(a.dst) / f"{a.teacher}-int4"
+                if not (base / 'config.json').exists(): shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns('prerouter*'))
+                try: print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **({'steps': a.steps} if a.steps else {})))
+                except (FileNotFoundError, ValueError) as e: raise CLIError(str(e))
+                return 0
             try: print(*reproduce(a.teacher, a.corpus, a.work, a.dst, a.steps), sep='\n')
             except FileNotFoundError as e: raise CLIError(str(e))
         elif a.cmd == 'zoo':

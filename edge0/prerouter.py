@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture', 'pairs',
-           'recall', 'recall_report', 'phase1', 'fingerprint', 'save_prerouter', 'load_prerouter']
+           'recall', 'recall_report', 'phase1', 'fingerprint', 'prerouter_file', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -160,21 +160,26 @@ def fingerprint(base_dir) -> str:
         for name, t in sorted(read_header(f)[0].items()): h.update(f"{name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
     return h.hexdigest()[:16]
 
+def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
+    "`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a narrowed K"
+    return 'prerouter.safetensors' if k in (None, spec.k) else f'prerouter-k{k}.safetensors'
+
 def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None) -> Path:
-    "Write `prerouter.safetensors` beside the base in `base_dir`"
+    "Write the heads beside the base in `base_dir` (file named by `prerouter_file`)"
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
                 num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})
-    p = Path(base_dir) / 'prerouter.safetensors'
+    p = Path(base_dir) / prerouter_file(pr.spec, pr.k)
     B.save_safetensors(p, dict(B.tree_flatten(pr.parameters())), meta)
     return p
 
 # %% ../nbs/02_prerouter.ipynb #d309e2f4
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
     "Heads from `prerouter.safetensors` beside the base, checked against it"
-    d = Path(base_dir); p = Path(path or d / 'prerouter.safetensors')
-    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: train heads first (edge0.prerouter.phase1)")
+    d = Path(base_dir)
     spec = spec or spec_for(json.loads((d / 'config.json').read_text()))
+    p = Path(path or d / prerouter_file(spec, k))
+    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first (edge0.prerouter.phase1, edge0.training.train_prerouter)")
     with open(p, 'rb') as f: n = int.from_bytes(f.read(8), 'little'); meta = json.loads(f.read(n)).get('__metadata__', {})
     if meta.get('format') != FORMAT: raise ValueError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
     if meta['base_fingerprint'] != fingerprint(d):

@@ -13,7 +13,7 @@ from .backend import core as B
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_keys',
            'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'spec_for', 'block_routing',
-           'same_routing']
+           'same_routing', 'weigh']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -336,3 +336,17 @@ def same_routing(a, b) -> dict:
     bits = sets & (wa.view(np.uint32) == wb.view(np.uint32)).all(-1)
     return dict(tokens=len(ia), same_sets=int(sets.sum()), bit_identical=int(bits.sum()),
                 weight_dtype_match=a[1].dtype == b[1].dtype)
+
+# %% ../nbs/00_routing.ipynb #c0a1e002
+def weigh(r:Routing, logits, inds):
+    "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
+    k = inds.shape[-1]
+    if r.kind == RouterKind.softmax_topk:
+        s = B.take_along_axis(logits, inds, axis=-1) if r.topk_first else B.softmax(logits, axis=-1, precise=True)
+        w = B.softmax(s, axis=-1, precise=True) if r.topk_first else B.take_along_axis(s, inds, axis=-1)
+        w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1)
+        return w * r.scale if r.scale != 1.0 else w
+    x = logits.astype(B.float32)
+    s = B.sigmoid(x) if r.score == 'sigmoid' else B.softmax(x, axis=-1)
+    w = _normalize(B.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1) * r.scale
+    return w.astype(logits.dtype) if r.cast_back else w

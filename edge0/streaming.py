@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_streaming.ipynb #5f4aaa1b
 from __future__ import annotations
-import json, time
+import json, threading, time
 from collections import OrderedDict, Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict, replace
@@ -83,7 +83,7 @@ class ExpertPool:
         if self.max_bundles < need:
             raise StoreError(f"pool budget of {self.max_bundles} bundles ({(budget_bytes or self.max_bundles * store.expert_nbytes) / 2**20:.2f} MiB) "
                              f"is smaller than one token's working set: {need} experts x {store.expert_nbytes} bytes")
-        self.evictions = 0
+        self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
 
     @property
     def bytes_held(self) -> int: return len(self.lru) * self.store.expert_nbytes
@@ -91,10 +91,11 @@ class ExpertPool:
     def get(self, layer:int, experts, stats:LayerStats) -> list:
         "Bundles of `experts` of `layer`, reading the misses in parallel"
         out, miss = {}, []
-        for e in experts:
-            b = self.lru.get((layer, e))
-            if b is None: miss.append(e)
-            else: self.lru.move_to_end((layer, e)); out[e] = b; stats.hits += 1
+        with self.lock:
+            for e in experts:
+                b = self.lru.get((layer, e))
+                if b is None: miss.append(e)
+                else: self.lru.move_to_end((layer, e)); out[e] = b; stats.hits += 1
         if miss:
             t0 = time.perf_counter()
             for e, (b, st) in zip(miss, self.store.read_experts(layer, miss)): out[e] = b; stats.load(st)
@@ -102,9 +103,13 @@ class ExpertPool:
             for e in miss: self.put(layer, e, out[e])
         return [out[e] for e in experts]
 
+    def has(self, layer:int, e:int) -> bool:
+        with self.lock: return (layer, e) in self.lru
+
     def put(self, layer:int, e:int, bundle:dict):
-        self.lru[layer, e] = bundle; self.lru.move_to_end((layer, e))
-        while len(self.lru) > self.max_bundles: self.lru.popitem(last=False); self.evictions += 1
+        with self.lock:
+            self.lru[layer, e] = bundle; self.lru.move_to_end((layer, e))
+            while len(self.lru) > self.max_bundles: self.lru.popitem(last=False); self.evictions += 1
 
 # %% ../nbs/01_streaming.ipynb #b8813b82
 PATHS = ('exact', 'staged', 'hot', 'whole_layer')

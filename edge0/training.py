@@ -16,10 +16,10 @@ from .zoo import CHAT_TEMPLATE, SPECIALS, model_class, randomize
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['CORPUS', 'HELDOUT', 'DATA', 'PARTS', 'TEACHERS', 'MODELS', 'corpus_split', 'heldout_excerpt', 'write_excerpt',
-           'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'RouterTaps', 'balance_loss', 'update_bias',
-           'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce', 'teacher_path',
-           'routing_trace', 'routing_stats']
+__all__ = ['CORPUS', 'HELDOUT', 'DATA', 'PARTS', 'TEACHERS', 'MODELS', 'PHASE1', 'corpus_split', 'heldout_excerpt',
+           'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'RouterTaps', 'balance_loss',
+           'update_bias', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce',
+           'teacher_path', 'routing_trace', 'routing_stats', 'train_prerouter']
 
 # %% ../nbs/04_training.ipynb #9878188a
 CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
@@ -338,3 +338,34 @@ def routing_stats(trace:dict, E:int) -> dict:
         res[l] = dict(load=load, reuse_recall=inter.mean() / k, jaccard=(inter / (2 * k - inter)).mean(),
                       max_over_mean=load.max() * E, chance=k / E)
     return res
+
+# %% ../nbs/04_training.ipynb #e1a00002
+PHASE1 = dict(tokens=120_000, seq=256, steps=1500, batch=512, lr=1e-3, seed=0, hidden=512)
+
+def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True, **over) -> Path:
+    "Phase 1: distil prerouter heads for teacher `name`'s int4 base (or a copy in `base_dir`) at `k` from its forward passes over the corpus; saved beside that base"
+    import mlx_lm
+    from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter, recall_report
+    p = dict(PHASE1, **over)
+    base = Path(base_dir or teacher_path(name))
+    spec = spec_for(json.loads((base / 'config.json').read_text()))
+    k = k or spec.k
+    _, tokens, _ = prepare(corpus_dir, work)
+    model, tok = mlx_lm.load(str(base)); model.set_dtype(B.compute_dtype())
+    rng, seq = np.random.default_rng(p['seed']), p['seq']
+    starts = np.sort(rng.choice(len(tokens) // seq, p['tokens'] // seq, replace=False)) * seq
+    ids = np.concatenate([tokens[s:s + seq] for s in starts])
+    t0 = time.time()
+    cap = capture(spec, model, ids, k, seq)
+    if show: print(f"captured {len(ids):,} tokens in {time.time() - t0:.0f} s")
+    B.seed(p['seed'])
+    pr = init_prerouter(spec, model, hidden=p['hidden'], k=k, seed=p['seed'])
+    log = phase1(pr, cap, p['steps'], p['batch'], p['lr'], p['seed'], show)
+    held = np.concatenate([np.array(tok.encode(t), np.int64) for t in heldout_excerpt().values()])
+    rep = recall_report(pr, model, capture(spec, model, held, k, seq), k)
+    out = save_prerouter(pr, base, extra=dict(
+        builder='edge0.training.train_prerouter', teacher=name, recipe=json.dumps(p), final_kl=f"{np.mean(log[-50:]):.4f}",
+        data=f"{p['tokens']:,} tokens in {seq}-token windows sampled from the training split of {', '.join(CORPUS)}",
+        heldout_recall=json.dumps({str(n): r for n, r in rep.items()}), blas=blas_in_use()))
+    if show: print(f"{out}: held-out recall " + ', '.join(f"{n}->{pr.next_layer[n]} {r['head']:.3f} (reuse {r['reuse']:.3f})" for n, r in rep.items()))
+    return out

@@ -11,12 +11,12 @@ from mlx.utils import tree_flatten as _tree_flatten, tree_unflatten as _tree_unf
 from mlx.nn import Module  # base class of layers installed into mlx-lm models
 from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, int32, int64, bool_,
     softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten, stop_gradient,
-    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, expand_dims, gather_mm, slice_update, log, exp)
+    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, argmax, expand_dims, gather_mm, slice_update, log, exp)
 
 # %% auto #0
-__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'tree_flatten', 'tree_unflatten',
-           'load_arrays', 'save_safetensors', 'to_numpy', 'MemoryStats', 'memory_stats', 'reset_peak_memory',
-           'set_cache_limit']
+__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'categorical', 'tree_flatten',
+           'tree_unflatten', 'load_arrays', 'save_safetensors', 'to_numpy', 'MemoryStats', 'memory_stats',
+           'reset_peak_memory', 'set_cache_limit']
 
 # %% ../../nbs/00_backend_core.ipynb #35633311
 def device_kind() -> str:
@@ -47,6 +47,10 @@ def seed(n:int):
 def normal(shape, dtype=float32, scale:float=1.0):
     "Standard normal samples times `scale`"
     return (mx.random.normal(shape) * scale).astype(dtype)
+
+def categorical(logits, axis:int=-1):
+    "Indices sampled from the distribution softmax(`logits`)"
+    return mx.random.categorical(logits, axis=axis)
 
 def tree_flatten(tree) -> list:
     "`[(dotted.name, leaf), ...]` of a nested dict/list of arrays (a model's `parameters()`)"

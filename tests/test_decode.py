@@ -1,0 +1,80 @@
+"The decode modes on the committed teacher and its committed heads: what each mode promises, checked from outside the counters."
+import json, subprocess
+import numpy as np
+import pytest
+from edge0.backend import core as B
+from edge0.training import teacher_path
+import edge0.decode as D
+
+PROMPT = "Elizabeth said to her sister that"
+
+def run(mode, k, n=20, trace=None, record=False, pool=40):
+    model, tok, dec = D.load(teacher_path('edge0-tiny'), mode, k, trace=trace, record_trace=record, pool_bundles=pool, pool_bytes=None)
+    ids = [t for t, _ in D.generate_ids(model, tok.encode(PROMPT), n, decoder=dec)]
+    return ids, dec
+
+@pytest.mark.parametrize('k', [8, 4])
+def test_prefetch_and_oracle_reproduce_off(k):
+    off, doff = run('off', k, record=True)
+    assert len(doff.trace) == len(off) - 1 and all(len(s) == 6 for s in doff.trace)
+    pre, dpre = run('prefetch', k)
+    assert pre == off
+    assert dpre.stats.background_loads > 0 and dpre.stats.prefetch_used > 0  # the prediction did read ahead, and some of it was used
+    orc, dorc = run('oracle', k, trace=doff.trace)
+    assert orc == off
+    assert dorc.stats.planned == dorc.stats.steps * 6 and dorc.stats.syncs == dorc.stats.steps  # every layer replayed, one sync a step
+    # a tampered trace changes the output: the replay is really what is computed
+    bad = [{l: (ids + 1) % 64 for l, ids in s.items()} for s in doff.trace]
+    assert run('oracle', k, trace=bad)[0] != off
+
+@pytest.mark.parametrize('k', [8, 4])
+def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
+    seen, plans = [], []
+    orig_planned, orig_flush = D.Decoder._planned, D.Decoder.flush
+    def planned(self, layer, blk, x, ids, inds):
+        y = orig_planned(self, layer, blk, x, ids, inds)
+        st = self.engine.staged[layer]
+        t = (st.turn - 1) % len(st.buf)  # the buffer this call computed with
+        seen.append((self.step, layer, ids.copy(), st.table[ids].copy(), {p: B.to_numpy(st.buf[t][p]) for p in st.buf[t]}))  # a snapshot: the buffer is rewritten later
+        return y
+    def flush(self, *xs):
+        orig_flush(self, *xs); plans.append((self.step, {l: v.copy() for l, v in self.plan.items()}))
+    monkeypatch.setattr(D.Decoder, '_planned', planned); monkeypatch.setattr(D.Decoder, 'flush', flush)
+    ids, dec = run('routing', k)
+    d = dec.stats
+    assert d.dropped == 0 and d.steps == len(ids) - 1
+    assert d.planned == d.steps * len(dec.planned) and d.experts_planned == d.experts_computed == d.planned * k
+    assert d.syncs == d.steps  # one flush a step, no per-layer host sync
+    plan_at = dict(plans)
+    store = dec.engine.store
+    for step, layer, want, slots, stack in seen:
+        assert (want == plan_at[step][layer]).all()  # the layer computed the set the flush planned
+        assert len(set(want.tolist())) == k
+        for e, s in zip(want.tolist(), slots.tolist()):  # and the slots it read hold exactly those experts' weights
+            ref, _ = store.read_expert(layer, e)
+            for p, a in ref.items(): assert (stack[p][s] == B.to_numpy(a)).all(), (step, layer, e, p)
+    assert len(seen) == d.planned
+
+def test_mode_errors_name_the_fault(tmp_path):
+    import shutil
+    bare = shutil.copytree(teacher_path('edge0-tiny'), tmp_path / 'bare', ignore=shutil.ignore_patterns('prerouter*'))
+    with pytest.raises(FileNotFoundError, match='prerouter-k4.safetensors does not exist'): D.load(bare, 'routing', 4)
+    with pytest.raises(ValueError, match="'fast' is not one of"): D.load(bare, 'fast')
+    with pytest.raises(ValueError, match='trained for K=8'): D.load(teacher_path('edge0-tiny'), 'routing', 4, prerouter_path=teacher_path('edge0-tiny') / 'prerouter.safetensors')
+
+def test_cli_prerouter(edge0_cmd, tmp_path):
+    m, t = teacher_path('edge0-tiny'), tmp_path / 'trace.json'
+    base = [edge0_cmd, 'generate', '--model', str(m), '--prompt', 'The history of the city', '--max-tokens', '12']
+    r = subprocess.run(base + ['--prerouter', 'off', '--k', '4', '--record-trace', str(t)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(t.read_text())['k'] == 4
+    o = subprocess.run(base + ['--prerouter', 'oracle', '--k', '4', '--trace', str(t), '--stats'], capture_output=True, text=True, timeout=300)
+    assert o.returncode == 0, o.stderr
+    assert o.stdout.splitlines()[0] == r.stdout.splitlines()[0] and 'prerouter oracle K=4' in o.stdout
+    for mode in ('routing', 'prefetch'):
+        g = subprocess.run(base + ['--prerouter', mode, '--k', '4', '--stats'], capture_output=True, text=True, timeout=300)
+        assert g.returncode == 0 and ' 0 dropped' in g.stdout, g.stderr
+    e = subprocess.run(base + ['--prerouter', 'oracle', '--trace', str(t)], capture_output=True, text=True, timeout=300)
+    assert e.returncode == 2 and 'recorded at K=4' in e.stderr and 'K=8' in e.stderr
+    e = subprocess.run(base + ['--prerouter', 'routing', '--k', '3'], capture_output=True, text=True, timeout=300)
+    assert e.returncode == 2 and 'prerouter-k3.safetensors does not exist' in e.stderr
