@@ -53,7 +53,7 @@ def arm(a):
         dec = Decoder(model, spec_for(json.loads((Path(a.model) / 'config.json').read_text())), 'off', a.k)
     else:
         model, _, dec = load(a.model, a.arm, a.k, trace=a.trace if a.arm == 'oracle' else None, record_trace=bool(a.record),
-                             pool_bytes=int(a.pool_mb * 2**20), prefill_path='exact', slots=2 * a.k)
+                             pool_bytes=int(a.pool_mb * 2**20), prefill_path='exact')
     evicting = []  # seconds spent evicting the checkpoint, taken out of the step times
     if a.cold_steps and a.arm != 'compute':
         flush = dec.flush
@@ -81,9 +81,10 @@ def arm(a):
         save_trace(dec.trace, a.record, dec.spec, dec.k)
     print('RESULT ' + json.dumps(out), flush=True)
 
-def run_arm(name, k, a, model, seq, trace=None, record=None, cap=None, cold_steps=False):
-    cmd = [sys.executable, __file__, '--arm', name, '--k', str(k), '--model', str(model), '--seq', str(seq), '--tokens', str(a.tokens),
-           '--prompt', str(a.prompt), '--pool-mb', str(a.pool_mb_for[str(model)])]
+def run_arm(name, k, a, key, seq, trace=None, record=None, cap=None, cold_steps=False):
+    model = str(key).split('@')[0]
+    cmd = [sys.executable, __file__, '--arm', name, '--k', str(k), '--model', model, '--seq', str(seq), '--tokens', str(a.tokens),
+           '--prompt', str(a.prompt), '--pool-mb', str(a.pool_mb_for[str(key)])]
     if trace: cmd += ['--trace', str(trace)]
     if record: cmd += ['--record', str(record)]
     if cold_steps: cmd += ['--cold-steps']
@@ -146,11 +147,13 @@ def med(rs, key):
     v = [r[key] for r in rs if not r.get('failed') and key in r]
     return statistics.median(v) if v else float('nan')
 
-def bench(a, name, model, capped):
+def bench(a, name, key, capped):
     import numpy as np
+    model = Path(str(key).split('@')[0])
     print(f"\n=== {name}: {model}", flush=True)
     size = sum(f.stat().st_size for f in shards(model))
-    seq = Path(a.out) / f'{name}-sequence.json'
+    tag = name.replace(' ', '').replace(',', '-')
+    seq = Path(a.out) / f'{tag}-sequence.json'
     seq.write_text(json.dumps(sequence(model, a.prompt + a.tokens + 1)))
     cap = None
     if capped:
@@ -158,18 +161,18 @@ def bench(a, name, model, capped):
         if cap.path is None: print('  no memory cgroup could be made here: capped runs fall back to per-step eviction'); capped = False
     how = (f"child memory cgroup capped at {size / 2 / 2**20:.0f} MiB (half of the {size / 2**20:.0f} MiB checkpoint)" if capped
            else f"checkpoint ({size / 2**20:.1f} MiB) evicted from the page cache at every step")
-    print(f"  checkpoint {size / 2**20:.1f} MiB; {how}; pool {a.pool_mb_for[str(model)]:.1f} MiB; {a.tokens} decode steps, forced tokens", flush=True)
+    print(f"  checkpoint {size / 2**20:.1f} MiB; {how}; pool {a.pool_mb_for[str(key)]:.1f} MiB; {a.tokens} decode steps, forced tokens", flush=True)
     res, traces = {}, {}
     for k in a.ks:
-        traces[k] = Path(a.out) / f'{name}-k{k}-trace.json'
-        r = run_arm('off', k, a, model, seq, record=traces[k], cap=cap, cold_steps=not capped)
+        traces[k] = Path(a.out) / f'{tag}-k{k}-trace.json'
+        r = run_arm('off', k, a, key, seq, record=traces[k], cap=cap, cold_steps=not capped)
         if r.get('failed'): raise SystemExit(f"recording the off trace at K={k} failed: {r}")
     bw = {k: read_bandwidth(model, k) for k in a.ks}
     arms = [(m, k) for k in a.ks for m in MODES + ('compute',)]
     for rnd in range(a.rounds):
         order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
         for m, k in order:
-            r = run_arm(m, k, a, model, seq, trace=traces[k] if m == 'oracle' else None,
+            r = run_arm(m, k, a, key, seq, trace=traces[k] if m == 'oracle' else None,
                         cap=cap if m != 'compute' else None, cold_steps=not capped and m != 'compute')
             res.setdefault((m, k), []).append(r)
         print(f"  round {rnd + 1}: " + ', '.join(f"{m}/K{k} {res[m, k][-1].get('decode_tps', float('nan')):.1f}" for m, k in order), flush=True)
@@ -210,6 +213,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--models', default='tiny,synthetic')
     ap.add_argument('--synthetic', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-2g'))
+    ap.add_argument('--synthetic-pools', default='256,32', help='expert pool sizes (MiB) to run the synthetic checkpoint with')
     ap.add_argument('--ks', default='8,4')
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--tokens', type=int, default=32)
@@ -234,15 +238,16 @@ def main():
             shutil.copytree(teacher_path('edge0-tiny'), m)  # with its committed heads
             from edge0.store import ExpertStore
             st = ExpertStore(m); a.pool_mb_for[str(m)] = 48 * st.expert_nbytes / 2**20; st.close()  # 48 bundles: 1/8 of the experts
-            models.append(('edge0-tiny', m, False))
+            models.append(('edge0-tiny', str(m), False))
         elif name == 'synthetic':
             m = Path(a.synthetic)
             if not (m / 'config.json').exists():
                 from edge0.zoo import build_synthetic
                 print(f'building {m} ...', flush=True); build_synthetic(m)
             synthetic_heads(m, a.ks)
-            a.pool_mb_for[str(m)] = 256
-            models.append(('synthetic', m, True))
+            for mb in (float(x) for x in a.synthetic_pools.split(',')):
+                a.pool_mb_for[f"{m}@{mb:g}"] = mb
+                models.append((f"synthetic, pool {mb:g} MiB", f"{m}@{mb:g}", True))
         else: raise SystemExit(f"--models: unknown checkpoint {name!r}; expected tiny and/or synthetic")
     out = {name: bench(a, name, m, capped) for name, m, capped in models}
     Path(a.json).write_text(json.dumps(dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, tokens=a.tokens, results=out), indent=1))

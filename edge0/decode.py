@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B
 from .routing import MoESpec, spec_for, block, route, weigh, router_logits, router_bias, _attr
-from .streaming import StreamEngine, StreamOptions, Staged, incr_stack, expert_mlp, load as stream_load, stats as stream_stats
+from .streaming import StreamEngine, StreamOptions, Staged, LayerStats, incr_stack, expert_mlp, load as stream_load, stats as stream_stats
 from .prerouter import Prerouter, features, load_prerouter
 from .store import StoreError
 
@@ -97,7 +97,7 @@ class Decoder:
         self.engine: StreamEngine|None = getattr(model, 'edge0', None)
         if self.engine is not None:
             self.engine.K = self.k
-            S = self.engine.o.slots or 2 * self.k
+            S = self.engine.o.slots or self.k
             if S < self.k: raise ValueError(f"{S} staged slots per layer cannot hold K={self.k} experts")
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.hdt = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # heads run in the checkpoint's precision (float32 on the CPU)
@@ -150,37 +150,28 @@ def _planned(self:Decoder, layer:int, blk, x, ids, inds):
     e = self.engine
     if e is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
     s = e.stats[layer]; s.calls += 1
-    fresh = self._wait(layer)
-    st = e.staged.get(layer) or e.staged.setdefault(layer, Staged(e.o.slots or 2 * self.k, e.E, e.o.buffers))
-    need = ids.tolist()
-    new = st.assign(need)
-    s.hits += len(set(need)) - len(new)
-    from_pool = [n for n in new if n not in fresh]
-    if from_pool: fresh.update(zip(from_pool, e.pool.get(layer, from_pool, s)))  # evicted or never read: on demand
-    def bundle_of(n): return fresh[n] if n in fresh else e.pool.get(layer, [n if n is not None and n >= 0 else need[0]], s)[0]
-    t = st.turn; st.turn = (t + 1) % len(st.buf)
-    st.buf[t], n = incr_stack(st.buf[t], st.held[t], st.slot_expert, bundle_of)
-    st.rewrites += n
+    if self._wait(layer) is None:  # nothing was staged ahead for this layer: stage it now
+        t0 = time.perf_counter(); s.add(self._stage(layer, ids)); s.blocked_s += time.perf_counter() - t0
+    st = e.staged[layer]
     slots = st.table[ids]
-    ok = st.held[t][slots] == ids
+    ok = st.held[0][slots] == ids  # the slot each planned expert is computed from holds that expert
     d = self.stats
     d.planned += 1; d.experts_planned += len(ids); d.experts_computed += int(ok.sum()); d.dropped += int((~ok).sum())
-    y = expert_mlp(x, B.array(slots.astype(np.uint32).reshape(1, 1, -1)), st.buf[t], e.q)
+    y = expert_mlp(x, B.array(slots.astype(np.uint32).reshape(1, 1, -1)), st.buf[0], e.q)
     B.async_eval(y)
     s.peak_active = max(s.peak_active, B.memory_stats().active)
     return y
 
 @patch
-def _wait(self:Decoder, layer:int) -> dict:
-    "Bundles the background reader fetched for `layer` this step (waiting only if it is not done)"
+def _wait(self:Decoder, layer:int) -> LayerStats|None:
+    "Wait for `layer`'s background work of this step, if it is not done; fold its counters in (None: there was none)"
     fut = self.futs.pop(layer, None)
-    if fut is None: return {}
+    if fut is None: return None
     s, t0 = self.engine.stats[layer], time.perf_counter()
-    fresh, loads = fut.result()
+    got = fut.result()
     s.blocked_s += time.perf_counter() - t0
-    for st in loads: s.load(st)
-    self.stats.background_loads += len(loads)
-    return fresh
+    s.add(got); self.stats.background_loads += got.loads
+    return got
 
 @patch
 def _own(self:Decoder, layer:int, blk, x, inds):
@@ -222,18 +213,35 @@ def flush(self:Decoder, *arrays):
     self.warm = {l: set(v.tolist()) for l, v in ids.items()} if self.mode == 'prefetch' else {}
     if self.engine is not None and self.mode != 'off':
         for l in self.spec.moe_layers:
-            if l in ids: self.futs[l] = self.reader.submit(self._fill, l, ids[l])
+            if l in ids: self.futs[l] = self.reader.submit(self._warm if self.mode == 'prefetch' else self._stage, l, ids[l])
 
 @patch
-def _fill(self:Decoder, layer:int, ids) -> tuple[dict, list]:
-    "Background: read the experts of `ids` that are neither staged nor pooled; put them in the pool"
-    e = self.engine
-    st = e.staged.get(layer)
-    held = set(st.slot_expert.tolist()) if st is not None and self.mode != 'prefetch' else set()
-    miss = [int(n) for n in dict.fromkeys(ids.tolist()) if n not in held and not e.pool.has(layer, int(n))]
-    got = e.store.read_experts(layer, miss) if miss else []
-    for n, (b, _) in zip(miss, got): e.pool.put(layer, n, b)
-    return {n: b for n, (b, _) in zip(miss, got)}, [st for _, st in got]
+def _stage(self:Decoder, layer:int, ids) -> LayerStats:
+    "Background (`routing`, `oracle`): place `ids` in `layer`'s slots, reading the experts neither staged nor pooled, and write the slots"
+    e, got = self.engine, LayerStats()
+    st = e.staged.get(layer) or e.staged.setdefault(layer, Staged(e.o.slots or self.k, e.E, 1))
+    need = ids.tolist()
+    new = st.assign(need)
+    got.hits += len(need) - len(new)
+    miss = [n for n in new if not e.pool.has(layer, n)]
+    fresh = {}
+    for n, (b, ls) in zip(miss, e.store.read_experts(layer, miss) if miss else []): fresh[n] = b; e.pool.put(layer, n, b); got.load(ls)
+    rest = [n for n in new if n not in fresh]
+    if rest: fresh.update(zip(rest, e.pool.get(layer, rest, got)))  # pooled (read again if evicted since)
+    def bundle_of(n): return fresh[n] if n in fresh else e.pool.get(layer, [n if n is not None and n >= 0 else need[0]], got)[0]
+    st.buf[0], w = incr_stack(st.buf[0], st.held[0], st.slot_expert, bundle_of)
+    B.eval(*st.buf[0].values())  # here: this thread's stream made the writes, and the main thread must find them done
+    st.rewrites += w
+    got.blocked_s = 0.0  # this thread's waits are not the main thread's
+    return got
+
+@patch
+def _warm(self:Decoder, layer:int, ids) -> LayerStats:
+    "Background (`prefetch`): read the predicted experts that are not pooled into the pool"
+    e, got = self.engine, LayerStats()
+    miss = [int(n) for n in dict.fromkeys(ids.tolist()) if not e.pool.has(layer, int(n))]
+    for n, (b, ls) in zip(miss, e.store.read_experts(layer, miss) if miss else []): e.pool.put(layer, n, b); got.load(ls)
+    return got
 
 # %% ../nbs/02b_decode.ipynb #d0000020
 def _sample(logits, temp:float):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, spec_for, block, route, router_logits, router_bias, _attr
+from .routing import MoESpec, spec_for, block, route, router_logits, router_bias, RouterTap, _attr
 from .store import read_header
 from fastcore.basics import patch
 
@@ -76,23 +76,14 @@ def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=
 # %% ../nbs/02_prerouter.ipynb #168c2943
 def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
     "`{layer: dict(h=(T, D), logits=(T, E), routed=(T, k))}` over `tokens`, windows of `seq` (T = whole windows only)"
-    blocks, seen = {l: block(spec, model, l) for l in spec.moe_layers}, {}
-    for l, blk in blocks.items():
-        def tapped(x, l=l, gate=blk['gate']):
-            seen[l] = x
-            return gate(x)
-        object.__setattr__(blk, 'gate', tapped)  # shadows the router without touching the parameters
     out = {l: dict(h=[], logits=[], routed=[]) for l in spec.moe_layers}
-    try:
+    with RouterTap(spec, model) as tap:
         for i in range(0, len(tokens) - seq + 1, seq):
-            seen.clear(); B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
-            for l, x in seen.items():
-                x = x.reshape(-1, x.shape[-1])
-                lg = router_logits(spec, blocks[l], x).astype(B.float32)  # the block's own router, as it computed
+            tap.seen.clear(); B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
+            for l, (x, lg, _) in tap.seen.items():
+                x, lg = x.reshape(-1, x.shape[-1]), lg.reshape(-1, lg.shape[-1]).astype(B.float32)  # the block's own router, as it computed
                 out[l]['h'].append(B.to_numpy(x.astype(B.float32))); out[l]['logits'].append(B.to_numpy(lg))
                 out[l]['routed'].append(np.array(route(spec.routing, lg, k, router_bias_of(spec, model, l))[0]))
-    finally:
-        for blk in blocks.values(): blk.__dict__.pop('gate', None)
     return {l: {n: np.concatenate(v) for n, v in d.items()} for l, d in out.items()}
 
 # %% ../nbs/02_prerouter.ipynb #2f3843af

@@ -13,7 +13,7 @@ from .backend import core as B
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_keys',
            'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'spec_for', 'block_routing',
-           'same_routing', 'weigh']
+           'same_routing', 'weigh', 'RouterTap']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -350,3 +350,21 @@ def weigh(r:Routing, logits, inds):
     s = B.sigmoid(x) if r.score == 'sigmoid' else B.softmax(x, axis=-1)
     w = _normalize(B.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1) * r.scale
     return w.astype(logits.dtype) if r.cast_back else w
+
+# %% ../nbs/00_routing.ipynb #c0a1e006
+class RouterTap:
+    "Records `{layer: (block input, router logits, chosen experts or None)}` of each forward pass through `model`"
+    def __init__(self, spec:MoESpec, model):
+        self.spec, self.blocks, self.seen = spec, {l: block(spec, model, l) for l in spec.moe_layers}, {}
+        for l, blk in self.blocks.items():
+            def tapped(x, l=l, blk=blk, gate=blk['gate']):
+                out = gate(x)
+                self.seen[l] = (x, out, None) if spec.router == 'gate' else (x, router_logits(spec, blk, x), out[0])
+                return out
+            # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the router until `remove`
+            object.__setattr__(blk, 'gate', tapped)
+
+    def remove(self):
+        for blk in self.blocks.values(): blk.__dict__.pop('gate', None)
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.remove()

@@ -194,10 +194,13 @@ def incr_stack(stack:dict|None, held, want, bundle_of) -> tuple[dict, int]:
         stack = _stack([bundle_of(int(e)) if e >= 0 else bundle_of(None) for e in want]); held[:] = want
         return stack, len(want)
     changed = np.nonzero(held != want)[0]
-    for s in changed:
-        b = bundle_of(int(want[s]))
-        for k in stack: stack[k][int(s)] = b[k]
-        held[s] = want[s]
+    if len(changed) == 1:
+        b, s = bundle_of(int(want[changed[0]])), int(changed[0])
+        for k in stack: stack[k][s] = b[k]
+    elif len(changed):  # one scatter per tensor, however many slots change (each op costs tens of µs on the CPU)
+        bs, at = [bundle_of(int(want[s])) for s in changed], B.array(changed.astype(np.int32))
+        for k in stack: stack[k][at] = B.stack([b[k] for b in bs])
+    held[changed] = want[changed]
     return stack, len(changed)
 
 # %% ../nbs/01_streaming.ipynb #6d03336d

@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import edge0
 from .backend import core as B, nn as bnn
-from .routing import spec_for, block
+from .routing import spec_for, block, RouterTap
 from .store import atomic_dir
 from .zoo import CHAT_TEMPLATE, SPECIALS, model_class, randomize
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['CORPUS', 'HELDOUT', 'DATA', 'PARTS', 'TEACHERS', 'MODELS', 'PHASE1', 'corpus_split', 'heldout_excerpt',
-           'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'RouterTaps', 'balance_loss',
-           'update_bias', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce',
-           'teacher_path', 'routing_trace', 'routing_stats', 'train_prerouter']
+           'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias',
+           'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce', 'teacher_path',
+           'routing_trace', 'routing_stats', 'train_prerouter']
 
 # %% ../nbs/04_training.ipynb #9878188a
 CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
@@ -115,30 +115,11 @@ def batch_at(tokens:np.ndarray, step:int, seed:int, batch:int, seq:int):
     w = np.stack([tokens[s:s + seq + 1] for s in starts]).astype(np.int32)
     return B.array(w[:, :-1]), B.array(w[:, 1:])
 
-# %% ../nbs/04_training.ipynb #19174110
-class RouterTaps:
-    "Records each MoE block's router logits and chosen experts during a forward pass"
-    def __init__(self, model, spec):
-        self.spec, self.blocks, self.seen = spec, {l: block(spec, model, l) for l in spec.moe_layers}, {}
-        for l, blk in self.blocks.items(): self._tap(l, blk)
-
-    def _tap(self, l, blk):
-        gate = blk.gate
-        if self.spec.router == 'gate':
-            def tapped(x): y = gate(x); self.seen[l] = (y, None); return y
-        else:
-            def tapped(x):
-                inds, w = gate(x); self.seen[l] = (x @ gate.weight.T, inds); return inds, w
-        object.__setattr__(blk, 'gate', tapped)  # shadows the router in __dict__; the module (and its parameters) stays in place
-
-    def remove(self):
-        for blk in self.blocks.values(): blk.__dict__.pop('gate', None)
-
 # %% ../nbs/04_training.ipynb #15694891
-def balance_loss(taps:RouterTaps):
+def balance_loss(taps:RouterTap):
     "Sum over MoE layers of E * sum_e f_e * P_e (1.0 per layer when perfectly balanced)"
     s, total = taps.spec, 0.0
-    for l, (logits, inds) in taps.seen.items():
+    for l, (_, logits, inds) in taps.seen.items():
         lg = logits.reshape(-1, s.num_experts).astype(B.float32)
         p = B.softmax(lg, axis=-1) if s.routing.score == 'softmax' else B.sigmoid(lg) / B.sigmoid(lg).sum(-1, keepdims=True)
         if inds is None: inds = B.argpartition(-lg, kth=s.k - 1, axis=-1)[:, :s.k]
@@ -146,9 +127,9 @@ def balance_loss(taps:RouterTaps):
         total = total + s.num_experts * (f * p.mean(axis=0)).sum()
     return total
 
-def update_bias(taps:RouterTaps, rate:float):
+def update_bias(taps:RouterTap, rate:float):
     "Move each correction bias towards balance: up for under-used experts, down for over-used"
-    for l, (_, inds) in taps.seen.items():
+    for l, (_, _, inds) in taps.seen.items():
         gate = taps.blocks[l]['gate']  # the module itself, under the tap
         load = np.bincount(np.array(inds).ravel(), minlength=taps.spec.num_experts).astype(np.float32)
         gate.e_score_correction_bias = gate.e_score_correction_bias + B.array(rate * np.sign(load.mean() - load))
@@ -170,7 +151,7 @@ class Trainer:
                                       optim.cosine_decay(ts.lr, max(ts.steps - ts.warmup, 1), ts.lr / 10)], [ts.warmup])
         self.opt = optim.AdamW(sched, weight_decay=ts.weight_decay)
         self.step, self.log = 0, []
-        self.taps = RouterTaps(self.model, self.spec)
+        self.taps = RouterTap(self.spec, self.model)
         self._vg = bnn.value_and_grad(self.model, self._loss)
 
     def _loss(self, model, x, y):
@@ -317,15 +298,13 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True) -> Path:
 # %% ../nbs/04_training.ipynb #f3507839
 def routing_trace(model, spec, tokens:np.ndarray, k:int|None=None, seq:int=256) -> dict:
     "`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`, windows of `seq`)"
-    from edge0.routing import route
-    taps, out = RouterTaps(model, spec), {l: [] for l in spec.moe_layers}
-    try:
+    from edge0.routing import route, router_bias
+    out = {l: [] for l in spec.moe_layers}
+    with RouterTap(spec, model) as taps:
         for i in range(0, len(tokens) - 1, seq):
             taps.seen.clear(); B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
-            for l, (logits, _) in taps.seen.items():
-                bias = taps.blocks[l]['gate'].e_score_correction_bias if spec.router_bias else None
-                out[l].append(np.array(route(spec.routing, logits, k or spec.k, bias)[0]).reshape(-1, k or spec.k))
-    finally: taps.remove()
+            for l, (_, logits, _) in taps.seen.items():
+                out[l].append(np.array(route(spec.routing, logits, k or spec.k, router_bias(spec, taps.blocks[l]))[0]).reshape(-1, k or spec.k))
     return {l: np.concatenate(v) for l, v in out.items()}
 
 def routing_stats(trace:dict, E:int) -> dict:

@@ -34,7 +34,7 @@ def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
     def planned(self, layer, blk, x, ids, inds):
         y = orig_planned(self, layer, blk, x, ids, inds)
         st = self.engine.staged[layer]
-        t = (st.turn - 1) % len(st.buf)  # the buffer this call computed with
+        t = 0  # prerouted slots are one stack per layer
         seen.append((self.step, layer, ids.copy(), st.table[ids].copy(), {p: B.to_numpy(st.buf[t][p]) for p in st.buf[t]}))  # a snapshot: the buffer is rewritten later
         return y
     def flush(self, *xs):
