@@ -344,7 +344,7 @@ def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, 
     rep = recall_report(pr, model, capture(spec, model, held, k, seq), k)
     out = save_prerouter(pr, base, extra=dict(
         builder='edge0.training.train_prerouter', teacher=name, recipe=json.dumps(p), final_kl=f"{np.mean(log[-50:]):.4f}",
-        data=f"{p['tokens']:,} tokens in {seq}-token windows sampled from the training split of {', '.join(CORPUS)}",
+        data=f"{len(ids):,} tokens in {seq}-token windows sampled from the training split of {', '.join(CORPUS)}",
         heldout_recall=json.dumps({str(n): r for n, r in rep.items()}), blas=blas_in_use()))
     if show: print(f"{out}: held-out recall " + ', '.join(f"{n}->{pr.next_layer[n]} {r['head']:.3f} (reuse {r['reuse']:.3f})" for n, r in rep.items()))
     return out
