@@ -217,21 +217,10 @@ def flush(self:Decoder, *arrays):
 
 @patch
 def _stage(self:Decoder, layer:int, ids) -> LayerStats:
-    "Background (`routing`, `oracle`): place `ids` in `layer`'s slots, reading the experts neither staged nor pooled, and write the slots"
+    "Background (`routing`, `oracle`): give `ids` slots of `layer` (reading what is neither staged nor pooled) and write the changed slots"
     e, got = self.engine, LayerStats()
     st = e.staged.get(layer) or e.staged.setdefault(layer, Staged(e.o.slots or self.k, e.E, 1))
-    need = ids.tolist()
-    new = st.assign(need)
-    got.hits += len(need) - len(new)
-    miss = [n for n in new if not e.pool.has(layer, n)]
-    fresh = {}
-    for n, (b, ls) in zip(miss, e.store.read_experts(layer, miss) if miss else []): fresh[n] = b; e.pool.put(layer, n, b); got.load(ls)
-    rest = [n for n in new if n not in fresh]
-    if rest: fresh.update(zip(rest, e.pool.get(layer, rest, got)))  # pooled (read again if evicted since)
-    def bundle_of(n): return fresh[n] if n in fresh else e.pool.get(layer, [n if n is not None and n >= 0 else need[0]], got)[0]
-    st.buf[0], w = incr_stack(st.buf[0], st.held[0], st.slot_expert, bundle_of)
-    B.eval(*st.buf[0].values())  # here: this thread's stream made the writes, and the main thread must find them done
-    st.rewrites += w
+    B.eval(*e.fill_slots(st, layer, ids.tolist(), got).values())  # here: this thread's stream made the writes, and the main thread must find them done
     got.blocked_s = 0.0  # this thread's waits are not the main thread's
     return got
 

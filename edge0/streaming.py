@@ -210,16 +210,22 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     st = self.staged.get(layer) or self.staged.setdefault(layer, Staged(S, self.E, self.o.buffers))
     need = np.unique(np.array(indices)).tolist()
     if len(need) > S: return self._exact(layer, x, indices)  # a batch wider than the slots
+    t = st.turn; st.turn = (t + 1) % len(st.buf)
+    stack = self.fill_slots(st, layer, need, self.stats[layer], t)  # first: it updates the expert -> slot table
+    return expert_mlp(x, B.take(B.array(st.table), indices), stack, self.q)
+
+@patch
+def fill_slots(self:StreamEngine, st:Staged, layer:int, need:list, stats:LayerStats, t:int=0) -> dict:
+    "Give the experts `need` slots of `st` (keeping those already placed), write the new ones into buffer `t` (pooled, or read); the stack"
     new = st.assign(need)
-    fresh = dict(zip(new, self.pool.get(layer, new, self.stats[layer]))) if new else {}
-    self.stats[layer].hits += len(need) - len(new)
+    fresh = dict(zip(new, self.pool.get(layer, new, stats))) if new else {}
+    stats.hits += len(need) - len(new)
     def bundle_of(e):
         if e is None or e < 0: e = need[0]
-        return fresh[e] if e in fresh else self.pool.get(layer, [e], self.stats[layer])[0]
-    t = st.turn; st.turn = (t + 1) % len(st.buf)
+        return fresh[e] if e in fresh else self.pool.get(layer, [e], stats)[0]
     st.buf[t], n = incr_stack(st.buf[t], st.held[t], st.slot_expert, bundle_of)
     st.rewrites += n
-    return expert_mlp(x, B.take(B.array(st.table), indices), st.buf[t], self.q)
+    return st.buf[t]
 
 # %% ../nbs/01_streaming.ipynb #0493947a
 @patch
