@@ -40,7 +40,6 @@ def sequence(model, n):
 
 def arm(a):
     "One arm, in this process: load, prefill, decode a.tokens steps on the forced sequence; print one JSON line"
-    import numpy as np
     from edge0.backend import core as B
     from edge0.decode import load, generate_ids, decode_stats, Decoder, DecodeStats
     from edge0.streaming import reset_stats
@@ -128,7 +127,7 @@ def make_heads(model, k):
     import numpy as np, mlx_lm
     from edge0.backend import core as B
     from edge0.routing import spec_for
-    from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter, prerouter_file
+    from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter
     model = Path(model)
     spec = spec_for(json.loads((model / 'config.json').read_text()))
     m, _ = mlx_lm.load(str(model)); m.set_dtype(B.compute_dtype())
@@ -148,7 +147,6 @@ def med(rs, key):
     return statistics.median(v) if v else float('nan')
 
 def bench(a, name, key, capped):
-    import numpy as np
     model = Path(str(key).split('@')[0])
     print(f"\n=== {name}: {model}", flush=True)
     size = sum(f.stat().st_size for f in shards(model))
@@ -205,7 +203,7 @@ def bench(a, name, key, capped):
         within = rows['routing', k]['step_ms'] / rb
         print(f"  bound allows {allow:.2f}x over off (off {off_ms:.1f} ms / routing's bound {rb:.1f} ms); routing gets {got:.2f}x")
         print(f"  target: routing within 1.15x of its bound: {within:.2f}x -> {'MET' if within <= 1.15 else 'NOT MET'}")
-        print(f"  target: routing >= 1.3x faster than off where the bound allows >= 1.5x: "
+        print("  target: routing >= 1.3x faster than off where the bound allows >= 1.5x: "
               + (f"{got:.2f}x -> {'MET' if got >= 1.3 else 'NOT MET'}" if allow >= 1.5 else f"bound allows {allow:.2f}x < 1.5x -> not applicable"))
     return {f"{m}/K{k}": v for (m, k), v in rows.items()}
 

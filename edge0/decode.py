@@ -11,10 +11,9 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 from .backend import core as B
-from .routing import MoESpec, spec_for, block, route, weigh, router_logits, router_bias, _attr
-from .streaming import StreamEngine, StreamOptions, Staged, LayerStats, incr_stack, expert_mlp, load as stream_load, stats as stream_stats
+from .routing import MoESpec, block, route, weigh, router_logits, router_bias, _attr
+from .streaming import StreamEngine, StreamOptions, Staged, LayerStats, expert_mlp, load as stream_load, stats as stream_stats
 from .prerouter import Prerouter, features, load_prerouter
-from .store import StoreError
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'save_trace', 'load_trace', 'DecodeStats', 'Decoder',
@@ -112,13 +111,13 @@ class Decoder:
             path = spec.block_path.format(layer=l)
             parent, name = path.rsplit('.', 1)
             # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
-            object.__setattr__(_attr(model, parent), name, partial(self.block, l, block(spec, model, l)))
+            object.__setattr__(_attr(model, parent), name, partial(self.moe_block, l, block(spec, model, l)))
 
 # %% ../nbs/02b_decode.ipynb #d0000014
 from fastcore.basics import patch
 
 @patch
-def block(self:Decoder, layer:int, blk, x):
+def moe_block(self:Decoder, layer:int, blk, x):
     spec, decode = self.spec, x.shape[-2] == 1
     if decode and x.size // x.shape[-1] != 1: raise ValueError("prerouted decoding serves one sequence at a time (batch 1)")
     lg = router_logits(spec, blk, x)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, spec_for, block, route, router_logits, router_bias, RouterTap, _attr
+from .routing import MoESpec, spec_for, block, route, router_bias, RouterTap, _attr
 from .store import read_header
 from fastcore.basics import patch
 
