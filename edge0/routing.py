@@ -6,14 +6,14 @@
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
-import math
+import importlib, math
 import numpy as np
 from .backend import core as B
 
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_keys',
-           'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'spec_for', 'block_routing',
-           'same_routing', 'weigh', 'RouterTap']
+           'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'spec_for',
+           'block_routing', 'same_routing', 'weigh', 'RouterTap']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -292,6 +292,11 @@ def resolve_model_type(config:dict) -> str:
     for a in ([archs] if isinstance(archs, str) else archs):
         if (mt, a) in _ARCH_REMAP: return _ARCH_REMAP[mt, a]
     return _REMAP.get(mt, mt)
+
+def model_class(config:dict):
+    "The mlx-lm `(Model, ModelArgs)` classes for `config`"
+    module = importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}")
+    return module.Model, module.ModelArgs
 
 # %% ../nbs/00_routing.ipynb #a5649b47
 def spec_for(config:dict, layout:str='separate') -> MoESpec:

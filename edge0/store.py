@@ -12,13 +12,14 @@ from pathlib import Path
 import numpy as np
 from .backend import io as bio
 from .routing import spec_for, expert_keys, MoESpec
+from .files import InputError
 
 # %% auto #0
-__all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'atomic_dir', 'index_checkpoint', 'Residency', 'drop_cache',
-           'PreadReader', 'MmapReader', 'expected_shapes', 'LoadStats', 'ExpertStore']
+__all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache', 'PreadReader',
+           'MmapReader', 'expected_shapes', 'LoadStats', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
-class StoreError(ValueError):
+class StoreError(InputError):
     "Bad checkpoint input: names the file, tensor or value at fault"
 
 @dataclass(frozen=True)
@@ -52,21 +53,6 @@ def read_header(path) -> tuple[dict, dict]:
         if base + e > size: raise StoreError(f"{path}: tensor {name} data_offsets [{b}, {e}] run past the end of the file ({size} bytes); the shard is truncated")
         out[name] = TensorInfo(name, dt, shape, path, base + b, want)
     return out, meta
-
-# %% ../nbs/01a_store.ipynb #e4e5a3a3
-@contextmanager
-def atomic_dir(dst, overwrite:bool=False):
-    "A temporary sibling directory that becomes `dst` only if the block succeeds; removed on any error or interrupt"
-    dst = Path(dst)
-    if dst.exists() and not overwrite: raise StoreError(f"{dst} exists; pass overwrite to replace it")
-    tmp = dst.with_name(f".{dst.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-        if dst.exists(): shutil.rmtree(dst)
-        os.replace(tmp, dst)
-    finally:
-        if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
 
 # %% ../nbs/01a_store.ipynb #df6290ba
 def index_checkpoint(model_dir) -> dict:

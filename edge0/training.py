@@ -11,8 +11,9 @@ import numpy as np
 import edge0
 from .backend import core as B, nn as bnn
 from .routing import spec_for, block, RouterTap
-from .store import atomic_dir
-from .zoo import CHAT_TEMPLATE, SPECIALS, model_class, randomize
+from .files import atomic_dir
+from .routing import model_class
+from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 from fastcore.basics import patch
 
 # %% auto #0

@@ -8,12 +8,12 @@ import importlib, json, os
 from pathlib import Path
 import numpy as np
 from .backend import core as B
-from .routing import spec_for, resolve_model_type, expert_keys, MoESpec
-from .store import atomic_dir
+from .routing import spec_for, resolve_model_type, expert_keys, model_class, MoESpec
+from .files import atomic_dir
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'tiny_config', 'model_class', 'randomize', 'tiny_model', 'tiny_tokenizer',
-           'build_tiny', 'zoo_path', 'build_synthetic']
+__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny',
+           'zoo_path', 'build_synthetic']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'deepseek_v2', 'deepseek_v3',
@@ -78,11 +78,6 @@ def tiny_config(model_type:str, # one of `FAMILIES`
 
 # %% ../nbs/00_zoo.ipynb #325df2f3
 _ROUTER_BIAS = ('e_score_correction_bias', 'expert_bias')
-
-def model_class(config:dict):
-    "The mlx-lm `(Model, ModelArgs)` classes for `config`"
-    return importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}").Model, \
-           importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}").ModelArgs
 
 def randomize(model, seed:int=0):
     "Fill `model`'s matrices and router biases from numpy's generator seeded with `seed`, in name order"
