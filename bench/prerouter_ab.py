@@ -34,7 +34,7 @@ def evict(model):
 def sequence(model, n):
     "Token ids of the held-out excerpt, as this model's tokenizer encodes it"
     from transformers import AutoTokenizer
-    from edge0.training import heldout_excerpt
+    from edge0.teachers import heldout_excerpt
     tok = AutoTokenizer.from_pretrained(str(model))
     return tok.encode(' '.join(heldout_excerpt(4000).values()))[:n]
 
@@ -48,11 +48,15 @@ def arm(a):
     if a.arm == 'compute':  # every expert resident: mlx-lm's model, edge0's block at K
         import mlx_lm
         from edge0.routing import spec_for
-        model, _ = mlx_lm.load(a.model); model.set_dtype(B.compute_dtype())
-        dec = Decoder(model, spec_for(json.loads((Path(a.model) / 'config.json').read_text())), 'off', a.k)
+        model, _ = mlx_lm.load(a.model)
+        model.set_dtype(B.compute_dtype())
+        dec = Decoder(model, spec_for(json.loads((Path(a.model) / 'config.json').read_text())), mode='off', k=a.k)
     else:
-        model, _, dec = load(a.model, a.arm, a.k, trace=a.trace if a.arm == 'oracle' else None, record_trace=bool(a.record),
-                             pool_bytes=int(a.pool_mb * 2**20), prefill_path='exact')
+        # the layers `routing` keeps resident come out of the same budget as the pool: they are added, so every arm's pool is a.pool_mb
+        budget = int(a.pool_mb * 2**20) + (resident_bytes(a.model, a.k) if a.arm == 'routing' else 0)
+        handle = load(a.model, a.arm, a.k, trace=a.trace if a.arm == 'oracle' else None, record_trace=bool(a.record),
+                      pool_bytes=budget, prefill_path='exact')
+        model, dec = handle.model, handle.decoder
     evicting = []  # seconds spent evicting the checkpoint, taken out of the step times
     if a.cold_steps and a.arm != 'compute':
         flush = dec.flush
@@ -61,7 +65,7 @@ def arm(a):
         dec.flush = cold_flush
     gen = generate_ids(model, prompt, a.tokens + 1, decoder=dec, force=force)
     toks = [next(gen)[0]]  # prefill
-    if a.arm != 'compute': reset_stats(model)
+    if a.arm != 'compute': reset_stats(handle.engine)
     dec.stats = DecodeStats()
     times, evicting[:] = [], []
     for t, dt in gen: toks.append(t); times.append(dt - (evicting.pop() if evicting else 0.0))
@@ -69,7 +73,8 @@ def arm(a):
     out = dict(arm=a.arm, k=a.k, steps=n, step_ms=1e3 * statistics.median(times), decode_tps=n / sum(times),
                rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, tokens=toks)
     if a.arm != 'compute':
-        s = decode_stats(model); t, d = s['total'], s['decoder']
+        s = decode_stats(handle)
+        t, d = s['total'], s['decoder']
         out.update(mb_per_step=t['bytes_read'] / n / 2**20, loads_per_step=t['loads'] / n, blocked_ms_per_step=t['blocked_ms'] / n,
                    cold_fraction=t['cold_fraction'], hits_per_step=t['hits'] / n, syncs_per_step=d['syncs'] / n,
                    flush_ms_per_step=1e3 * d['flush_s'] / n, dropped=d['dropped'], planned=d['planned'],
@@ -79,6 +84,19 @@ def arm(a):
         from edge0.decode import save_trace
         save_trace(dec.trace, a.record, dec.spec, dec.k)
     print('RESULT ' + json.dumps(out), flush=True)
+
+def resident_bytes(model, k):
+    "Bytes of the layers `routing` keeps resident: those no head of `prerouter[-kK].safetensors` predicts"
+    from edge0.prerouter import prerouter_file
+    from edge0.store import read_header, ExpertStore
+    from edge0.streaming import model_spec
+    spec = model_spec(model)
+    moe = list(spec.moe_layers)
+    owners = json.loads(read_header(Path(model) / prerouter_file(spec, k))[1]['owners'])
+    predicted = {moe[moe.index(n) + 1] for n in owners}
+    store = ExpertStore(model, spec, residency=False)
+    try: return sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+    finally: store.close()
 
 def run_arm(name, k, a, key, seq, trace=None, record=None, cap=None, cold_steps=False):
     model = str(key).split('@')[0]
@@ -227,7 +245,7 @@ def main():
     if a.make_heads: return make_heads(a.make_heads, a.k)
     a.ks = [int(k) for k in a.ks.split(',')]
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    from edge0.training import teacher_path
+    from edge0.files import teacher_path
     models, a.pool_mb_for = [], {}
     for name in a.models.split(','):
         if name == 'tiny':

@@ -31,11 +31,12 @@ def arm(a):
     else:
         o = dict(decode_path=a.arm.rstrip('1'), prefill_path='exact', pool_bytes=int(a.pool_mb * 2**20))
         if a.arm.startswith('staged'): o.update(slots=a.slots, pool_bytes=int(a.staged_pool_mb * 2**20), buffers=1 if a.arm == 'staged1' else 2)
-        model, tok = load(a.model, **o)
+        handle = load(a.model, **o)
+        model, tok = handle.model, handle.tokenizer
     load_s = time.perf_counter() - t0
     gen = generate_step(B.array(tok.encode(PROMPT)), model, sampler=make_sampler(temp=0.0))
     toks = [int(next(gen)[0])]  # prefill + first token
-    if a.arm != 'resident': reset_stats(model)
+    if a.arm != 'resident': reset_stats(handle.engine)
     t1 = time.perf_counter()
     for _ in range(a.tokens): toks.append(int(next(gen)[0]))
     dt = time.perf_counter() - t1
@@ -43,11 +44,11 @@ def arm(a):
                peak_active_mb=B.memory_stats().peak / 2**20, rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                tokens=toks)
     if a.arm != 'resident':
-        s = stats(model)['total']
+        s = stats(handle.engine)['total']
         n = a.tokens + 1  # mlx-lm computes one step ahead
         out.update(bytes_per_token_mb=s['bytes_read'] / n / 2**20, loads_per_token=s['loads'] / n,
                    blocked_ms_per_token=s['blocked_ms'] / n, cold_fraction=s['cold_fraction'], hits_per_token=s['hits'] / n,
-                   peak_active_mb=max(out['peak_active_mb'], stats(model)['peak_active_bytes'] / 2**20))
+                   peak_active_mb=max(out['peak_active_mb'], stats(handle.engine)['peak_active_bytes'] / 2**20))
     print('RESULT ' + json.dumps(out), flush=True)
 
 class MemoryCap:

@@ -4,113 +4,125 @@
 
 # %% ../nbs/09_cli.ipynb #4d620ef7
 from __future__ import annotations
-import argparse, json, sys, time
+import argparse, sys
 from pathlib import Path
-from .routing import spec_for, expert_keys
-from .zoo import FAMILIES, build_tiny
 from .backend import core as B
-from .store import StoreError
-from .streaming import PATHS, StreamOptions
+from .files import InputError
+from .routing import MoESpec, SUPPORTED, expert_keys
+from .streaming import PATHS, StreamOptions, model_spec
 from .decode import MODES
 
+
 # %% auto #0
-__all__ = ['CLIError', 'read_config', 'describe', 'generate', 'format_stats', 'main']
+__all__ = ['CLIError', 'describe', 'generate', 'format_stats', 'main']
 
 # %% ../nbs/09_cli.ipynb #af405c68
-class CLIError(Exception):
-    "A user error: printed as one line, exit status 2"
+class CLIError(InputError):
+    "A bad command-line argument: printed as one line, exit status 2"
 
-def read_config(model_dir) -> dict:
-    "The parsed `config.json` of the model directory `model_dir`"
-    p = Path(model_dir)
-    if not p.is_dir(): raise CLIError(f"model directory {p} does not exist")
-    f = p / 'config.json'
-    if not f.exists(): raise CLIError(f"{f} is missing: {p} is not an mlx-lm model directory")
-    try: return json.loads(f.read_text())
-    except json.JSONDecodeError as e: raise CLIError(f"{f} is not valid JSON ({e})")
 
 # %% ../nbs/09_cli.ipynb #5caaa2dc
-def describe(model_dir) -> str:
-    "A short report of the `MoESpec` of the model in `model_dir`"
-    try: s = spec_for(read_config(model_dir))
-    except (KeyError, ValueError) as e: raise CLIError(f"{Path(model_dir) / 'config.json'}: {e.args[0]}")
-    r = s.routing
+def describe(spec:MoESpec) -> str:
+    "A short report of a model's `MoESpec`"
+    r, s = spec.routing, spec
     q = f"int{s.quant.bits} g{s.quant.group_size} {s.quant.mode}" if s.quant else "not quantized"
+    keys = expert_keys(s, s.moe_layers[0])
+    routing = (f"{r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
+               + (", correction bias" if r.bias else "") + (f", scale {r.scale}" if r.scale != 1 else ""))
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} ({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size {s.expert_size}",
-             f"routing        {r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
-             + (", correction bias" if r.bias else "") + (f", scale {r.scale}" if r.scale != 1 else ""),
-             f"shared expert  {s.shared or 'none'}", f"experts stored {q}, {s.layout} layout",
-             f"expert tensors {len(expert_keys(s, s.moe_layers[0]))} per layer, e.g. {next(iter(expert_keys(s, s.moe_layers[0]).values()))}"]
+             f"routing        {routing}", f"shared expert  {s.shared or 'none'}",
+             f"experts stored {q}, {s.layout} layout",
+             f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]
     return '\n'.join(lines)
 
+
 # %% ../nbs/09_cli.ipynb #52b6e7c5
+def _open(model_dir, spec, resident, options, prerouter, k, trace, record_trace):
+    from edge0.streaming import load, load_resident
+    from edge0.decode import load as load_decoded
+    if prerouter is None and k is None and trace is None and record_trace is None:
+        return load_resident(model_dir, spec) if resident else load(model_dir, options, spec=spec)
+    if resident: raise CLIError("--prerouter, --k and traces apply to streamed models; drop --resident")
+    mode = prerouter or 'off'
+    if record_trace is not None and mode != 'off':
+        raise CLIError(f"--record-trace records an off run's routing; got --prerouter {mode}")
+    if trace is not None and mode != 'oracle':
+        raise CLIError(f"--trace is replayed by --prerouter oracle; got --prerouter {mode}")
+    if mode == 'oracle' and trace is None:
+        raise CLIError("--prerouter oracle needs --trace FILE (record one with --record-trace)")
+    return load_decoded(model_dir, mode, k, trace=trace, record_trace=record_trace is not None, options=options,
+                        spec=spec)
+
 def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=0, resident:bool=False,
              options:StreamOptions|None=None, out=None, prerouter:str|None=None, k:int|None=None,
-             trace=None, record_trace=None) -> dict:
-    "Generate from the model in `model_dir`, writing text to `out` as it comes; returns the figures (and streaming stats)"
-    import mlx_lm
-    from mlx_lm.sample_utils import make_sampler
-    from edge0.streaming import load, stats, reset_stats
+             trace=None, record_trace=None, spec:MoESpec|None=None) -> dict:
+    "Generate from the model in `model_dir`, writing text to `out` as it comes; returns the figures (and counters)"
+    from edge0.streaming import stats
+    from edge0.decode import generate_ids, decode_stats, save_trace
     out = out or sys.stdout
-    read_config(model_dir)
     if max_tokens < 1: raise CLIError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if k is not None and k < 1: raise CLIError(f"--k must be at least 1, got {k}")
+    if not prompt: raise CLIError("--prompt is empty: give the text to continue")
+    spec = spec or model_spec(model_dir)
     B.seed(seed)
-    if prerouter is not None or k is not None or record_trace is not None or trace is not None:
-        if resident: raise CLIError("--prerouter, --k and traces apply to streamed models; drop --resident")
-        return _generate_prerouted(model_dir, prompt, max_tokens, temp, options, out, prerouter or 'off', k, trace, record_trace)
-    if resident: model, tok = mlx_lm.load(str(model_dir))
-    else:
-        try: model, tok = load(model_dir, options)
-        except (StoreError, ValueError, KeyError) as e: raise CLIError(str(e))
-    B.reset_peak_memory()
-    last = None
-    for last in mlx_lm.stream_generate(model, tok, prompt, max_tokens=max_tokens, sampler=make_sampler(temp=temp)):
-        out.write(last.text); out.flush()
-    out.write('\n')
-    return dict(prompt_tokens=last.prompt_tokens, prompt_tps=last.prompt_tps, generation_tokens=last.generation_tokens,
-                generation_tps=last.generation_tps, peak_memory_gb=last.peak_memory, stats=None if resident else stats(model))
-
-def _generate_prerouted(model_dir, prompt, max_tokens, temp, options, out, mode, k, trace, record_trace) -> dict:
-    from edge0.decode import load, generate_ids, decode_stats, save_trace
-    if record_trace is not None and mode != 'off': raise CLIError(f"--record-trace records an off run's routing; got --prerouter {mode}")
-    if trace is not None and mode != 'oracle': raise CLIError(f"--trace is replayed by --prerouter oracle; got --prerouter {mode}")
-    if mode == 'oracle' and trace is None: raise CLIError("--prerouter oracle needs --trace FILE (record one with --record-trace)")
-    try: model, tok, dec = load(model_dir, mode, k, trace=trace, record_trace=record_trace is not None, options=options)
-    except (StoreError, ValueError, KeyError, FileNotFoundError) as e: raise CLIError(str(e))
-    B.reset_peak_memory()
-    ids, times, detok = tok.encode(prompt), [], tok.detokenizer
-    detok.reset()
-    try:
-        for t, dt in generate_ids(model, ids, max_tokens, temp, set(tok.eos_token_ids), dec):
-            times.append(dt); detok.add_token(t); out.write(detok.last_segment); out.flush()
-    except (StoreError, ValueError) as e: raise CLIError(str(e))
-    detok.finalize(); out.write(detok.last_segment + '\n')
-    if record_trace is not None: save_trace(dec.trace, record_trace, dec.spec, dec.k)
+    with _open(model_dir, spec, resident, options, prerouter, k, trace, record_trace) as h:
+        ids, times, detok = h.tokenizer.encode(prompt), [], h.tokenizer.detokenizer
+        B.reset_peak_memory()
+        detok.reset()
+        vocab = getattr(getattr(h.model, 'args', None), 'vocab_size', None)
+        eos = set(h.tokenizer.eos_token_ids)
+        for t, dt in generate_ids(h.model, ids, max_tokens, temp, eos, h.decoder, vocab_size=vocab):
+            times.append(dt)
+            detok.add_token(t)
+            out.write(detok.last_segment)
+            out.flush()
+        detok.finalize()
+        out.write(detok.last_segment + '\n')
+        if record_trace is not None: save_trace(h.decoder.trace, record_trace, spec, h.decoder.k)
+        counters = None if h.engine is None else decode_stats(h) if h.decoder is not None else stats(h.engine)
     n = len(times) - 1
     return dict(prompt_tokens=len(ids), prompt_tps=len(ids) / times[0], generation_tokens=len(times),
-                generation_tps=n / sum(times[1:]) if n else 0.0, peak_memory_gb=B.memory_stats().peak / 1e9, stats=decode_stats(model))
+                generation_tps=n / sum(times[1:]) if n else 0.0, peak_memory_bytes=B.memory_stats().peak,
+                stats=counters)
+
 
 # %% ../nbs/09_cli.ipynb #686070c2
 def format_stats(s:dict) -> str:
-    "The streaming counters as a table"
-    head = f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MB read':>8} {'cold':>5} {'blocked ms':>10} {'peak MB':>8}"
-    row = lambda n, r: (f"{n:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / 1e6:>8.2f} {r['cold_fraction']:>5.2f} "
-                        f"{r['blocked_ms']:>10.1f} {r['peak_active'] / 1e6:>8.1f}")
-    lines = [head] + [row(l, r) for l, r in s['layers'].items()] + [row('total', s['total'])]
+    "The streaming counters as a table (MiB = 2**20 bytes)"
+    head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
+            f"{'blocked ms':>10} {'peak MiB':>8}")
+    def row(name, r):
+        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / 2**20:>8.2f} "
+                f"{r['cold_fraction']:>5.2f} {r['blocked_ms']:>10.1f} {r['peak_active'] / 2**20:>8.1f}")
+    lines = [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
     p = s['pool']
-    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 1e6:.2f} MB held, {p['evictions']} evictions | "
-                 f"peak active memory {s['peak_active_bytes'] / 1e6:.1f} MB")
+    budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / 2**20:.2f} MiB"
+    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 2**20:.2f} MiB held, {p['evictions']} evictions | "
+                 f"budget {budget}, of it {p['resident_bytes'] / 2**20:.2f} MiB for resident layers "
+                 f"{p['resident_layers']} | "
+                 f"slots {s['slot_bytes'] / 2**20:.2f} MiB | "
+                 f"peak active memory {s['peak_active_bytes'] / 2**20:.1f} MiB")
     if 'decoder' in s:
         d = s['decoder']
-        lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, {s['syncs_per_step']:.1f} host syncs/step, {d['planned']} planned layer-steps, "
-                     f"{d['experts_computed']}/{d['experts_planned']} planned experts computed, {d['dropped']} dropped, {d['background_loads']} background loads")
+        lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, "
+                     f"{s['syncs_per_step']:.1f} host syncs/step, "
+                     f"{d['planned']} planned layer-steps, "
+                     f"{d['experts_computed']}/{d['experts_planned']} planned experts "
+                     f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
     return '\n'.join(lines)
 
+
 # %% ../nbs/09_cli.ipynb #a6e30afe
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on disk.')
-    sub = p.add_subparsers(dest='cmd', required=True)
+def _positive(kind):
+    def parse(text):
+        try: v = kind(text)
+        except ValueError: raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if v <= 0: raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return v
+    return parse
+
+def _generate_parser(sub):
     g = sub.add_parser('generate', help='generate text from a model directory')
     g.add_argument('--model', required=True, help='mlx-lm model directory')
     g.add_argument('--prompt', required=True)
@@ -120,78 +132,100 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument('--resident', action='store_true', help="run mlx-lm's resident model (no streaming)")
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='whole_layer')
-    g.add_argument('--pool-mb', type=float, default=256, help='expert pool budget in MB')
-    g.add_argument('--slots', type=int, help='staged slots per layer (default 2K)')
-    g.add_argument('--hot', type=int, help='hot experts per layer (default 2K)')
+    g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_positive(float), default=256,
+                   help='budget of all expert memory in MiB (2**20 bytes): the pool plus resident layers')
+    g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
+    g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
     g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
-    g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the routing), "
-                   "prefetch (predictions warm the pool), oracle (replay --trace)")
+    g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the "
+                   "routing), prefetch (predictions warm the pool), oracle (replay --trace)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
     g.add_argument('--trace', help="routing trace for --prerouter oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
+
+
+# %% ../nbs/09_cli.ipynb #082aae7d
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on disk.')
+    sub = p.add_subparsers(dest='cmd', required=True)
+    _generate_parser(sub)
     c = sub.add_parser('convert', help='quantize to int4 g64 and/or repack experts one file per layer')
-    c.add_argument('src'); c.add_argument('dst')
+    c.add_argument('src')
+    c.add_argument('dst')
     c.add_argument('--quantize', action='store_true', help='quantize an unquantized checkpoint')
     c.add_argument('--no-repack', action='store_true', help='keep the experts where they are')
-    c.add_argument('--bits', type=int, default=4); c.add_argument('--group-size', type=int, default=64)
+    c.add_argument('--bits', type=int, default=4)
+    c.add_argument('--group-size', type=int, default=64)
     c.add_argument('--overwrite', action='store_true')
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='mlx-lm model directory')
-    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0) or its prerouter heads (phase 1) from the corpus')
+    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0) or its prerouter heads (phase 1) '
+                       'from the corpus')
     t.add_argument('teacher', help='edge0-tiny or edge0-tiny-ds')
     t.add_argument('--corpus', default='../shared/data/corpus', help='folder of the licensed corpus')
     t.add_argument('--work', default='build/teachers', help='tokenizer, token cache and resumable checkpoints')
     t.add_argument('--dst', default='build/teachers/out', help='where the bf16 and int4 checkpoints are written')
-    t.add_argument('--steps', type=int, help='train this many steps instead of the recipe')
-    t.add_argument('--phase', type=int, choices=(0, 1), default=0, help='0: the teacher; 1: prerouter heads for its committed int4 base, '
-                   'written beside a copy of the base in DST/<teacher>-int4')
-    t.add_argument('--k', type=int, help='phase 1: the serving K the heads are trained for (default: native)')
+    t.add_argument('--steps', type=_positive(int), help='train this many steps instead of the recipe')
+    t.add_argument('--phase', type=int, choices=(0, 1), default=0, help='0: the teacher; 1: prerouter heads for its '
+                   'committed int4 base, written beside a copy of the base in DST/<teacher>-int4')
+    t.add_argument('--k', type=_positive(int), help='phase 1: the serving K of the heads (default: native)')
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
-    z.add_argument('family', choices=FAMILIES)
+    z.add_argument('family', choices=SUPPORTED)
     z.add_argument('dst', help='directory to create')
     z.add_argument('--seed', type=int, default=0)
     z.add_argument('--overwrite', action='store_true')
     return p
 
+
 # %% ../nbs/09_cli.ipynb #dfec3a9d
+def _cmd_generate(a):
+    o = StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mib * 2**20),
+                      slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead)
+    f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o, prerouter=a.prerouter, k=a.k,
+                 trace=a.trace, record_trace=a.record_trace)
+    if a.stats and f['stats']: print(format_stats(f['stats']))
+    kind = 'resident' if a.resident else 'streamed'
+    print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
+          f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "
+          f"peak memory {f['peak_memory_bytes'] / 2**20:.1f} MiB")
+
+def _cmd_train(a):
+    from edge0.teachers import TEACHERS, reproduce
+    if a.teacher not in TEACHERS: raise CLIError(f"unknown teacher {a.teacher!r}; known: {', '.join(TEACHERS)}")
+    if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist")
+    if a.phase == 0:
+        print(*reproduce(a.teacher, a.corpus, a.work, a.dst, a.steps), sep='\n')
+        return
+    import shutil
+    from edge0.files import teacher_path
+    from edge0.phase1 import train_prerouter
+    base = Path(a.dst) / f"{a.teacher}-int4"
+    if not (base / 'config.json').exists():
+        shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns('prerouter*'))
+    print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **({'steps': a.steps} if a.steps else {})))
+
+def _run(a):
+    if a.cmd == 'generate': _cmd_generate(a)
+    elif a.cmd == 'spec': print(describe(model_spec(a.model)))
+    elif a.cmd == 'convert':
+        from edge0.convert import convert
+        print(convert(a.src, a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits, group_size=a.group_size,
+                      overwrite=a.overwrite))
+    elif a.cmd == 'train': _cmd_train(a)
+    elif a.cmd == 'zoo':
+        from edge0.zoo import build_tiny
+        if Path(a.dst).exists() and not a.overwrite: raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
+        print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite))
+
 def main(argv=None) -> int:
     "Entry point of the `edge0` command"
     a = _parser().parse_args(argv)
-    try:
-        if a.cmd == 'generate':
-            o = StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mb * 1e6),
-                              slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead)
-            if a.k is not None and a.k < 1: raise CLIError(f"--k must be at least 1, got {a.k}")
-            f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o, prerouter=a.prerouter, k=a.k,
-                         trace=a.trace, record_trace=a.record_trace)
-            if a.stats and f['stats']: print(format_stats(f['stats']))
-            print(f"{'resident' if a.resident else 'streamed'}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | decode {f['generation_tokens']} tokens "
-                  f"at {f['generation_tps']:.1f} tok/s | peak memory {f['peak_memory_gb'] * 1e3:.1f} MB")
-        elif a.cmd == 'spec': print(describe(a.model))
-        elif a.cmd == 'convert':
-            from edge0.convert import convert
-            try: print(convert(a.src, a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits, group_size=a.group_size, overwrite=a.overwrite))
-            except StoreError as e: raise CLIError(str(e))
-        elif a.cmd == 'train':
-            from edge0.training import TEACHERS, reproduce
-            if a.teacher not in TEACHERS: raise CLIError(f"unknown teacher {a.teacher!r}; known: {', '.join(TEACHERS)}")
-            if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist")
-            if a.phase == 1:
-                from edge0.training import train_prerouter, teacher_path
-                import shutil
-                base = Path(a.dst) / f"{a.teacher}-int4"
-                if not (base / 'config.json').exists(): shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns('prerouter*'))
-                try: print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **({'steps': a.steps} if a.steps else {})))
-                except (FileNotFoundError, ValueError) as e: raise CLIError(str(e))
-                return 0
-            try: print(*reproduce(a.teacher, a.corpus, a.work, a.dst, a.steps), sep='\n')
-            except FileNotFoundError as e: raise CLIError(str(e))
-        elif a.cmd == 'zoo':
-            if Path(a.dst).exists() and not a.overwrite: raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
-            print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite))
-    except CLIError as e:
-        print(f"edge0 {a.cmd}: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    try: _run(a)
+    except InputError as e: msg = str(e)
+    except OSError as e: msg = f"{e.filename}: {e.strerror}" if e.filename else str(e)  # a disk or permission fault
+    else: return 0
+    print(f"edge0 {a.cmd}: error: {msg}", file=sys.stderr)
+    return 2
+

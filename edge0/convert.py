@@ -4,34 +4,42 @@
 
 # %% ../nbs/01c_convert.ipynb #8ba444f0
 from __future__ import annotations
-import json, os, shutil, uuid
+import json, os, shutil
 from pathlib import Path
-from .routing import spec_for, expert_keys
+from .routing import spec_for, expert_keys, MoESpec
 from .store import index_checkpoint, read_header, StoreError, TensorInfo
-from .files import atomic_dir
+from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
 __all__ = ['copy_tensors', 'convert']
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
-def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20):
-    "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files) and fsync it"
+def _safetensors_header(tensors:list, metadata:dict|None) -> bytes:
+    "The length-prefixed header of a file holding `tensors` back to back, padded to 8 bytes"
     hdr, off = {}, 0
     for t in tensors:
-        hdr[t.name] = dict(dtype=t.dtype, shape=list(t.shape), data_offsets=[off, off + t.nbytes]); off += t.nbytes
+        hdr[t.name] = dict(dtype=t.dtype, shape=list(t.shape), data_offsets=[off, off + t.nbytes])
+        off += t.nbytes
     if metadata: hdr['__metadata__'] = {k: str(v) for k, v in metadata.items()}
     h = json.dumps(hdr, separators=(',', ':')).encode()
     h += b' ' * (-len(h) % 8)
+    return len(h).to_bytes(8, 'little') + h
+
+def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20):
+    "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files) and fsync it"
     with open(dst, 'wb') as out:
-        out.write(len(h).to_bytes(8, 'little')); out.write(h)
+        out.write(_safetensors_header(tensors, metadata))
         for t in tensors:
             with open(t.path, 'rb') as src:
-                src.seek(t.start); left = t.nbytes
+                src.seek(t.start)
+                left = t.nbytes
                 while left:
-                    b = src.read(min(chunk, left))
-                    if not b: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
-                    out.write(b); left -= len(b)
-        out.flush(); os.fsync(out.fileno())
+                    block = src.read(min(chunk, left))
+                    if not block: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
+                    out.write(block)
+                    left -= len(block)
+        out.flush()
+        os.fsync(out.fileno())
 
 # %% ../nbs/01c_convert.ipynb #1e15e851
 _SIDE = ('*.json', '*.txt', '*.model', '*.jinja', '*.tiktoken', '*.py')
@@ -44,35 +52,64 @@ def _copy_side_files(src:Path, dst:Path):
 def _quantize_into(src:Path, dst:Path, bits:int, group_size:int):
     from mlx_lm.utils import load_model, quantize_model, save_model, save_config
     model, config = load_model(src)
-    if 'quantization' in config: raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized ({config['quantization']})")
     model, config = quantize_model(model, config, group_size, bits)
     _copy_side_files(src, dst)
-    save_model(dst, model); save_config(config, dst / 'config.json')
+    save_model(dst, model)
+    save_config(config, dst / 'config.json')
+
+def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
+    "`{layer: [TensorInfo]}` of every MoE layer's stacked experts"
+    out = {}
+    for layer in spec.moe_layers:
+        missing = [k for k in expert_keys(spec, layer).values() if k not in tensors]
+        if missing: raise StoreError(f"layer {layer}: expert tensor {missing[0]} is in no shard of {src}")
+        out[layer] = [tensors[k] for k in expert_keys(spec, layer).values()]
+    return out
 
 def _repack_into(src:Path, dst:Path):
-    cfg = json.loads((src / 'config.json').read_text())
-    spec, tensors = spec_for(cfg), index_checkpoint(src)
-    experts = {l: [tensors[k] for k in expert_keys(spec, l).values()] for l in spec.moe_layers}
+    spec, tensors = spec_for(read_json(src / 'config.json', 'model config')), index_checkpoint(src)
+    experts = _layer_experts(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
-    wm = {}
-    for l, ts in experts.items():
-        name = f"model-experts-L{l:03d}.safetensors"
-        copy_tensors(dst / name, ts, dict(format='mlx', edge0='experts of layer %d' % l)); wm.update({t.name: name for t in ts})
+    weight_map = {}
+    for layer, ts in experts.items():
+        name = f"model-experts-L{layer:03d}.safetensors"
+        copy_tensors(dst / name, ts, dict(format='mlx', edge0=f'experts of layer {layer}'))
+        weight_map.update({t.name: name for t in ts})
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
-    copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx')); wm.update({t.name: 'model.safetensors' for t in rest})
+    copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
+    weight_map.update({t.name: 'model.safetensors' for t in rest})
     _copy_side_files(src, dst)
-    (dst / 'model.safetensors.index.json').write_text(json.dumps(dict(metadata=dict(total_size=sum(t.nbytes for t in tensors.values())),
-                                                                      weight_map=dict(sorted(wm.items()))), indent=1))
+    total = sum(t.nbytes for t in tensors.values())
+    index = dict(metadata=dict(total_size=total), weight_map=dict(sorted(weight_map.items())))
+    (dst / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
 
 # %% ../nbs/01c_convert.ipynb #da855ac7
-def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64, overwrite:bool=False) -> Path:
-    "Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or with experts repacked per layer"
+def _check_source(src:Path, quantize:bool, bits:int, group_size:int):
+    "Everything `convert` can refuse, refused before anything is written"
+    if not (src / 'config.json').exists():
+        raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
+    config = read_json(src / 'config.json', 'model config')
+    spec_for(config)         # unsupported model types and bad config values
+    index_checkpoint(src)    # unreadable or corrupt headers, overlapping tensors
+    if not quantize: return
+    if 'quantization' in config:
+        raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized ({config['quantization']})")
+    try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
+    except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
+
+def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
+            overwrite:bool=False) -> Path:
+    "Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or with experts repacked"
     src = Path(src)
-    if not (src / 'config.json').exists(): raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
+    _check_source(src, quantize, bits, group_size)
     with atomic_dir(dst, overwrite) as tmp:
         if quantize and repack:
-            mid = tmp / '.quantized'; mid.mkdir(); _quantize_into(src, mid, bits, group_size); _repack_into(mid, tmp); shutil.rmtree(mid)
+            mid = tmp / '.quantized'
+            mid.mkdir()
+            _quantize_into(src, mid, bits, group_size)
+            _repack_into(mid, tmp)
+            shutil.rmtree(mid)
         elif quantize: _quantize_into(src, tmp, bits, group_size)
         else: _repack_into(src, tmp)
     return Path(dst)

@@ -11,21 +11,21 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 from .backend import core as B
+from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, _attr
-from .streaming import StreamEngine, StreamOptions, Staged, LayerStats, expert_mlp, load as stream_load, stats as stream_stats
+from .streaming import StreamEngine, StreamOptions, Handle, load as stream_load, stats as stream_stats, model_spec
 from .prerouter import Prerouter, features, load_prerouter
+
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'save_trace', 'load_trace', 'DecodeStats', 'Decoder',
            'generate_ids', 'load', 'decode_stats']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
-_CAST = {'qwen3_moe': 'y', 'deepseek_v3': 'y', 'glm4_moe': 'y', 'bailing_moe': 'y', 'bailing_moe_v3': 'x'}
-
 def combine(spec:MoESpec, blk, x, y, w):
     "The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus its shared expert"
     out = (y * w[..., None]).sum(axis=-2)
-    if spec.model_type in _CAST: out = out.astype(y.dtype if _CAST[spec.model_type] == 'y' else x.dtype)
+    if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)  # as the model's block does
     if spec.shared:
         sh = blk[spec.shared](x)
         if spec.shared_gate: sh = B.sigmoid(blk[spec.shared_gate](x)) * sh
@@ -34,10 +34,11 @@ def combine(spec:MoESpec, blk, x, y, w):
 
 def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     "`blk`'s output for `x`, its experts routed by its own router at `k`, or the given `inds` weighed by it"
-    lg = router_logits(spec, blk, x)
-    if inds is None: inds, w = route(spec.routing, lg, k or spec.k, router_bias(spec, blk))
-    else: w = weigh(spec.routing, lg, inds)
+    logits = router_logits(spec, blk, x)
+    if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
+    else: w = weigh(spec.routing, logits, inds)
     return combine(spec, blk, x, blk['switch_mlp'](x, inds), w)
+
 
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'
@@ -46,27 +47,35 @@ MODES = ('off', 'routing', 'prefetch', 'oracle')
 def save_trace(trace:list, path, spec:MoESpec, k:int) -> Path:
     "Write a routing trace (`[{layer: ids}]`, one dict per decode step) to `path`"
     p = Path(path)
+    steps = [[np.asarray(s[layer]).tolist() for layer in spec.moe_layers] for s in trace]
     p.write_text(json.dumps(dict(format=TRACE_FORMAT, model_type=spec.model_type, num_layers=spec.num_layers, k=k,
-                                 layers=list(spec.moe_layers), steps=[[np.asarray(s[l]).tolist() for l in spec.moe_layers] for s in trace])))
+                                 layers=list(spec.moe_layers), steps=steps)))
     return p
 
 def load_trace(path, spec:MoESpec, k:int) -> list:
     "A trace from `save_trace`, checked against the model and K it will drive"
     p = Path(path)
-    if not p.exists(): raise FileNotFoundError(f"trace {p} does not exist (record one with an `off` run: record_trace=...)")
-    try: d = json.loads(p.read_text())
-    except json.JSONDecodeError as e: raise ValueError(f"trace {p} is not valid JSON ({e})")
-    if d.get('format') != TRACE_FORMAT: raise ValueError(f"trace {p}: format {d.get('format')!r}, expected {TRACE_FORMAT!r}")
+    if not p.exists(): raise InputError(f"trace {p} does not exist (record one with an `off` run: record_trace=...)")
+    d = read_json(p, 'routing trace')
+    if d.get('format') != TRACE_FORMAT:
+        raise InputError(f"trace {p}: format {d.get('format')!r}, expected {TRACE_FORMAT!r}")
+    missing = [key for key in ('model_type', 'layers', 'k', 'steps') if key not in d]
+    if missing:
+        raise InputError(f"trace {p} has no {', '.join(map(repr, missing))} field (save_trace writes them)")
     if d['layers'] != list(spec.moe_layers) or d['model_type'] != spec.model_type:
-        raise ValueError(f"trace {p} was recorded on a {d['model_type']} with MoE layers {d['layers']}, this model is a {spec.model_type} with {list(spec.moe_layers)}")
-    if d['k'] != k: raise ValueError(f"trace {p} was recorded at K={d['k']}, this run serves K={k}")
+        raise InputError(f"trace {p} was recorded on a {d['model_type']} with MoE layers {d['layers']}, "
+                         f"this model is a {spec.model_type} with {list(spec.moe_layers)}")
+    if d['k'] != k: raise InputError(f"trace {p} was recorded at K={d['k']}, this run serves K={k}")
     out = []
-    for i, s in enumerate(d['steps']):
-        a = np.array(s, np.int64)
+    for i, s in enumerate(d['steps'] if isinstance(d['steps'], list) else [None]):
+        try: a = np.array(s, np.int64)
+        except (TypeError, ValueError): a = np.zeros(0, np.int64)
         if a.shape != (len(spec.moe_layers), k) or a.min() < 0 or a.max() >= spec.num_experts:
-            raise ValueError(f"trace {p}: step {i} is not {len(spec.moe_layers)} layers x {k} expert ids below {spec.num_experts}")
+            raise InputError(f"trace {p}: step {i} is not {len(spec.moe_layers)} layers x {k} expert ids "
+                             f"below {spec.num_experts}")
         out.append(dict(zip(spec.moe_layers, a)))
     return out
+
 
 # %% ../nbs/02b_decode.ipynb #d0000012
 @dataclass
@@ -85,33 +94,45 @@ class DecodeStats:
 
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
-    def __init__(self, model, spec:MoESpec, mode:str='off', k:int|None=None, prerouter:Prerouter|None=None,
-                 trace:list|None=None, record:bool=False):
-        if mode not in MODES: raise ValueError(f"prerouter mode {mode!r} is not one of {MODES}")
-        if mode in ('routing', 'prefetch') and prerouter is None: raise ValueError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
-        if mode == 'oracle' and trace is None: raise ValueError("mode 'oracle' needs a routing trace recorded by an 'off' run")
-        self.model, self.spec, self.mode, self.pr = model, spec, mode, prerouter
-        self.k = k or (prerouter.k if prerouter is not None else spec.k)
-        if prerouter is not None and prerouter.k != self.k: raise ValueError(f"the heads were trained for K={prerouter.k}, this run serves K={self.k}")
-        self.engine: StreamEngine|None = getattr(model, 'edge0', None)
-        if self.engine is not None:
-            self.engine.K = self.k
-            S = self.engine.o.slots or self.k
-            if S < self.k: raise ValueError(f"{S} staged slots per layer cannot hold K={self.k} experts")
+    def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
+                 prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False):
+        if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
+        if mode in ('routing', 'prefetch') and prerouter is None:
+            raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
+        if mode == 'oracle' and trace is None:
+            raise InputError("mode 'oracle' needs a routing trace recorded by an 'off' run")
+        self.model, self.spec, self.engine, self.mode, self.prerouter = model, spec, engine, mode, prerouter
+        self.k = k or (prerouter.k if prerouter is not None else engine.k if engine is not None else spec.k)
+        if prerouter is not None and prerouter.k != self.k:
+            raise InputError(f"the heads were trained for K={prerouter.k}, this run serves K={self.k}")
+        if engine is not None and engine.k != self.k:
+            raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both with the same k")
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
-        self.hdt = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # heads run in the checkpoint's precision (float32 on the CPU)
-        if self.owners: prerouter.set_dtype(self.hdt)
-        self.planned = set(self.owners.values()) if mode == 'routing' else set(spec.moe_layers) if mode == 'oracle' else set()
+        self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # the checkpoint's (float32 on the CPU)
+        if self.owners: prerouter.set_dtype(self.head_dtype)
+        self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
         self.trace_in, self.trace = trace, [] if record else None
-        self.plan, self.preds, self.prev, self.futs, self.rec, self.resident = {}, {}, {}, {}, {}, {}
-        self.bias = {l: router_bias(spec, block(spec, model, l)) for l in spec.moe_layers}
-        self.stats, self.step, self.warm, self.beyond = DecodeStats(), -1, {}, False
+        self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
+        self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
+        self.stats, self.step, self.beyond = DecodeStats(), -1, False
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
-        for l in spec.moe_layers:
-            path = spec.block_path.format(layer=l)
-            parent, name = path.rsplit('.', 1)
+        if engine is not None and mode == 'routing':
+            for layer in spec.moe_layers:
+                if layer not in self.planned: engine.keep_resident(layer)
+        self.installed = []
+        for layer in spec.moe_layers:
+            parent, name = spec.block_path.format(layer=layer).rsplit('.', 1)
             # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
-            object.__setattr__(_attr(model, parent), name, partial(self.moe_block, l, block(spec, model, l)))
+            object.__setattr__(_attr(model, parent), name, partial(self.moe_block, layer, block(spec, model, layer)))
+            self.installed.append((_attr(model, parent), name))
+
+    def close(self):
+        "Give the model its own blocks back and stop the background reader"
+        for parent, name in self.installed: parent.__dict__.pop(name, None)
+        self.installed.clear()
+        self.reader.shutdown(wait=True)
+        self.pending.clear()
+
 
 # %% ../nbs/02b_decode.ipynb #d0000014
 from fastcore.basics import patch
@@ -119,153 +140,153 @@ from fastcore.basics import patch
 @patch
 def moe_block(self:Decoder, layer:int, blk, x):
     spec, decode = self.spec, x.shape[-2] == 1
-    if decode and x.size // x.shape[-1] != 1: raise ValueError("prerouted decoding serves one sequence at a time (batch 1)")
-    lg = router_logits(spec, blk, x)
+    if decode and x.size // x.shape[-1] != 1:
+        raise InputError("prerouted decoding serves one sequence at a time (batch 1)")
+    logits = router_logits(spec, blk, x)
     if decode and layer in self.plan:
         ids = self.plan[layer]
         inds = B.array(ids.astype(np.uint32).reshape(1, 1, -1))
-        w = weigh(spec.routing, lg, inds)
+        w = weigh(spec.routing, logits, inds)
         y = self._planned(layer, blk, x, ids, inds)
     else:
         if decode and self.beyond:
-            raise ValueError(f"the oracle trace has {len(self.trace_in)} steps; decode step {self.step} has none (record a longer 'off' run)")
-        inds, w = route(spec.routing, lg, self.k, self.bias[layer])
-        if decode: y = self._own(layer, blk, x, inds)
-        else: y = blk['switch_mlp'](x, inds)  # prefill: the engine's prefill path
+            raise InputError(f"the oracle trace has {len(self.trace_in)} steps; decode step {self.step} has none "
+                             "(record a longer 'off' run)")
+        inds, w = route(spec.routing, logits, self.k, self.bias[layer])
+        y = self._own(layer, blk, x, inds) if decode else blk['switch_mlp'](x, inds)  # prefill: the engine's path
     out = combine(spec, blk, x, y, w)
     if layer in self.owners:
         now = inds[..., -1, :].reshape(1, -1)
-        prev = self.prev.get(layer, now) if decode else (inds[..., -2, :].reshape(1, -1) if x.shape[-2] > 1 else now)
+        if decode: prev = self.prev.get(layer, now)
+        else: prev = inds[..., -2, :].reshape(1, -1) if x.shape[-2] > 1 else now
         self.prev[layer] = now
-        h = x[..., -1, :].reshape(1, -1).astype(self.hdt)
+        h = x[..., -1, :].reshape(1, -1).astype(self.head_dtype)
         nxt = self.owners[layer]
-        plg = self.pr(layer, features(h, now, prev, spec.num_experts))
-        self.preds[nxt] = route(spec.routing, plg, self.k, self.bias[nxt])[0]
+        predicted = self.prerouter(layer, features(h, now, prev, spec.num_experts))
+        self.preds[nxt] = route(spec.routing, predicted, self.k, self.bias[nxt])[0]
     return out
+
 
 # %% ../nbs/02b_decode.ipynb #d0000016
 @patch
 def _planned(self:Decoder, layer:int, blk, x, ids, inds):
-    e = self.engine
-    if e is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
-    s = e.stats[layer]; s.calls += 1
-    if self._wait(layer) is None:  # nothing was staged ahead for this layer: stage it now
-        t0 = time.perf_counter(); s.add(self._stage(layer, ids)); s.blocked_s += time.perf_counter() - t0
-    st = e.staged[layer]
-    slots = st.table[ids]
-    ok = st.held[0][slots] == ids  # the slot each planned expert is computed from holds that expert
+    engine = self.engine
+    if engine is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
+    if not self._wait(layer):  # nothing was staged ahead for this layer: stage it now
+        t0 = time.perf_counter()
+        cost = engine.stage(layer, ids)
+        engine.record(layer, cost, time.perf_counter() - t0)
+    y, exact = engine.compute_planned(layer, x, ids)
     d = self.stats
-    d.planned += 1; d.experts_planned += len(ids); d.experts_computed += int(ok.sum()); d.dropped += int((~ok).sum())
-    y = expert_mlp(x, B.array(slots.astype(np.uint32).reshape(1, 1, -1)), st.buf[0], e.q)
-    B.async_eval(y)
-    s.peak_active = max(s.peak_active, B.memory_stats().active)
+    d.planned += 1
+    d.experts_planned += len(ids)
+    d.experts_computed += exact
+    d.dropped += len(ids) - exact
     return y
 
 @patch
-def _wait(self:Decoder, layer:int) -> LayerStats|None:
-    "Wait for `layer`'s background work of this step, if it is not done; fold its counters in (None: there was none)"
-    fut = self.futs.pop(layer, None)
-    if fut is None: return None
-    s, t0 = self.engine.stats[layer], time.perf_counter()
-    got = fut.result()
-    s.blocked_s += time.perf_counter() - t0
-    s.add(got); self.stats.background_loads += got.loads
-    return got
+def _wait(self:Decoder, layer:int) -> bool:
+    "Wait for `layer`'s background task of this step, if it is not done, and count it (False: there was none)"
+    task = self.pending.pop(layer, None)
+    if task is None: return False
+    t0 = time.perf_counter()
+    cost = task.result()
+    self.engine.record(layer, cost, time.perf_counter() - t0)
+    self.stats.background_loads += cost.loads
+    return True
 
 @patch
 def _own(self:Decoder, layer:int, blk, x, inds):
-    e = self.engine
-    if e is None: return blk['switch_mlp'](x, inds)
-    if self.mode == 'routing':  # a layer no head predicts: its experts stay resident, routed on the device
-        if layer not in self.resident:
-            w, st = e.store.read_layer(layer); e.stats[layer].load(st, bundles=e.E); self.resident[layer] = w
-        e.stats[layer].calls += 1
-        return expert_mlp(x, inds, self.resident[layer], e.q)
+    if self.engine is None or layer in self.engine.resident: return blk['switch_mlp'](x, inds)  # routed on the device
     if self.mode == 'prefetch':
         self._wait(layer)
         ahead = self.warm.get(layer, set())
     self.stats.syncs += 1  # the streaming path reads the routing on the host
-    if self.trace is not None: self.rec[layer] = inds
+    if self.trace is not None: self.own_routed[layer] = inds
     y = blk['switch_mlp'](x, inds)
     if self.mode == 'prefetch':
         own = set(np.array(inds).ravel().tolist())
-        self.stats.prefetch_used += len(own & ahead); self.stats.prefetch_wasted += len(ahead - own)
+        self.stats.prefetch_used += len(own & ahead)
+        self.stats.prefetch_wasted += len(ahead - own)
     return y
+
 
 # %% ../nbs/02b_decode.ipynb #d0000018
 @patch
 def flush(self:Decoder, *arrays):
     "Evaluate `arrays` with this step's predictions; plan the next step and start its reads"
     t0 = time.perf_counter()
-    preds, rec = self.preds, self.rec
-    self.preds, self.rec = {}, {}
-    B.eval(*arrays, *preds.values(), *rec.values())
-    d = self.stats; d.flush_s += time.perf_counter() - t0
-    if self.step >= 0: d.steps += 1; d.syncs += 1
-    if self.trace is not None and self.step >= 0: self.trace.append({l: np.array(v).ravel() for l, v in rec.items()})
+    preds, own_routed = self.preds, self.own_routed
+    self.preds, self.own_routed = {}, {}
+    B.eval(*arrays, *preds.values(), *own_routed.values())
+    d = self.stats
+    d.flush_s += time.perf_counter() - t0
+    if self.step >= 0:
+        d.steps += 1
+        d.syncs += 1
+        if self.trace is not None: self.trace.append({layer: np.array(v).ravel() for layer, v in own_routed.items()})
     self.step += 1
-    ids = {l: np.array(v).ravel().astype(np.int64) for l, v in preds.items()}
+    ids = {layer: np.array(v).ravel().astype(np.int64) for layer, v in preds.items()}
     if self.mode == 'oracle':
         self.beyond = self.step >= len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else self.trace_in[self.step]
     self.plan = ids if self.mode in ('routing', 'oracle') else {}
-    self.warm = {l: set(v.tolist()) for l, v in ids.items()} if self.mode == 'prefetch' else {}
+    self.warm = {layer: set(v.tolist()) for layer, v in ids.items()} if self.mode == 'prefetch' else {}
     if self.engine is not None and self.mode != 'off':
-        for l in self.spec.moe_layers:
-            if l in ids: self.futs[l] = self.reader.submit(self._warm if self.mode == 'prefetch' else self._stage, l, ids[l])
+        task = self.engine.warm if self.mode == 'prefetch' else self.engine.stage
+        for layer in self.spec.moe_layers:
+            if layer in ids: self.pending[layer] = self.reader.submit(task, layer, ids[layer])
 
-@patch
-def _stage(self:Decoder, layer:int, ids) -> LayerStats:
-    "Background (`routing`, `oracle`): give `ids` slots of `layer` (reading what is neither staged nor pooled) and write the changed slots"
-    e, got = self.engine, LayerStats()
-    st = e.staged.get(layer) or e.staged.setdefault(layer, Staged(e.o.slots or self.k, e.E, 1))
-    B.eval(*e.fill_slots(st, layer, ids.tolist(), got).values())  # here: this thread's stream made the writes, and the main thread must find them done
-    got.blocked_s = 0.0  # this thread's waits are not the main thread's
-    return got
-
-@patch
-def _warm(self:Decoder, layer:int, ids) -> LayerStats:
-    "Background (`prefetch`): read the predicted experts that are not pooled into the pool"
-    e, got = self.engine, LayerStats()
-    miss = [int(n) for n in dict.fromkeys(ids.tolist()) if not e.pool.has(layer, int(n))]
-    for n, (b, ls) in zip(miss, e.store.read_experts(layer, miss) if miss else []): e.pool.put(layer, n, b); got.load(ls)
-    return got
 
 # %% ../nbs/02b_decode.ipynb #d0000020
 def _sample(logits, temp:float):
     if temp == 0: return B.argmax(logits, axis=-1)
     return B.categorical(logits * (1 / temp))
 
-def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), decoder:Decoder|None=None, force:list|None=None):
-    "Yield `(token, seconds)` for up to `max_tokens` tokens after `prompt` (token ids); the first yield ends the prefill. `force`: feed these tokens instead of the sampled ones (every run then does the same work)"
+def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), decoder:Decoder|None=None,
+                 force:list|None=None, vocab_size:int|None=None):
+    "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
     from mlx_lm.models.cache import make_prompt_cache
-    dec = decoder or getattr(model, 'edge0_decoder', None)
-    if force is not None and len(force) < max_tokens - 1: raise ValueError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
+    if len(prompt) == 0: raise InputError("the prompt is empty: generation needs at least one prompt token")
+    if vocab_size is not None and not all(0 <= t < vocab_size for t in prompt):
+        bad = next(t for t in prompt if not 0 <= t < vocab_size)
+        raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
+    if force is not None and len(force) < max_tokens - 1:
+        raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
     cache = make_prompt_cache(model)
     x = B.array(np.array(prompt, np.int32)[None])
     for i in range(max_tokens):
         t0 = time.perf_counter()
         tok = _sample(model(x, cache=cache)[:, -1, :], temp)
-        if dec is not None: dec.flush(tok)
+        if decoder is not None: decoder.flush(tok)
         else: B.eval(tok)
         t = int(tok.item())
         yield t, time.perf_counter() - t0
         if force is None and t in eos: break
         x = B.array([[t if force is None or i >= len(force) else int(force[i])]], B.int32)
 
-def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
-         options:StreamOptions|None=None, **kw):
-    "Streamed model, tokenizer and `Decoder` for `model_dir` (heads from `prerouter[-k{k}].safetensors` beside it)"
-    model, tok = stream_load(model_dir, options, **kw)
-    spec = model.edge0.spec
-    k = k or spec.k
-    pr = load_prerouter(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
-    tr = (trace if isinstance(trace, list) else load_trace(trace, spec, k)) if mode == 'oracle' and trace is not None else None
-    model.edge0_decoder = Decoder(model, spec, mode, k, pr, tr, record_trace)
-    return model, tok, model.edge0_decoder
 
-def decode_stats(model) -> dict:
+# %% ../nbs/02b_decode.ipynb #eb7ac55f
+def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
+         options:StreamOptions|None=None, spec:MoESpec|None=None, **kw) -> Handle:
+    "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter[-k{k}].safetensors`)"
+    if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
+    spec = spec or model_spec(model_dir)
+    k = k or spec.k
+    heads = load_prerouter(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
+    replay = None
+    if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, list) else load_trace(trace, spec, k)
+    handle = stream_load(model_dir, options, spec=spec, k=k, **kw)
+    try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace)
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+def decode_stats(handle:Handle) -> dict:
     "Streaming counters plus the decoder's, and per-step figures"
-    s, d = stream_stats(model), model.edge0_decoder
-    n = max(d.stats.steps, 1)
-    return dict(s, mode=d.mode, k=d.k, decoder=asdict(d.stats), syncs_per_step=d.stats.syncs / n)
+    dec = handle.decoder
+    n = max(dec.stats.steps, 1)
+    return dict(stream_stats(handle.engine), mode=dec.mode, k=dec.k, decoder=asdict(dec.stats),
+                syncs_per_step=dec.stats.syncs / n)
+

@@ -27,7 +27,8 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True) -> Path:
     "Directory of a committed teacher (`int4`: its int4 g64 base)"
     p = MODELS / (f"{name}-int4" if int4 else name)
     if not (p / 'config.json').is_file():
-        known = sorted(d.name for d in MODELS.iterdir() if (d / 'config.json').is_file() and not d.name.endswith('-int4'))
+        known = sorted(d.name for d in MODELS.iterdir()
+                       if (d / 'config.json').is_file() and not d.name.endswith('-int4'))
         raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(known)})")
     return p
 
@@ -42,7 +43,8 @@ def read_json(path, what:str='file') -> dict:
     except (OSError, UnicodeDecodeError) as e: raise InputError(f"{p}: cannot read the {what} ({e.strerror or e})")
     try: d = json.loads(text)
     except json.JSONDecodeError as e: raise InputError(f"{p} is not valid JSON ({e}); expected the {what}")
-    if not isinstance(d, dict): raise InputError(f"{p} holds a JSON {type(d).__name__}, expected an object (the {what})")
+    if not isinstance(d, dict):
+        raise InputError(f"{p} holds a JSON {type(d).__name__}, expected an object (the {what})")
     return d
 
 

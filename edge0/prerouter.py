@@ -5,12 +5,12 @@
 # %% ../nbs/02a_prerouter.ipynb #824c681f
 from __future__ import annotations
 import hashlib, json, math, time
-from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, spec_for, block, route, router_bias, RouterTap, _attr
-from .store import read_header
+from .store import read_header, index_checkpoint
+from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
@@ -25,15 +25,17 @@ class Head(B.Module):
         s = 1 / math.sqrt(d_in)
         self.fc1 = dict(weight=B.normal((hidden, d_in), scale=s), bias=B.zeros((hidden,)))
         self.fc2 = dict(weight=B.zeros((e_out, hidden)), bias=B.zeros((e_out,)))
-        self.l = dict(weight=B.zeros((e_out, d_in)))
+        self.skip = dict(weight=B.zeros((e_out, d_in)))  # linear path, warm-started from the next router
     def __call__(self, f):
         z = bnn.gelu_erf(bnn.linear(f, self.fc1['weight'], self.fc1['bias']))
-        return bnn.linear(z, self.fc2['weight'], self.fc2['bias']) + bnn.linear(f, self.l['weight'])
+        return bnn.linear(z, self.fc2['weight'], self.fc2['bias']) + bnn.linear(f, self.skip['weight'])
 
 # %% ../nbs/02a_prerouter.ipynb #3cd74cd7
 def features(h, routed, routed_prev, E:int):
     "`[h; multi-hot(routed); multi-hot(routed_prev)]` for hidden states (..., D) and expert ids (..., K)"
-    hot = lambda r: (B.arange(E)[None] == r.reshape(-1, r.shape[-1])[..., None]).any(axis=-2).astype(h.dtype).reshape(*r.shape[:-1], E)
+    def hot(r):
+        rows = (B.arange(E)[None] == r.reshape(-1, r.shape[-1])[..., None]).any(axis=-2)
+        return rows.astype(h.dtype).reshape(*r.shape[:-1], E)
     return B.concatenate([h, hot(routed), hot(routed_prev)], axis=-1)
 
 # %% ../nbs/02a_prerouter.ipynb #f46cac0b
@@ -42,7 +44,8 @@ def router_weight(spec:MoESpec, model, layer:int):
     r = _attr(block(spec, model, layer), spec.router)
     if not isinstance(r, dict): return r.astype(B.float32)  # a plain weight array (DeepSeek's MoEGate)
     w = r['weight']
-    if 'scales' in r: w = bq.dequantize(w, r['scales'].astype(B.float32), r['biases'].astype(B.float32), r.group_size, r.bits)
+    if 'scales' in r:
+        w = bq.dequantize(w, r['scales'].astype(B.float32), r['biases'].astype(B.float32), r.group_size, r.bits)
     return w.astype(B.float32)
 
 def router_bias_of(spec:MoESpec, model, layer:int):
@@ -57,20 +60,22 @@ class Prerouter(B.Module):
         moe = list(spec.moe_layers)
         self.owners = tuple(owners if owners is not None else moe[1:-1])
         for n in self.owners:
-            if n not in moe[:-1]: raise ValueError(f"owner layer {n} must be an MoE layer with a next MoE layer; MoE layers are {moe}")
+            if n not in moe[:-1]:
+                raise ValueError(f"owner layer {n} must be an MoE layer with a next MoE layer; MoE layers are {moe}")
         self.next_layer = {n: moe[moe.index(n) + 1] for n in self.owners}
         self.spec, self.hidden, self.k = spec, hidden, k or spec.k
         # keys are not bare numbers: a digit key would be read back as a list index
-        self.heads = {f"layer{n}": Head(spec.hidden_size + 2 * spec.num_experts, hidden, spec.num_experts) for n in self.owners}
+        d_in = spec.hidden_size + 2 * spec.num_experts
+        self.heads = {f"layer{n}": Head(d_in, hidden, spec.num_experts) for n in self.owners}
     def __call__(self, n:int, f): return self.heads[f"layer{n}"](f)
 
 def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=None, seed:int=0) -> Prerouter:
-    "Heads for `model` with `l` warm-started from each next layer's router weight"
+    "Heads for `model` with `skip` warm-started from each next layer's router weight"
     B.seed(seed)
     pr = Prerouter(spec, owners, hidden, k)
     for n in pr.owners:
         w = router_weight(spec, model, pr.next_layer[n])
-        pr.heads[f"layer{n}"].l['weight'] = B.concatenate([w, B.zeros((w.shape[0], 2 * spec.num_experts))], axis=1)
+        pr.heads[f"layer{n}"].skip['weight'] = B.concatenate([w, B.zeros((w.shape[0], 2 * spec.num_experts))], axis=1)
     return pr
 
 # %% ../nbs/02a_prerouter.ipynb #168c2943
@@ -79,10 +84,13 @@ def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
     out = {l: dict(h=[], logits=[], routed=[]) for l in spec.moe_layers}
     with RouterTap(spec, model) as tap:
         for i in range(0, len(tokens) - seq + 1, seq):
-            tap.seen.clear(); B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
+            tap.seen.clear()
+            B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
             for l, (x, lg, _) in tap.seen.items():
-                x, lg = x.reshape(-1, x.shape[-1]), lg.reshape(-1, lg.shape[-1]).astype(B.float32)  # the block's own router, as it computed
-                out[l]['h'].append(B.to_numpy(x.astype(B.float32))); out[l]['logits'].append(B.to_numpy(lg))
+                # the block's own router logits, as it computed them
+                x, lg = x.reshape(-1, x.shape[-1]), lg.reshape(-1, lg.shape[-1]).astype(B.float32)
+                out[l]['h'].append(B.to_numpy(x.astype(B.float32)))
+                out[l]['logits'].append(B.to_numpy(lg))
                 out[l]['routed'].append(np.array(route(spec.routing, lg, k, router_bias_of(spec, model, l))[0]))
     return {l: {n: np.concatenate(v) for n, v in d.items()} for l, d in out.items()}
 
@@ -117,7 +125,8 @@ def recall_report(pr:Prerouter, model, cap:dict, k:int) -> dict:
 # %% ../nbs/02a_prerouter.ipynb #a78d0e3a
 def _probs(spec, lg):
     if spec.routing.score == 'softmax': return B.softmax(lg, axis=-1)
-    s = B.sigmoid(lg); return s / s.sum(axis=-1, keepdims=True)
+    s = B.sigmoid(lg)
+    return s / s.sum(axis=-1, keepdims=True)
 
 def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True) -> list:
     "Train every head on the captured pairs; returns the loss log"
@@ -127,28 +136,32 @@ def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, 
         p = _probs(pr.spec, target)
         q = _probs(pr.spec, pr(n, f))
         return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
-    vg = bnn.value_and_grad(pr, loss_fn)
+    loss_and_grad = bnn.value_and_grad(pr, loss_fn)
     t0 = time.time()
     for step in range(steps):
-        tot = 0.0
+        total_loss = 0.0
         for n, (h, r, rp, tl, _, _) in data.items():
             i = rng.integers(0, len(h), batch)
-            loss, g = vg(pr, n, features(B.array(h[i]), B.array(r[i]), B.array(rp[i]), pr.spec.num_experts), B.array(tl[i]))
-            opt.update(pr, g); B.eval(pr.parameters(), opt.state); tot += loss.item()
-        log.append(tot / len(data))
-        if show and (step + 1) % 50 == 0: print(f"step {step + 1}/{steps}: mean KL {np.mean(log[-50:]):.4f} ({time.time() - t0:.0f} s)")
+            f = features(B.array(h[i]), B.array(r[i]), B.array(rp[i]), pr.spec.num_experts)
+            loss, grads = loss_and_grad(pr, n, f, B.array(tl[i]))
+            opt.update(pr, grads)
+            B.eval(pr.parameters(), opt.state)
+            total_loss += loss.item()
+        log.append(total_loss / len(data))
+        if show and (step + 1) % 50 == 0:
+            print(f"step {step + 1}/{steps}: mean KL {np.mean(log[-50:]):.4f} ({time.time() - t0:.0f} s)")
     return log
 
 # %% ../nbs/02a_prerouter.ipynb #6a697490
 FORMAT = 'edge0-prerouter/1'
 
 def fingerprint(base_dir) -> str:
-    "Hash of a checkpoint's config.json and safetensors headers"
+    "Hash of a checkpoint's config.json and of the safetensors headers of its shards (the files the store reads)"
     d, h = Path(base_dir), hashlib.sha256()
+    read_json(d / 'config.json', 'model config')
     h.update((d / 'config.json').read_bytes())
-    for f in sorted(d.glob('*.safetensors')):
-        if f.name.startswith('prerouter') or f.name.startswith('lora'): continue
-        for name, t in sorted(read_header(f)[0].items()): h.update(f"{name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
+    for t in sorted(index_checkpoint(d).values(), key=lambda t: (t.path.name, t.name)):
+        h.update(f"{t.name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
     return h.hexdigest()[:16]
 
 def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
@@ -165,18 +178,43 @@ def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=N
     return p
 
 # %% ../nbs/02a_prerouter.ipynb #d309e2f4
+_INT_KEYS = ('k', 'num_layers', 'hidden')
+
+def _provenance(p:Path) -> dict:
+    "The metadata of the prerouter file `p`, every key present and the counts as integers"
+    meta = read_header(p)[1]
+    if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    for key in ('base_fingerprint', 'owners', *_INT_KEYS):
+        if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a complete prerouter")
+    out = dict(meta)
+    for key in _INT_KEYS:
+        v = meta[key]
+        if not (isinstance(v, str) and v.isascii() and v.isdigit()):
+            raise InputError(f"{p}: metadata {key} is {v!r}, expected a non-negative integer")
+        out[key] = int(v)
+    try: out['owners'] = json.loads(meta['owners'])
+    except (TypeError, json.JSONDecodeError): out['owners'] = None
+    if not isinstance(out['owners'], list) or not all(isinstance(n, int) for n in out['owners']):
+        raise InputError(f"{p}: metadata owners is {meta['owners']!r:.60}, expected a JSON list of layer numbers")
+    return out
+
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
     "Heads from `prerouter.safetensors` beside the base, checked against it"
     d = Path(base_dir)
-    spec = spec or spec_for(json.loads((d / 'config.json').read_text()))
+    spec = spec or spec_for(read_json(d / 'config.json', 'model config'))
     p = Path(path or d / prerouter_file(spec, k))
-    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first (edge0.prerouter.phase1, edge0.training.train_prerouter)")
-    with open(p, 'rb') as f: n = int.from_bytes(f.read(8), 'little'); meta = json.loads(f.read(n)).get('__metadata__', {})
-    if meta.get('format') != FORMAT: raise ValueError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    if not p.exists():
+        raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first "
+                                "(edge0.prerouter.phase1, edge0.training.train_prerouter)")
+    meta = _provenance(p)
     if meta['base_fingerprint'] != fingerprint(d):
-        raise ValueError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, {d} has {fingerprint(d)})")
-    if int(meta['num_layers']) != spec.num_layers: raise ValueError(f"{p} was made for {meta['num_layers']} layers, the base has {spec.num_layers}")
-    if k is not None and int(meta['k']) != k: raise ValueError(f"{p} was trained for K={meta['k']}, asked for K={k}")
-    pr = Prerouter(spec, json.loads(meta['owners']), int(meta['hidden']), int(meta['k']))
-    pr.load_weights(list(B.load_arrays(p).items()))
+        raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, "
+                         f"{d} has {fingerprint(d)})")
+    if meta['num_layers'] != spec.num_layers:
+        raise InputError(f"{p} was made for {meta['num_layers']} layers, the base has {spec.num_layers}")
+    if k is not None and meta['k'] != k: raise InputError(f"{p} was trained for K={meta['k']}, asked for K={k}")
+    try:
+        pr = Prerouter(spec, meta['owners'], meta['hidden'], meta['k'])
+        pr.load_weights(list(B.load_arrays(p).items()))
+    except ValueError as e: raise InputError(f"{p}: the heads do not fit this base ({e})") from None
     return pr

@@ -9,6 +9,7 @@ from enum import Enum
 import importlib, math
 import numpy as np
 from .backend import core as B
+from .files import InputError
 
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_keys',
@@ -110,8 +111,8 @@ def route(r:Routing, logits, k:int, bias=None):
     if r.kind == RouterKind.softmax_topk:
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps, norm_k1=r.norm_k1,
                             scale=r.scale, topk_first=r.topk_first, n_group=r.n_group, topk_group=r.topk_group)
-    return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group, topk_group=r.topk_group, score=r.score,
-                         group_fill=r.group_fill, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
+    return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group, topk_group=r.topk_group,
+                         score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
                          norm_k1=r.norm_k1, scale=r.scale, cast_back=r.cast_back)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
@@ -126,11 +127,16 @@ class QuantSpec:
     def from_config(cls, config:dict, path:str) -> QuantSpec|None:
         "Quantization of the module at `path` per an mlx-lm config's `quantization` entry (None: not quantized)"
         q = config.get('quantization') or config.get('quantization_config')
-        if not q or 'bits' not in q: return None
+        if not q: return None
+        if not isinstance(q, dict): raise InputError(f"config.json: quantization is {q!r}, expected an object")
+        if 'bits' not in q: return None
         own = q.get(path, True)
         if own is False: return None
         src = own if isinstance(own, dict) else q
-        return cls(int(src.get('bits', q['bits'])), int(src.get('group_size', q['group_size'])), src.get('mode', q.get('mode', 'affine')))
+        def value(key:str):
+            if key not in src and key not in q: raise InputError(f"config.json: quantization has no {key!r}")
+            return src.get(key, q.get(key))
+        return cls(value('bits'), value('group_size'), src.get('mode', q.get('mode', 'affine')))
 
 # %% ../nbs/00_routing.ipynb #4d376140
 @dataclass(frozen=True)
@@ -151,10 +157,17 @@ class MoESpec:
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
     expert_bias:bool=False    # routed experts carry bias vectors
+    out_cast:str|None=None    # the block casts the weighted sum of expert outputs to the dtype of the
+                              # 'experts' outputs or of the block 'input'; None: no cast
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.switch_mlp.{proj}.{part}'
     quant:QuantSpec|None=None
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
+
+    @property
+    def router_bias_param(self) -> str|None:
+        "Leaf name of the correction-bias parameter (e.g. 'e_score_correction_bias'), or None"
+        return self.router_bias.rsplit('.', 1)[-1] if self.router_bias else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
 def _attr(obj, path:str):
@@ -163,11 +176,16 @@ def _attr(obj, path:str):
         obj = obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj else getattr(obj, p)
     return obj
 
-def _projs(layout:str): return ('gate_up_proj', 'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
+def _projs(layout:str):
+    return ('gate_up_proj', 'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
+
+def _check_moe_layer(spec:MoESpec, layer:int):
+    if layer not in spec.moe_layers:
+        raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
 
 def expert_keys(spec:MoESpec, layer:int) -> dict:
     "`{(proj, part): safetensors key}` of layer `layer`'s stacked routed experts"
-    if layer not in spec.moe_layers: raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
+    _check_moe_layer(spec, layer)
     parts = ('weight', 'scales', 'biases') if spec.quant else ('weight',)
     if spec.expert_bias: parts += ('bias',)
     blk = spec.block_path.format(layer=layer)
@@ -177,7 +195,7 @@ def expert_keys(spec:MoESpec, layer:int) -> dict:
 # %% ../nbs/00_routing.ipynb #9af4b4ec
 def block(spec:MoESpec, model, layer:int):
     "The MoE block of `layer` in a loaded mlx-lm `model`"
-    if layer not in spec.moe_layers: raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
+    _check_moe_layer(spec, layer)
     return _attr(model, spec.block_path.format(layer=layer))
 
 def router_logits(spec:MoESpec, blk, x):
@@ -197,98 +215,130 @@ def route_block(spec:MoESpec, blk, x, k:int|None=None):
 
 # %% ../nbs/00_routing.ipynb #4dc29d6a
 def _need(c:dict, key:str, mt:str):
-    if key not in c: raise KeyError(f"config.json of a {mt} model has no {key!r}")
+    "`c[key]`, which every `mt` config has"
+    if key not in c: raise InputError(f"config.json: key {key!r} is missing (a {mt} config needs it)")
     return c[key]
+
+def _count(c:dict, key:str, mt:str, default:int|None=None, least:int=1) -> int:
+    "The integer `c[key]`, at least `least`; required unless a `default` is given"
+    v = c.get(key) if default is not None else _need(c, key, mt)
+    if v is None: return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise InputError(f"config.json: {key} is {v!r}, expected an integer >= {least}")
+    return v
 
 def _layers(n:int, pred) -> tuple: return tuple(i for i in range(n) if pred(i))
 
-def _common(c, mt, E, F, routing, block='model.layers.{layer}.mlp', **kw):
-    n = _need(c, 'num_hidden_layers', mt)
-    return dict(model_type=mt, num_layers=n, num_experts=int(E), k=int(_need(c, 'num_experts_per_tok', mt)),
-                hidden_size=int(_need(c, 'hidden_size', mt)), expert_size=int(F), routing=routing, block_path=block,
-                dtype=str(c.get('torch_dtype') or c.get('dtype') or 'bfloat16'), **kw)
+def _common(c, mt, experts_key:str, size_key:str, routing, block='model.layers.{layer}.mlp', **kw):
+    "The spec fields every family reads the same way; `experts_key`, `size_key`: its expert count and size keys"
+    E, k = _count(c, experts_key, mt), _count(c, 'num_experts_per_tok', mt)
+    if k > E: raise InputError(f"config.json: num_experts_per_tok is {k}, expected at most {experts_key} ({E})")
+    return dict(model_type=mt, num_layers=_count(c, 'num_hidden_layers', mt), num_experts=E, k=k,
+                hidden_size=_count(c, 'hidden_size', mt), expert_size=_count(c, size_key, mt), routing=routing,
+                block_path=block, dtype=str(c.get('torch_dtype') or c.get('dtype') or 'bfloat16'), **kw)
 
 # %% ../nbs/00_routing.ipynb #8f92a5b2
 def _qwen(c, mt):
-    E = _need(c, 'num_experts', mt)
     step, only = c.get('decoder_sparse_step', 1), set(c.get('mlp_only_layers', []))
     r = Routing(RouterKind.softmax_topk, select='tail', norm=bool(c.get('norm_topk_prob', mt == 'qwen3_5_moe')))
     blk = 'language_model.model.layers.{layer}.mlp' if mt == 'qwen3_5_moe' else 'model.layers.{layer}.mlp'
     shared = dict(shared='shared_expert', shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
-    d = _common(c, mt, E, _need(c, 'moe_intermediate_size', mt), r, blk, **shared)
-    d['moe_layers'] = _layers(d['num_layers'], lambda i: i not in only and E > 0 and (i + 1) % step == 0)
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk,
+                out_cast='experts' if mt == 'qwen3_moe' else None, **shared)
+    d['moe_layers'] = _layers(d['num_layers'], lambda i: i not in only and (i + 1) % step == 0)
     return d
 
 def _qwen2(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head')
-    d = _common(c, mt, _need(c, 'num_experts', mt), _need(c, 'moe_intermediate_size', mt), r,
-                shared='shared_expert', shared_gate='shared_expert_gate')
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, shared='shared_expert',
+                shared_gate='shared_expert_gate')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 def _mixtral(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', topk_first=True)
-    d = _common(c, mt, _need(c, 'num_local_experts', mt), _need(c, 'intermediate_size', mt), r, 'model.layers.{layer}.block_sparse_moe')
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r, 'model.layers.{layer}.block_sparse_moe')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 def _olmoe(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', norm=bool(c.get('norm_topk_prob', False)))
-    d = _common(c, mt, _need(c, 'num_experts', mt), _need(c, 'intermediate_size', mt), r, expert_bias=bool(c.get('mlp_bias', False)))
+    d = _common(c, mt, 'num_experts', 'intermediate_size', r, expert_bias=bool(c.get('mlp_bias', False)))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #5b59dfdd
 def _deepseek(c, mt):
-    E, first, freq = _need(c, 'n_routed_experts', mt), c.get('first_k_dense_replace', 0), c.get('moe_layer_freq', 1)
+    first, freq = c.get('first_k_dense_replace', 0), c.get('moe_layer_freq', 1)
     scale = float(c.get('routed_scaling_factor', 1.0))
     if mt == 'deepseek_v2':
-        g = c.get('topk_method') == 'group_limited_greedy'
-        r = Routing(RouterKind.softmax_topk, select='head', scale=scale,
-                    n_group=int(c['n_group']) if g else 1, topk_group=int(c['topk_group']) if g else 1, group_score='max')
+        grouped = c.get('topk_method') == 'group_limited_greedy'
+        n_group, topk_group = (_count(c, 'n_group', mt), _count(c, 'topk_group', mt)) if grouped else (1, 1)
+        r = Routing(RouterKind.softmax_topk, select='head', scale=scale, n_group=n_group, topk_group=topk_group,
+                    group_score='max')
         bias = None
     else:
-        if c.get('topk_method', 'noaux_tc') != 'noaux_tc': raise ValueError(f"{mt}: topk_method {c['topk_method']!r} is not supported (mlx-lm supports 'noaux_tc')")
+        method = c.get('topk_method', 'noaux_tc')
+        if method != 'noaux_tc':
+            raise InputError(f"config.json: topk_method is {method!r}, expected 'noaux_tc' (all mlx-lm's {mt} does)")
         r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head', norm=bool(c.get('norm_topk_prob', True)),
-                    norm_k1=False, scale=scale, n_group=int(c.get('n_group', 1)), topk_group=int(c.get('topk_group', 1)), bias=True)
+                    norm_k1=False, scale=scale, n_group=_count(c, 'n_group', mt, default=1),
+                    topk_group=_count(c, 'topk_group', mt, default=1), bias=True)
         bias = 'gate.e_score_correction_bias'
-    d = _common(c, mt, E, _need(c, 'moe_intermediate_size', mt), r, router='gate.weight', router_bias=bias,
-                shared='shared_experts' if c.get('n_shared_experts') else None)
+    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight', router_bias=bias,
+                shared='shared_experts' if c.get('n_shared_experts') else None,
+                out_cast='experts' if mt in ('deepseek_v3', 'glm4_moe') else None)
     moe = (lambda i: i >= first and i % freq == 0) if mt != 'glm4_moe' else (lambda i: i >= first)
     return dict(d, moe_layers=_layers(d['num_layers'], moe))
 
 # %% ../nbs/00_routing.ipynb #af9d5d41
-_BAILING = {  # model_type: (select, group_fill, norm_eps, router, router_f32, cast_back)
-    'bailing_moe':        ('tail', 0.0, 1e-20, 'gate.gate_proj', False, True),
-    'bailing_moe_linear': ('head', 0.0, 0.0, 'gate.gate_proj', False, True),
-    'bailing_hybrid':     ('head', -math.inf, 1e-20, 'gate.gate_proj', False, True),
-    'bailing_moe_v3':     ('head', -math.inf, 1e-20, 'gate.weight', True, False),
+@dataclass(frozen=True)
+class _Ling:
+    "What one of mlx-lm's Ling implementations does its own way"
+    select:str                 # `Routing.select`
+    group_fill:float           # `Routing.group_fill`
+    norm_eps:float             # `Routing.norm_eps`
+    router:str='gate.gate_proj'  # `MoESpec.router`
+    router_f32:bool=False      # `MoESpec.router_f32`
+    cast_back:bool=True        # `Routing.cast_back`
+    out_cast:str|None=None     # `MoESpec.out_cast`
+
+_BAILING = {
+    'bailing_moe': _Ling(select='tail', group_fill=0.0, norm_eps=1e-20, out_cast='experts'),
+    'bailing_moe_linear': _Ling(select='head', group_fill=0.0, norm_eps=0.0),
+    'bailing_hybrid': _Ling(select='head', group_fill=-math.inf, norm_eps=1e-20),
+    'bailing_moe_v3': _Ling(select='head', group_fill=-math.inf, norm_eps=1e-20, router='gate.weight', router_f32=True,
+                            cast_back=False, out_cast='input'),
 }
 
 def _bailing(c, mt):
-    select, fill, eps, router, f32, cast = _BAILING[mt]
-    v3 = mt == 'bailing_moe_v3'
+    ling, v3 = _BAILING[mt], mt == 'bailing_moe_v3'
     bias = v3 or bool(c.get('moe_router_enable_expert_bias', mt == 'bailing_hybrid'))
-    r = Routing(RouterKind.sigmoid_group, score='sigmoid' if v3 else c.get('score_function', 'sigmoid' if mt == 'bailing_hybrid' else 'softmax'),
-                select=select, norm=v3 or bool(c.get('norm_topk_prob', True)), norm_eps=eps, norm_k1=v3,
-                scale=float(c.get('routed_scaling_factor', 1.0)), n_group=int(c.get('n_group', 1)),
-                topk_group=int(c.get('topk_group', 1)), group_fill=fill, bias=bias, cast_back=cast)
+    score = 'sigmoid' if v3 else c.get('score_function', 'sigmoid' if mt == 'bailing_hybrid' else 'softmax')
+    norm = v3 or bool(c.get('norm_topk_prob', True))
+    r = Routing(RouterKind.sigmoid_group, score=score, select=ling.select, norm=norm, norm_eps=ling.norm_eps, norm_k1=v3,
+                scale=float(c.get('routed_scaling_factor', 1.0)), n_group=_count(c, 'n_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1),
+                group_fill=ling.group_fill, bias=bias, cast_back=ling.cast_back)
     shared = c.get('num_shared_experts', 1) > 0 and (v3 or c.get('moe_router_enable_shared_expert', True))
-    d = _common(c, mt, _need(c, 'num_experts', mt), _need(c, 'moe_intermediate_size', mt), r, router=router,
-                router_bias='gate.expert_bias' if bias else None, router_f32=f32,
-                shared='shared_experts' if shared else None, expert_bias=bool(c.get('use_bias', False)) and not v3)
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router=ling.router,
+                router_bias='gate.expert_bias' if bias else None, router_f32=ling.router_f32,
+                shared='shared_experts' if shared else None, expert_bias=bool(c.get('use_bias', False)) and not v3,
+                out_cast=ling.out_cast)
     first = c.get('first_k_dense_replace', 1 if v3 else 0)
     return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
 
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2, 'mixtral': _mixtral,
              'olmoe': _olmoe, 'deepseek_v2': _deepseek, 'deepseek_v3': _deepseek, 'glm4_moe': _deepseek,
-             'bailing_moe': _bailing, 'bailing_moe_linear': _bailing, 'bailing_hybrid': _bailing, 'bailing_moe_v3': _bailing}
+             'bailing_moe': _bailing, 'bailing_moe_linear': _bailing, 'bailing_hybrid': _bailing,
+             'bailing_moe_v3': _bailing}
 SUPPORTED = tuple(_FAMILIES)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3'}
 _ARCH_REMAP = {('bailing_hybrid', 'BailingMoeV3ForCausalLM'): 'bailing_moe_v3'}
 
 def resolve_model_type(config:dict) -> str:
     "The mlx-lm module a config loads with (after mlx-lm's own remapping)"
-    if 'model_type' not in config: raise KeyError("config.json has no 'model_type'")
+    if 'model_type' not in config: raise InputError("config.json: key 'model_type' is missing (e.g. 'qwen3_moe')")
     mt, archs = config['model_type'], config.get('architectures') or ()
+    if not isinstance(mt, str): raise InputError(f"config.json: model_type is {mt!r}, expected a string")
     for a in ([archs] if isinstance(archs, str) else archs):
         if (mt, a) in _ARCH_REMAP: return _ARCH_REMAP[mt, a]
     return _REMAP.get(mt, mt)
@@ -299,17 +349,40 @@ def model_class(config:dict):
     return module.Model, module.ModelArgs
 
 # %% ../nbs/00_routing.ipynb #a5649b47
+_BITS = (2, 3, 4, 5, 6, 8)  # the widths mlx quantizes to
+
+def _check(spec:MoESpec):
+    "Refuse config values that would make routing or the expert shapes meaningless"
+    r, E, q = spec.routing, spec.num_experts, spec.quant
+    if not spec.moe_layers: raise InputError(f"config.json: no layer of this {spec.model_type} model has an MoE block")
+    if r.grouped and E % r.n_group:
+        raise InputError(f"config.json: n_group is {r.n_group}, expected a divisor of the {E} experts")
+    if r.grouped and spec.k > E // r.n_group * r.topk_group:
+        raise InputError(f"config.json: num_experts_per_tok is {spec.k}, but topk_group {r.topk_group} of n_group "
+                         f"{r.n_group} leaves {E // r.n_group * r.topk_group} experts to pick from")
+    if q is None: return
+    if isinstance(q.bits, bool) or q.bits not in _BITS:
+        raise InputError(f"config.json: quantization bits is {q.bits!r}, expected one of {', '.join(map(str, _BITS))}")
+    g = q.group_size
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or spec.hidden_size % g or spec.expert_size % g:
+        raise InputError(f"config.json: quantization group_size is {g!r}, expected a positive integer dividing "
+                         f"hidden_size ({spec.hidden_size}) and the expert size ({spec.expert_size})")
+
 def spec_for(config:dict, layout:str='separate') -> MoESpec:
-    "The `MoESpec` of a model from its (mlx-lm) `config.json` contents"
+    "The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise `InputError`"
     mt = resolve_model_type(config)
     if mt not in _FAMILIES:
-        raise ValueError(f"model_type {config['model_type']!r} is not a supported MoE; supported: {', '.join(SUPPORTED)}")
+        raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported MoE; "
+                         f"supported: {', '.join(SUPPORTED)}")
     if layout not in ('separate', 'fused'): raise ValueError(f"layout must be 'separate' or 'fused', got {layout!r}")
     c = config.get('text_config', config) if mt == 'qwen3_5_moe' else config
+    if not isinstance(c, dict): raise InputError(f"config.json: text_config is {c!r}, expected an object")
     d = _FAMILIES[mt](c, mt)
     first = d['moe_layers'][0] if d['moe_layers'] else 0
     quant = QuantSpec.from_config(config, f"{d['block_path'].format(layer=first)}.switch_mlp.gate_proj")
-    return MoESpec(**d, layout=layout, quant=quant)
+    spec = MoESpec(**d, layout=layout, quant=quant)
+    _check(spec)
+    return spec
 
 # %% ../nbs/00_routing.ipynb #b3c7f3be
 def block_routing(spec:MoESpec, blk, x):

@@ -4,15 +4,14 @@
 
 # %% ../nbs/01a_store.ipynb #c78f45c7
 from __future__ import annotations
-import ctypes, ctypes.util, json, mmap, os, shutil, threading, time, uuid
-from contextlib import contextmanager
+import ctypes, ctypes.util, json, math, mmap, os, threading, time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import io as bio
 from .routing import spec_for, expert_keys, MoESpec
-from .files import InputError
+from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache', 'PreadReader',
@@ -25,55 +24,105 @@ class StoreError(InputError):
 @dataclass(frozen=True)
 class TensorInfo:
     "Where one tensor's bytes are"
-    name:str; dtype:str; shape:tuple; path:Path
+    name:str
+    dtype:str    # safetensors dtype name, e.g. 'BF16', 'U32'
+    shape:tuple
+    path:Path    # the shard file
     start:int    # absolute byte offset in `path`
     nbytes:int
 
 # %% ../nbs/01a_store.ipynb #33fda6fe
 _MAX_HEADER = 100 * 2**20
 
+def _is_count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+def _header_bytes(path:Path) -> tuple[bytes, int]:
+    "The raw JSON header of `path` and the file size; the length is checked before the header is read"
+    if not path.exists(): raise StoreError(f"{path} does not exist")
+    if path.is_dir(): raise StoreError(f"{path} is a directory, expected a safetensors file")
+    try:
+        with open(path, 'rb') as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8: raise StoreError(f"{path} is {size} bytes: too short for a safetensors file")
+            n = int.from_bytes(f.read(8), 'little')
+            if n > size - 8 or n > _MAX_HEADER:
+                raise StoreError(f"{path}: header length {n} runs past the end of the file ({size} bytes); "
+                                 "truncated or not safetensors")
+            return f.read(n), size
+    except OSError as e: raise StoreError(f"{path}: cannot read the file ({e.strerror or e})") from None
+
+# %% ../nbs/01a_store.ipynb #97ed1925
+def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
+    "One header entry, checked: a known dtype, and a shape and data offsets that agree and fit in the file"
+    where = f"{path}: tensor {name}"
+    if not isinstance(entry, dict):
+        raise StoreError(f"{where} is {entry!r:.60}, expected an object with dtype, shape and data_offsets")
+    dt, shape, offsets = entry.get('dtype'), entry.get('shape'), entry.get('data_offsets')
+    if dt not in bio.DTYPES: raise StoreError(f"{where} has unsupported dtype {dt!r}")
+    if not isinstance(shape, list) or not all(map(_is_count, shape)):
+        raise StoreError(f"{where} has shape {shape!r:.60}, expected a list of non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise StoreError(f"{where} has data_offsets {offsets!r:.60}, expected a pair of non-negative integers")
+    (b, e), want = offsets, math.prod(shape) * bio.itemsize(dt)
+    if e - b != want:
+        raise StoreError(f"{where} {dt}{shape} needs {want} bytes but data_offsets [{b}, {e}] hold {e - b}")
+    if base + e > size:
+        raise StoreError(f"{where} data_offsets [{b}, {e}] run past the end of the file ({size} bytes); "
+                         "the shard is truncated")
+    return TensorInfo(name, dt, tuple(shape), path, base + b, want)
+
+def _check_disjoint(path:Path, tensors:dict, base:int):
+    "Every tensor owns its bytes: sorted by start, each range begins at or after the end of those before it"
+    end, owner = base, None
+    for t in sorted(tensors.values(), key=lambda t: (t.start, t.nbytes)):
+        if t.start < end:
+            raise StoreError(f"{path}: tensor {t.name} data_offsets [{t.start - base}, {t.start + t.nbytes - base}] "
+                             f"overlap tensor {owner.name}'s, which end at {end - base}; the header is corrupt")
+        if t.start + t.nbytes > end: end, owner = t.start + t.nbytes, t
+
 def read_header(path) -> tuple[dict, dict]:
     "`({name: TensorInfo}, metadata)` of the safetensors file `path`, every offset checked against its size"
     path = Path(path)
-    if not path.exists(): raise StoreError(f"{path} does not exist")
-    size = path.stat().st_size
-    if size < 8: raise StoreError(f"{path} is {size} bytes: too short for a safetensors file")
-    with open(path, 'rb') as f:
-        n = int.from_bytes(f.read(8), 'little')
-        if n > size - 8 or n > _MAX_HEADER:
-            raise StoreError(f"{path}: header length {n} runs past the end of the file ({size} bytes); truncated or not safetensors")
-        try: hdr = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e: raise StoreError(f"{path}: header is not valid JSON ({e})")
-    meta, base, out = hdr.pop('__metadata__', {}) or {}, 8 + n, {}
-    for name, t in hdr.items():
-        dt, shape, (b, e) = t.get('dtype'), tuple(t.get('shape', ())), t.get('data_offsets', (0, -1))
-        want = int(np.prod(shape, dtype=np.int64)) * bio.itemsize(dt) if dt in bio.DTYPES else None
-        if want is None: raise StoreError(f"{path}: tensor {name} has unsupported dtype {dt!r}")
-        if e - b != want: raise StoreError(f"{path}: tensor {name} {dt}{list(shape)} needs {want} bytes but data_offsets [{b}, {e}] hold {e - b}")
-        if base + e > size: raise StoreError(f"{path}: tensor {name} data_offsets [{b}, {e}] run past the end of the file ({size} bytes); the shard is truncated")
-        out[name] = TensorInfo(name, dt, shape, path, base + b, want)
+    raw, size = _header_bytes(path)
+    try: hdr = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise StoreError(f"{path}: header is not valid JSON ({e})")
+    if not isinstance(hdr, dict): raise StoreError(f"{path}: header is a JSON {type(hdr).__name__}, expected an object")
+    meta, base = hdr.pop('__metadata__', None) or {}, 8 + len(raw)
+    if not isinstance(meta, dict): raise StoreError(f"{path}: __metadata__ is {meta!r:.60}, expected an object")
+    out = {name: _tensor_info(path, name, entry, base, size) for name, entry in hdr.items()}
+    _check_disjoint(path, out, base)
     return out, meta
 
 # %% ../nbs/01a_store.ipynb #df6290ba
+_INDEX = 'model.safetensors.index.json'
+
+def _shard_names(d:Path) -> list:
+    "The shard files of the checkpoint in `d`: those its index names, else `model*.safetensors` as mlx-lm globs them"
+    if not (d / _INDEX).exists(): return sorted(p.name for p in d.glob("model*.safetensors"))  # adapters are not shards
+    weight_map = read_json(d / _INDEX, 'safetensors index').get('weight_map')
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise StoreError(f"{d / _INDEX}: weight_map is {weight_map!r:.60}, "
+                         "expected an object of tensor name: shard file")
+    for s in sorted(set(weight_map.values())):
+        if not (d / s).exists():
+            example = next(k for k, v in weight_map.items() if v == s)
+            raise StoreError(f"shard {d / s} is missing ({_INDEX} maps {example} to it)")
+    return sorted(set(weight_map.values()))
+
 def index_checkpoint(model_dir) -> dict:
     "`{name: TensorInfo}` for every tensor of every shard of the checkpoint in `model_dir`"
     d = Path(model_dir)
-    idx = d / 'model.safetensors.index.json'
-    if idx.exists():
-        wm = json.loads(idx.read_text()).get('weight_map', {})
-        shards = sorted(set(wm.values()))
-        for s in shards:
-            if not (d / s).exists():
-                raise StoreError(f"shard {d / s} is missing (model.safetensors.index.json maps {next(k for k, v in wm.items() if v == s)} to it)")
-    else: shards = sorted(p.name for p in d.glob("model*.safetensors"))  # as mlx-lm does: adapters beside the base are not shards
-    if not shards: raise StoreError(f"{d} holds no .safetensors files")
+    if not d.is_dir(): raise StoreError(f"{d} is not a directory (expected an mlx-lm model directory)")
+    shards = _shard_names(d)
+    if not shards: raise StoreError(f"{d} holds no model*.safetensors files")
     out = {}
     for s in shards: out.update(read_header(d / s)[0])
     return out
 
 # %% ../nbs/01a_store.ipynb #7c9f7f75
 _libc = ctypes.CDLL(ctypes.util.find_library('c') or None, use_errno=True)
-_libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 PAGE = mmap.PAGESIZE
@@ -93,7 +142,9 @@ class Residency:
         if _libc.mincore(self.addr + a0, pages * PAGE, vec.ctypes.data) != 0: return 0, 0
         return pages - int(np.count_nonzero(vec & 1)), pages
     def close(self):
-        if self.addr: _libc.munmap(self.addr, self.size); self.addr = None
+        if self.addr:
+            _libc.munmap(self.addr, self.size)
+            self.addr = None
 
 # %% ../nbs/01a_store.ipynb #931f6457
 def drop_cache(path):
@@ -115,7 +166,9 @@ class PreadReader:
         mv, got = memoryview(buf)[:n], 0
         while got < n:
             k = os.preadv(self.fds[path], [mv[got:]], start + got)
-            if k <= 0: raise StoreError(f"{path}: read of {n} bytes at offset {start} stopped after {got} (file truncated while open?)")
+            if k <= 0:
+                raise StoreError(f"{path}: read of {n} bytes at offset {start} stopped after {got} "
+                                 "(file truncated while open?)")
             got += k
         return mv
     def hint(self, path, start:int, n:int):
@@ -129,7 +182,8 @@ class MmapReader:
     def read(self, path, start:int, n:int): return memoryview(self.maps[path])[start:start + n]
     def hint(self, path, start:int, n:int):
         a0 = start // PAGE * PAGE
-        if hasattr(mmap, 'MADV_WILLNEED'): self.maps[path].madvise(mmap.MADV_WILLNEED, a0, min(n + start - a0, len(self.maps[path]) - a0))
+        if hasattr(mmap, 'MADV_WILLNEED'):
+            self.maps[path].madvise(mmap.MADV_WILLNEED, a0, min(n + start - a0, len(self.maps[path]) - a0))
     def close(self):
         for m in self.maps.values():
             try: m.close()
@@ -164,10 +218,7 @@ class ExpertStore:
     "Routed experts of a checkpoint, read on demand by byte range"
     def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True):
         self.dir = Path(model_dir)
-        cfg = self.dir / 'config.json'
-        if spec is None:
-            if not cfg.exists(): raise StoreError(f"{cfg} is missing")
-            spec = spec_for(json.loads(cfg.read_text()))
+        spec = spec or spec_for(read_json(self.dir / 'config.json', 'model config'))
         if reader not in ('pread', 'mmap'): raise StoreError(f"reader must be 'pread' or 'mmap', got {reader!r}")
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
@@ -189,10 +240,14 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
         if t is None: raise StoreError(f"layer {layer}: expert tensor {name} is in no shard of {self.dir}")
         kind, shape = exp[key]
         ok_dtype = t.dtype == kind if kind == 'U32' else t.dtype in ('F32', 'F16', 'BF16')
-        if not ok_dtype: raise StoreError(f"{t.path.name}: {name} has dtype {t.dtype}, expected {'U32 (packed int%d)' % s.quant.bits if kind == 'U32' else 'a float dtype'}")
+        if not ok_dtype:
+            want = f"U32 (packed int{s.quant.bits})" if kind == 'U32' else 'a float dtype'
+            raise StoreError(f"{t.path.name}: {name} has dtype {t.dtype}, expected {want}")
         if t.shape != (s.num_experts, *shape):
-            raise StoreError(f"{t.path.name}: {name} has shape {list(t.shape)}, but config.json (hidden {s.hidden_size}, expert size "
-                             f"{s.expert_size}, {s.num_experts} experts{', int%d g%d' % (s.quant.bits, s.quant.group_size) if s.quant else ''}) implies {[s.num_experts, *shape]}")
+            quant = f", int{s.quant.bits} g{s.quant.group_size}" if s.quant else ''
+            raise StoreError(f"{t.path.name}: {name} has shape {list(t.shape)}, but config.json (hidden "
+                             f"{s.hidden_size}, expert size {s.expert_size}, {s.num_experts} experts{quant}) "
+                             f"implies {[s.num_experts, *shape]}")
         out[key] = t
     return out
 
@@ -200,7 +255,8 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
 @patch
 def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     "`[(key, TensorInfo, offset, length)]` of expert `expert` of `layer`"
-    if not 0 <= expert < self.spec.num_experts: raise StoreError(f"expert {expert} is out of range: layer {layer} has {self.spec.num_experts} experts")
+    if not 0 <= expert < self.spec.num_experts:
+        raise StoreError(f"expert {expert} is out of range: layer {layer} has {self.spec.num_experts} experts")
     out = []
     for key, t in self.layers[layer].items():
         n = t.nbytes // self.spec.num_experts
@@ -208,22 +264,24 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     return out
 
 @patch
-def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, st:LoadStats):
+def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, stats:LoadStats):
     if self.res:
-        c, p = self.res[t.path].cold_pages(off, n); st.cold += c; st.pages += p
+        cold, pages = self.res[t.path].cold_pages(off, n)
+        stats.cold += cold
+        stats.pages += pages
     a = bio.from_buffer(self.reader.read(t.path, off, n), t.dtype, shape, evaluate=False)
-    st.nbytes += n
+    stats.nbytes += n
     return a
 
 # %% ../nbs/01a_store.ipynb #768faaae
 @patch
 def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
     "Expert `expert` of `layer` as `{(proj, part): array}`, and its `LoadStats`"
-    st, t0, out = LoadStats(), time.perf_counter(), {}
-    for key, t, off, n in self.ranges(layer, expert): out[key] = self._read(t, off, n, t.shape[1:], st)
+    stats, t0, out = LoadStats(), time.perf_counter(), {}
+    for key, t, off, n in self.ranges(layer, expert): out[key] = self._read(t, off, n, t.shape[1:], stats)
     bio.materialize(*out.values())  # once per expert, in this thread
-    st.seconds = time.perf_counter() - t0
-    return out, st
+    stats.seconds = time.perf_counter() - t0
+    return out, stats
 
 @patch
 def read_experts(self:ExpertStore, layer:int, experts) -> list:
@@ -234,11 +292,11 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
 @patch
 def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
     "All experts of `layer`: one read per tensor, `{(proj, part): stacked array}`"
-    st, t0 = LoadStats(), time.perf_counter()
-    out = {key: self._read(t, t.start, t.nbytes, t.shape, st) for key, t in self.layers[layer].items()}
+    stats, t0 = LoadStats(), time.perf_counter()
+    out = {key: self._read(t, t.start, t.nbytes, t.shape, stats) for key, t in self.layers[layer].items()}
     bio.materialize(*out.values())
-    st.seconds = time.perf_counter() - t0
-    return out, st
+    stats.seconds = time.perf_counter() - t0
+    return out, stats
 
 @patch
 def hint(self:ExpertStore, layer:int, experts):

@@ -4,25 +4,30 @@
 
 # %% ../nbs/01b_streaming.ipynb #5f4aaa1b
 from __future__ import annotations
-import json, threading, time
+import threading, time
 from collections import OrderedDict, Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, asdict, replace
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
+from .files import InputError, read_json
 from .routing import MoESpec, spec_for, block
 from .store import ExpertStore, LoadStats, StoreError
 from fastcore.basics import patch
 
+
 # %% auto #0
 __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'load', 'stats', 'reset_stats']
+           'incr_stack', 'StreamingSwitchGLU', 'model_spec', 'check_tokenizer', 'cast_params', 'Handle', 'load',
+           'load_resident', 'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
-def _linear(x, w:dict, proj:str, idx, q, sorted_idx:bool):
-    if q: y = bq.gather_qmm(x, w[proj, 'weight'], w[proj, 'scales'], w.get((proj, 'biases')), rhs_indices=idx, transpose=True,
-                            group_size=q.group_size, bits=q.bits, sorted_indices=sorted_idx)
+def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
+    if quant:
+        y = bq.gather_qmm(x, w[proj, 'weight'], w[proj, 'scales'], w.get((proj, 'biases')), rhs_indices=idx,
+                          transpose=True,
+                          group_size=quant.group_size, bits=quant.bits, sorted_indices=sorted_idx)
     else: y = B.gather_mm(x, w[proj, 'weight'].swapaxes(-1, -2), rhs_indices=idx, sorted_indices=sorted_idx)
     if (proj, 'bias') in w: y = y + B.expand_dims(w[proj, 'bias'][idx], -2)
     return y
@@ -30,29 +35,33 @@ def _linear(x, w:dict, proj:str, idx, q, sorted_idx:bool):
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
-               q) -> 'array': # QuantSpec or None
+               quant) -> 'array': # QuantSpec or None
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
     if do_sort:
-        flat = idx.flatten(); order = B.argsort(flat); inv = B.argsort(order)
+        flat = idx.flatten()
+        order = B.argsort(flat)
+        inv = B.argsort(order)
         x, idx = x.flatten(0, -3)[order // shape[-1]], flat[order]
-    up, gate = _linear(x, w, 'up_proj', idx, q, do_sort), _linear(x, w, 'gate_proj', idx, q, do_sort)
-    y = _linear(bnn.swiglu(gate, up), w, 'down_proj', idx, q, do_sort)
+    up, gate = _linear(x, w, 'up_proj', idx, quant, do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
+    y = _linear(bnn.swiglu(gate, up), w, 'down_proj', idx, quant, do_sort)
     if do_sort: y = B.unflatten(y[inv], 0, shape)
     return y.squeeze(-2)
+
 
 # %% ../nbs/01b_streaming.ipynb #481b461b
 def per_expert_mlp(x, # (..., 1 token, D)
                    experts, # the K expert ids of the token, in routing order (None: skip, output zeros)
                    bundles:dict, # {expert: {(proj, part): array}}
-                   q) -> 'array':
+                   quant) -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
     zero = B.zeros(x.shape[:-1] + (1,), B.uint32)
     ys = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype) if e is None else
-          expert_mlp(x, zero, {k: a[None] for k, a in bundles[int(e)].items()}, q) for e in experts]
+          expert_mlp(x, zero, {key: a[None] for key, a in bundles[int(e)].items()}, quant) for e in experts]
     return B.concatenate(ys, axis=-2)
+
 
 # %% ../nbs/01b_streaming.ipynb #18f8e142
 @dataclass
@@ -66,50 +75,100 @@ class LayerStats:
     hits:int = 0           # bundles served from the pool or resident slots
     blocked_s:float = 0.0  # main thread waiting for reads
     peak_active:int = 0    # most backend memory held after this layer's calls
-    def add(self, o:'LayerStats'):
-        for k, v in asdict(o).items(): setattr(self, k, max(self.peak_active, v) if k == 'peak_active' else getattr(self, k) + v)
+    def add(self, other:LayerStats):
+        for name, v in asdict(other).items():
+            setattr(self, name, max(self.peak_active, v) if name == 'peak_active' else getattr(self, name) + v)
     @property
     def cold_fraction(self) -> float: return self.cold_pages / self.pages if self.pages else 0.0
-    def load(self, st:LoadStats, bundles:int=1):
-        self.loads += bundles; self.bytes_read += st.nbytes; self.cold_pages += st.cold; self.pages += st.pages
+    def load(self, cost:LoadStats, bundles:int=1):
+        "Count a read of `bundles` bundles that cost `cost`"
+        self.loads += bundles
+        self.bytes_read += cost.nbytes
+        self.cold_pages += cost.cold
+        self.pages += cost.pages
+
 
 # %% ../nbs/01b_streaming.ipynb #70b4bd03
 class ExpertPool:
-    "LRU of expert bundles shared across layers, bounded in bytes and/or bundles"
+    "LRU of expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget"
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None):
-        self.store, self.lru = store, OrderedDict()
-        self.max_bundles = min(b for b in (budget_bundles, budget_bytes // store.expert_nbytes if budget_bytes is not None else None, 1 << 62) if b is not None)
-        need = k or store.spec.k
-        if self.max_bundles < need:
-            raise StoreError(f"pool budget of {self.max_bundles} bundles ({(budget_bytes or self.max_bundles * store.expert_nbytes) / 2**20:.2f} MiB) "
-                             f"is smaller than one token's working set: {need} experts x {store.expert_nbytes} bytes")
+        self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
+        in_bytes = None if budget_bytes is None else budget_bytes // store.expert_nbytes
+        caps = [b for b in (budget_bundles, in_bytes) if b is not None]
+        self.budget = min(caps) if caps else None  # in bundles; None: unbounded
+        in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
+        caps = [b for b in (budget_bytes, in_bundles) if b is not None]
+        self.budget_bytes = min(caps) if caps else None
+        self.reserved = 0                           # bundles' worth of memory held outside the LRU (resident layers)
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
+        if self.max_bundles < self.k:
+            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / 2**20:.2f} MiB) is smaller "
+                             f"than one token's working set: {self.k} experts x {store.expert_nbytes} bytes")
 
     @property
+    def max_bundles(self) -> int: return 1 << 62 if self.budget is None else self.budget - self.reserved
+    @property
     def bytes_held(self) -> int: return len(self.lru) * self.store.expert_nbytes
+    @property
+    def bytes_reserved(self) -> int: return self.reserved * self.store.expert_nbytes
 
-    def get(self, layer:int, experts, stats:LayerStats) -> list:
-        "Bundles of `experts` of `layer`, reading the misses in parallel"
-        out, miss = {}, []
+    def reserve(self, nbytes:int, what:str):
+        "Take `nbytes` held outside the LRU (`what`) out of the budget, evicting bundles to make room"
+        n = -(-nbytes // self.store.expert_nbytes)
         with self.lock:
-            for e in experts:
-                b = self.lru.get((layer, e))
-                if b is None: miss.append(e)
-                else: self.lru.move_to_end((layer, e)); out[e] = b; stats.hits += 1
-        if miss:
-            t0 = time.perf_counter()
-            for e, (b, st) in zip(miss, self.store.read_experts(layer, miss)): out[e] = b; stats.load(st)
-            stats.blocked_s += time.perf_counter() - t0
-            for e in miss: self.put(layer, e, out[e])
-        return [out[e] for e in experts]
+            if self.max_bundles - n < self.k:
+                raise StoreError(f"pool budget of {self.budget_bytes / 2**20:.2f} MiB cannot hold {what} "
+                                 f"({nbytes / 2**20:.2f} MiB) and one token's working set ({self.k} experts x "
+                                 f"{self.store.expert_nbytes} bytes); raise the pool budget")
+            self.reserved += n
+            self._trim()
 
-    def has(self, layer:int, e:int) -> bool:
-        with self.lock: return (layer, e) in self.lru
+    def _trim(self):
+        while len(self.lru) > self.max_bundles:
+            self.lru.popitem(last=False)
+            self.evictions += 1
 
-    def put(self, layer:int, e:int, bundle:dict):
-        with self.lock:
-            self.lru[layer, e] = bundle; self.lru.move_to_end((layer, e))
-            while len(self.lru) > self.max_bundles: self.lru.popitem(last=False); self.evictions += 1
+
+# %% ../nbs/01b_streaming.ipynb #332bc5b5
+@patch
+def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
+    "Bundles of `experts` of `layer`, reading the misses in parallel"
+    out, miss = {}, []
+    with self.lock:
+        for e in experts:
+            bundle = self.lru.get((layer, e))
+            if bundle is None: miss.append(e)
+            else:
+                self.lru.move_to_end((layer, e))
+                out[e] = bundle
+                stats.hits += 1
+    if miss:
+        t0 = time.perf_counter()
+        for e, (bundle, cost) in zip(miss, self.store.read_experts(layer, miss)):
+            out[e] = bundle
+            stats.load(cost)
+        stats.blocked_s += time.perf_counter() - t0
+        for e in miss: self.put(layer, e, out[e])
+    return [out[e] for e in experts]
+
+@patch
+def has(self:ExpertPool, layer:int, e:int) -> bool:
+    with self.lock: return (layer, e) in self.lru
+
+@patch
+def put(self:ExpertPool, layer:int, e:int, bundle:dict):
+    with self.lock:
+        self.lru[layer, e] = bundle
+        self.lru.move_to_end((layer, e))
+        self._trim()
+
+@patch
+def clear(self:ExpertPool):
+    "Drop every bundle and reservation"
+    with self.lock:
+        self.lru.clear()
+        self.reserved = 0
+
 
 # %% ../nbs/01b_streaming.ipynb #b8813b82
 PATHS = ('exact', 'staged', 'hot', 'whole_layer')
@@ -120,9 +179,9 @@ class StreamOptions:
     decode_path:str = 'exact'
     prefill_path:str = 'whole_layer'
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
-    pool_bytes:int|None = 256 * 2**20
+    pool_bytes:int|None = 256 * 2**20          # budget of all expert memory (pool + resident layers), bytes
     pool_bundles:int|None = None
-    slots:int|None = None                      # staged slots per layer (default 2K)
+    slots:int|None = None                      # staged slots per layer (default 2K; prerouted decoding: K)
     buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
     hot:int|None = None                        # hot experts per layer (default 2K)
     hot_refresh:int = 16                       # decode steps between hot-set refreshes
@@ -131,145 +190,235 @@ class StreamOptions:
     residency:bool = True                      # measure cold fractions with mincore
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
     def path(self, layer:int, phase:str) -> str:
+        "The executor path of `layer` in `phase` ('decode' or 'prefill')"
         p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
-        if p not in PATHS: raise ValueError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected one of {PATHS}")
+        if p not in PATHS:
+            raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected one of {PATHS}")
         return p
+
 
 # %% ../nbs/01b_streaming.ipynb #861261cd
 class StreamEngine:
-    "Store, pool, per-layer path state and counters of one streamed model"
-    def __init__(self, store:ExpertStore, options:StreamOptions|None=None):
-        self.store, self.spec, self.o = store, store.spec, options or StreamOptions()
-        for l in self.spec.moe_layers: self.o.path(l, 'decode'); self.o.path(l, 'prefill')
-        self.pool = ExpertPool(store, self.o.pool_bytes, self.o.pool_bundles)
-        self.q, self.E, self.K = self.spec.quant, self.spec.num_experts, self.spec.k
-        self.stats = {l: LayerStats() for l in self.spec.moe_layers}
-        self.staged, self.hotset, self.prefetch = {}, {}, {}
+    "Store, pool, per-layer path state and counters of one streamed model, serving `k` experts per token"
+    def __init__(self, store:ExpertStore, options:StreamOptions|None=None, k:int|None=None):
+        self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
+        self.quant, self.num_experts, self.k = self.spec.quant, self.spec.num_experts, k or self.spec.k
+        if not 1 <= self.k <= self.num_experts:
+            raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
+        if self.options.slots is not None and self.options.slots < self.k:
+            raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} experts")
+        for layer in self.spec.moe_layers:
+            self.options.path(layer, 'decode')
+            self.options.path(layer, 'prefill')
+        self.pool = ExpertPool(store, self.options.pool_bytes, self.options.pool_bundles, self.k)
+        self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
+        self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
+        self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
         self.next_layer = dict(zip(self.spec.moe_layers, self.spec.moe_layers[1:]))
-        self.bg = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
+        self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
 
     def __call__(self, layer:int, x, indices):
         phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
         self.stats[layer].calls += 1
-        y = getattr(self, '_' + self.o.path(layer, phase))(layer, x, indices)
+        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant)
+        else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
         B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
         s = self.stats[layer]
         s.peak_active = max(s.peak_active, B.memory_stats().active)
         return y
 
+
 # %% ../nbs/01b_streaming.ipynb #8f7abd40
-def _stack(bundles:list) -> dict: return {k: B.stack([b[k] for b in bundles]) for k in bundles[0]}
+def _stack(bundles:list) -> dict: return {key: B.stack([b[key] for b in bundles]) for key in bundles[0]}
 
 @patch
 def _exact(self:StreamEngine, layer:int, x, indices):
     flat = np.array(indices).ravel()
     uniq = np.unique(flat)
     bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
-    if len(flat) == indices.shape[-1]: return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.q)
-    table = np.zeros(self.E, np.uint32); table[uniq] = np.arange(len(uniq), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.q)
+    if len(flat) == indices.shape[-1]: return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant)
+    table = np.zeros(self.num_experts, np.uint32)
+    table[uniq] = np.arange(len(uniq), dtype=np.uint32)
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.quant)
+
 
 # %% ../nbs/01b_streaming.ipynb #ad1403f1
 class Staged:
-    "Slots of one layer: which expert each slot holds, the stacks (two buffers) and the expert -> slot table"
-    def __init__(self, slots:int, E:int, buffers:int=2):
+    "Slots of one layer: which expert each slot holds, the stacks (one per buffer) and the expert -> slot table"
+    def __init__(self, slots:int, num_experts:int, buffers:int=2):
         self.slot_expert = np.full(slots, -1, np.int64)
-        self.buf, self.held = [None] * buffers, [np.full(slots, -1, np.int64) for _ in range(buffers)]
-        self.table, self.turn, self.rewrites = np.zeros(E, np.uint32), 0, 0
+        self.stacks, self.held = [None] * buffers, [np.full(slots, -1, np.int64) for _ in range(buffers)]
+        self.table, self.turn, self.rewrites = np.zeros(num_experts, np.uint32), 0, 0
 
     def assign(self, need) -> list:
         "Give every needed expert a slot, keeping the ones already placed; returns the newly placed experts"
-        placed = set(self.slot_expert.tolist())
+        placed, wanted = set(self.slot_expert.tolist()), set(need)
         new = [e for e in need if e not in placed]
-        free = [s for s in range(len(self.slot_expert)) if self.slot_expert[s] not in set(need)]
+        free = [s for s in range(len(self.slot_expert)) if self.slot_expert[s] not in wanted]
         for e, s in zip(new, free): self.slot_expert[s] = e
         for s, e in enumerate(self.slot_expert):
             if e >= 0: self.table[e] = s
         return new
 
+
 # %% ../nbs/01b_streaming.ipynb #de3a9fa1
 def incr_stack(stack:dict|None, held, want, bundle_of) -> tuple[dict, int]:
     "Bring `stack` (slots -> bundles, held[s] = expert in slot s) to `want`, rewriting only the slots that differ"
     if stack is None:
-        stack = _stack([bundle_of(int(e)) if e >= 0 else bundle_of(None) for e in want]); held[:] = want
+        stack = _stack([bundle_of(int(e)) if e >= 0 else bundle_of(None) for e in want])
+        held[:] = want
         return stack, len(want)
     changed = np.nonzero(held != want)[0]
     if len(changed) == 1:
-        b, s = bundle_of(int(want[changed[0]])), int(changed[0])
-        for k in stack: stack[k][s] = b[k]
+        bundle, s = bundle_of(int(want[changed[0]])), int(changed[0])
+        for key in stack: stack[key][s] = bundle[key]
     elif len(changed):  # one scatter per tensor, however many slots change (each op costs tens of µs on the CPU)
-        bs, at = [bundle_of(int(want[s])) for s in changed], B.array(changed.astype(np.int32))
-        for k in stack: stack[k][at] = B.stack([b[k] for b in bs])
+        bundles, at = [bundle_of(int(want[s])) for s in changed], B.array(changed.astype(np.int32))
+        for key in stack: stack[key][at] = B.stack([b[key] for b in bundles])
     held[changed] = want[changed]
     return stack, len(changed)
+
 
 # %% ../nbs/01b_streaming.ipynb #6d03336d
 @patch
 def _staged(self:StreamEngine, layer:int, x, indices):
-    S = self.o.slots or 2 * self.K
-    st = self.staged.get(layer) or self.staged.setdefault(layer, Staged(S, self.E, self.o.buffers))
+    n_slots = self.options.slots or 2 * self.k
+    slots = self.staged.get(layer)
+    if slots is None: slots = self.staged[layer] = Staged(n_slots, self.num_experts, self.options.buffers)
     need = np.unique(np.array(indices)).tolist()
-    if len(need) > S: return self._exact(layer, x, indices)  # a batch wider than the slots
-    t = st.turn; st.turn = (t + 1) % len(st.buf)
-    stack = self.fill_slots(st, layer, need, self.stats[layer], t)  # first: it updates the expert -> slot table
-    return expert_mlp(x, B.take(B.array(st.table), indices), stack, self.q)
+    if len(need) > n_slots: return self._exact(layer, x, indices)  # a batch wider than the slots
+    turn = slots.turn
+    slots.turn = (turn + 1) % len(slots.stacks)
+    stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)  # first: it updates the expert -> slot table
+    return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant)
 
 @patch
-def fill_slots(self:StreamEngine, st:Staged, layer:int, need:list, stats:LayerStats, t:int=0) -> dict:
-    "Give the experts `need` slots of `st` (keeping those already placed), write the new ones into buffer `t` (pooled, or read); the stack"
-    new = st.assign(need)
+def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats, buffer:int=0) -> dict:
+    "Give the experts `need` slots (keeping those already placed) and write the new ones into stack `buffer`; the stack"
+    new = slots.assign(need)
     fresh = dict(zip(new, self.pool.get(layer, new, stats))) if new else {}
     stats.hits += len(need) - len(new)
     def bundle_of(e):
         if e is None or e < 0: e = need[0]
         return fresh[e] if e in fresh else self.pool.get(layer, [e], stats)[0]
-    st.buf[t], n = incr_stack(st.buf[t], st.held[t], st.slot_expert, bundle_of)
-    st.rewrites += n
-    return st.buf[t]
+    slots.stacks[buffer], n = incr_stack(slots.stacks[buffer], slots.held[buffer], slots.slot_expert, bundle_of)
+    slots.rewrites += n
+    return slots.stacks[buffer]
+
 
 # %% ../nbs/01b_streaming.ipynb #0493947a
 @patch
 def _hot(self:StreamEngine, layer:int, x, indices):
-    H = self.o.hot or 2 * self.K
-    hs = self.hotset.setdefault(layer, dict(experts=[], stack=None, uses=Counter(), steps=0))
+    size = self.options.hot or 2 * self.k
+    hs = self.hot_sets.setdefault(layer, dict(experts=[], stack=None, uses=Counter(), steps=0))
     flat = np.array(indices).ravel()
-    hs['uses'].update(flat.tolist()); hs['steps'] += 1
-    if hs['stack'] is None or hs['steps'] % self.o.hot_refresh == 0:
-        hot = sorted(e for e, _ in hs['uses'].most_common(H))
-        if hot != hs['experts']:
-            hs['experts'], hs['stack'] = hot, _stack(self.pool.get(layer, hot, self.stats[layer]))
+    hs['uses'].update(flat.tolist())
+    hs['steps'] += 1
+    if hs['stack'] is None or hs['steps'] % self.options.hot_refresh == 0:
+        hot = sorted(e for e, _ in hs['uses'].most_common(size))
+        if hot != hs['experts']: hs['experts'], hs['stack'] = hot, _stack(self.pool.get(layer, hot, self.stats[layer]))
         hs['uses'] = Counter()
-    table = np.full(self.E, -1, np.int64); table[hs['experts']] = np.arange(len(hs['experts']))
+    table = np.full(self.num_experts, -1, np.int64)
+    table[hs['experts']] = np.arange(len(hs['experts']))
     slot = table[flat]
     hit = slot >= 0
     self.stats[layer].hits += int(hit.sum())
-    y = expert_mlp(x, B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape)), hs['stack'], self.q)
+    y = expert_mlp(x, B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape)), hs['stack'], self.quant)
     if hit.all(): return y
     miss = np.unique(flat[~hit]).tolist()
     bundles = self.pool.get(layer, miss, self.stats[layer])
     if len(flat) == indices.shape[-1]:  # one token: compute only the missed experts, no stacking
-        mb = dict(zip(miss, bundles))
-        ym = per_expert_mlp(x, [None if h else e for e, h in zip(flat, hit)], mb, self.q)
+        y_miss = per_expert_mlp(x, [None if h else e for e, h in zip(flat, hit)], dict(zip(miss, bundles)), self.quant)
     else:
-        mt = np.zeros(self.E, np.uint32); mt[miss] = np.arange(len(miss), dtype=np.uint32)
-        ym = expert_mlp(x, B.array(mt[flat].reshape(indices.shape)), _stack(bundles), self.q)
-    return B.where(B.array(hit.reshape(indices.shape))[..., None], y, ym)
+        miss_table = np.zeros(self.num_experts, np.uint32)
+        miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
+        y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles), self.quant)
+    return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
+
 
 # %% ../nbs/01b_streaming.ipynb #eb2e0d55
 @patch
 def _whole_layer(self:StreamEngine, layer:int, x, indices):
     s, t0 = self.stats[layer], time.perf_counter()
-    fut = self.prefetch.pop(layer, None)
-    w, st = fut.result() if fut else self.store.read_layer(layer)
+    pending = self.layer_reads.pop(layer, None)
+    w, cost = pending.result() if pending else self.store.read_layer(layer)
     s.blocked_s += time.perf_counter() - t0
-    s.load(st, bundles=self.E)
-    y = expert_mlp(x, indices, w, self.q)
+    s.load(cost, bundles=self.num_experts)
+    y = expert_mlp(x, indices, w, self.quant)
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
-    if nxt is not None and self.o.path(nxt, 'prefill') == 'whole_layer':
-        if self.o.readahead: self.store.hint_layer(nxt)
-        self.prefetch[nxt] = self.bg.submit(self.store.read_layer, nxt)
+    if nxt is not None and nxt not in self.resident and self.options.path(nxt, 'prefill') == 'whole_layer':
+        if self.options.readahead: self.store.hint_layer(nxt)
+        self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
     return y
+
+
+# %% ../nbs/01b_streaming.ipynb #73a2a16b
+@patch
+def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
+    "Background: give `experts` slots of `layer`'s planned stack and write the changed slots; what was read"
+    cost = LayerStats()
+    slots = self.planned.get(layer)
+    if slots is None: slots = self.planned[layer] = Staged(self.options.slots or self.k, self.num_experts, 1)
+    stack = self.fill_slots(slots, layer, [int(e) for e in experts], cost)
+    B.eval(*stack.values())  # here: the main thread must find the writes done
+    cost.blocked_s = 0.0  # this thread's waits are not the main thread's
+    return cost
+
+@patch
+def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
+    "`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot holding that very expert"
+    slots = self.planned[layer]
+    at = slots.table[experts]
+    exact = int((slots.held[0][at] == experts).sum())
+    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), slots.stacks[0], self.quant)
+    B.async_eval(y)
+    s = self.stats[layer]
+    s.calls += 1
+    s.peak_active = max(s.peak_active, B.memory_stats().active)
+    return y, exact
+
+
+# %% ../nbs/01b_streaming.ipynb #b1f5f3ab
+@patch
+def keep_resident(self:StreamEngine, layer:int):
+    "Read every expert of `layer` once and keep them; their bytes are reserved from the pool's budget"
+    if layer in self.resident: return
+    nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
+    self.pool.reserve(nbytes, f"layer {layer} kept resident")
+    w, cost = self.store.read_layer(layer)
+    self.stats[layer].load(cost, bundles=self.num_experts)
+    self.resident[layer] = w
+
+@patch
+def warm(self:StreamEngine, layer:int, experts) -> LayerStats:
+    "Background: read the experts of `layer` that are not pooled into the pool; what was read"
+    cost = LayerStats()
+    miss = [int(e) for e in dict.fromkeys(np.asarray(experts).tolist()) if not self.pool.has(layer, int(e))]
+    for e, (bundle, read) in zip(miss, self.store.read_experts(layer, miss) if miss else []):
+        self.pool.put(layer, e, bundle)
+        cost.load(read)
+    return cost
+
+@patch
+def record(self:StreamEngine, layer:int, cost:LayerStats, blocked_s:float=0.0):
+    "Fold a background task's counters into `layer`'s, with the time the main thread waited for it"
+    s = self.stats[layer]
+    s.add(cost)
+    s.blocked_s += blocked_s
+
+@patch
+def close(self:StreamEngine):
+    "Stop the background reader, drop the experts held and close the store's files"
+    self.layer_reader.shutdown(wait=True)
+    self.layer_reads.clear()
+    self.staged.clear()
+    self.hot_sets.clear()
+    self.planned.clear()
+    self.resident.clear()
+    self.pool.clear()
+    self.store.close()
+
 
 # %% ../nbs/01b_streaming.ipynb #ffe28092
 class StreamingSwitchGLU(B.Module):
@@ -279,37 +428,113 @@ class StreamingSwitchGLU(B.Module):
         self._engine, self._layer = engine, layer
     def __call__(self, x, indices): return self._engine(self._layer, x, indices)
 
+
 # %% ../nbs/01b_streaming.ipynb #36712ac6
-def load(model_dir, options:StreamOptions|None=None, dtype=None, **kw):
-    "mlx-lm model and tokenizer from `model_dir` with every routed `SwitchGLU` streamed from disk (kwargs go to `StreamOptions`)"
-    from mlx_lm.utils import load_model, load_tokenizer
+_TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'tokenizer.tiktoken')
+
+def model_spec(model_dir) -> MoESpec:
+    "The `MoESpec` of the model directory `model_dir`, every fault an `InputError` naming the file"
     d = Path(model_dir)
-    if not (d / 'config.json').exists(): raise StoreError(f"{d / 'config.json'} is missing: {d} is not an mlx-lm model directory")
-    o = options or StreamOptions(**kw)
-    spec = spec_for(json.loads((d / 'config.json').read_text()))
-    store = ExpertStore(d, spec, reader=o.reader, threads=o.threads, residency=o.residency)
-    engine = StreamEngine(store, o)
-    model, config = load_model(d, lazy=True)
-    for layer in spec.moe_layers: block(spec, model, layer)['switch_mlp'] = StreamingSwitchGLU(engine, layer)
+    if not d.is_dir(): raise InputError(f"model directory {d} does not exist")
+    return spec_for(read_json(d / 'config.json', 'mlx-lm model config'))
+
+def check_tokenizer(model_dir):
+    "A model directory without tokenizer files is an `InputError` (mlx-lm would fail later, at the first prompt)"
+    d = Path(model_dir)
+    if not any((d / f).is_file() for f in _TOKENIZER_FILES):
+        raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
+
+def cast_params(model, spec:MoESpec, dtype=None):
+    "Apply the backend's dtype policy to `model`'s float parameters (router correction biases keep theirs)"
     dt = dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
+    keep = spec.router_bias_param
     model.update(B.tree_unflatten([(n, w.astype(dt)) for n, w in B.tree_flatten(model.parameters())
-                                   if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt and not n.endswith(('expert_bias', 'e_score_correction_bias'))]))
+                                   if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt
+                                   and not (keep and n.endswith(keep))]))
     B.eval(model.parameters())
-    model.edge0 = engine
+    return model
+
+
+# %% ../nbs/01b_streaming.ipynb #fa171a11
+@dataclass(eq=False)
+class Handle:
+    "A loaded model and what serves it; `close()` (or leaving a `with` block) gives everything back"
+    model:object
+    tokenizer:object
+    spec:MoESpec
+    engine:StreamEngine|None = None                           # None: a resident model
+    decoder:object = None                                     # a prerouted `edge0.decode.Decoder`
+    originals:list = field(default_factory=list, repr=False)  # (block, name, module) the streaming layers replaced
+    def close(self):
+        "Restore the model's own modules, stop every thread and close every file (closing twice is harmless)"
+        if self.decoder is not None: self.decoder.close()
+        for blk, name, module in reversed(self.originals): blk[name] = module
+        self.originals.clear()
+        if self.engine is not None: self.engine.close()
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+
+# %% ../nbs/01b_streaming.ipynb #69498861
+def _model_and_tokenizer(d:Path, lazy:bool):
+    "mlx-lm's model and tokenizer of `d`, from one read of its config"
+    from mlx_lm.utils import load_model, load_tokenizer
+    model, config = load_model(d, lazy=lazy)
     return model, load_tokenizer(d, eos_token_ids=config.get('eos_token_id'))
 
-# %% ../nbs/01b_streaming.ipynb #5f6a99ea
-def stats(model) -> dict:
-    "Per-layer and total streaming counters of a model from `load`"
-    e = model.edge0
-    tot = LayerStats()
-    for s in e.stats.values(): tot.add(s)
-    row = lambda s: dict(asdict(s), cold_fraction=s.cold_fraction, blocked_ms=s.blocked_s * 1e3)
-    return dict(layers={l: row(s) for l, s in e.stats.items()}, total=row(tot), pool=dict(bundles=len(e.pool.lru),
-                bytes_held=e.pool.bytes_held, evictions=e.pool.evictions), peak_active_bytes=max(tot.peak_active, B.memory_stats().peak),
-                staged_rewrites=sum(st.rewrites for st in e.staged.values()))
+def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
+         **kw) -> Handle:
+    "A `Handle` on the model in `model_dir`, every routed `SwitchGLU` streamed from disk (kwargs go to `StreamOptions`)"
+    d = Path(model_dir)
+    spec = spec or model_spec(d)
+    options = options or StreamOptions(**kw)
+    check_tokenizer(d)
+    store = ExpertStore(d, spec, reader=options.reader, threads=options.threads, residency=options.residency)
+    try: engine = StreamEngine(store, options, k)
+    except BaseException:
+        store.close()
+        raise
+    handle = Handle(None, None, spec, engine)
+    try:
+        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True)
+        for layer in spec.moe_layers:
+            blk = block(spec, handle.model, layer)
+            handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
+            blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
+        cast_params(handle.model, spec, dtype)
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
-def reset_stats(model):
+def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
+    "A `Handle` on mlx-lm's resident model in `model_dir` (every expert in memory), under the same dtype policy"
+    spec = spec or model_spec(model_dir)
+    check_tokenizer(model_dir)
+    model, tokenizer = _model_and_tokenizer(Path(model_dir), lazy=False)
+    return Handle(cast_params(model, spec, dtype), tokenizer, spec)
+
+
+# %% ../nbs/01b_streaming.ipynb #5f6a99ea
+def _row(s:LayerStats) -> dict: return dict(asdict(s), cold_fraction=s.cold_fraction, blocked_ms=s.blocked_s * 1e3)
+
+def _stack_bytes(stacks) -> int: return sum(a.nbytes for stack in stacks if stack for a in stack.values())
+
+def stats(engine:StreamEngine) -> dict:
+    "Per-layer and total streaming counters of an engine, with the pool's and the slots' memory"
+    total = LayerStats()
+    for s in engine.stats.values(): total.add(s)
+    pool = engine.pool
+    slot_stacks = [st for slots in (*engine.staged.values(), *engine.planned.values()) for st in slots.stacks]
+    return dict(layers={layer: _row(s) for layer, s in engine.stats.items()}, total=_row(total),
+                pool=dict(bundles=len(pool.lru), bytes_held=pool.bytes_held, evictions=pool.evictions,
+                          budget_bytes=pool.budget_bytes,
+                          resident_layers=sorted(engine.resident), resident_bytes=pool.bytes_reserved),
+                slot_bytes=_stack_bytes(slot_stacks), peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
+                staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())))
+
+def reset_stats(engine:StreamEngine):
     "Zero the counters (the pool and slots keep their contents)"
-    e = model.edge0
-    e.stats = {l: LayerStats() for l in e.spec.moe_layers}; B.reset_peak_memory()
+    engine.stats = {layer: LayerStats() for layer in engine.spec.moe_layers}
+    B.reset_peak_memory()
+

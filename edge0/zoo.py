@@ -4,56 +4,63 @@
 
 # %% ../nbs/00_zoo.ipynb #74b4a41e
 from __future__ import annotations
-import importlib, json, os
+import dataclasses, json, os
 from pathlib import Path
 import numpy as np
 from .backend import core as B
-from .routing import spec_for, resolve_model_type, expert_keys, model_class, MoESpec
-from .files import atomic_dir
+from .routing import SUPPORTED, spec_for, resolve_model_type, expert_keys, model_class, MoESpec
+from .files import InputError, atomic_dir
 
 # %% auto #0
 __all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny',
            'zoo_path', 'build_synthetic']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
-FAMILIES = ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'deepseek_v2', 'deepseek_v3',
-            'glm4_moe', 'bailing_moe', 'bailing_moe_linear', 'bailing_moe_v3', 'bailing_hybrid')
+FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
 
 def _base(mt, L, K, D, V):
-    return dict(model_type=mt, hidden_size=D, num_hidden_layers=L, vocab_size=V, num_attention_heads=4, num_key_value_heads=2,
-                rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=2048, tie_word_embeddings=False,
-                num_experts_per_tok=K, torch_dtype='bfloat16')
+    return dict(model_type=mt, hidden_size=D, num_hidden_layers=L, vocab_size=V, num_attention_heads=4,
+                num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=2048,
+                tie_word_embeddings=False, num_experts_per_tok=K, torch_dtype='bfloat16')
 
 # %% ../nbs/00_zoo.ipynb #8694668b
 def _family(c, mt, E, F):
     "Per-architecture keys on top of `_base`"
     dense = dict(first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0)
     if mt in ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe'):
-        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[],
-                 head_dim=16, norm_topk_prob=True)
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, decoder_sparse_step=1,
+                 mlp_only_layers=[], head_dim=16, norm_topk_prob=True)
     if mt in ('qwen3_next', 'qwen3_5_moe'):
         c.update(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-                 linear_conv_kernel_dim=4, full_attention_interval=2, shared_expert_intermediate_size=64, partial_rotary_factor=0.5)
-    if mt == 'qwen2_moe': c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, shared_expert_intermediate_size=64)
+                 linear_conv_kernel_dim=4, full_attention_interval=2, shared_expert_intermediate_size=64,
+                 partial_rotary_factor=0.5)
+    if mt == 'qwen2_moe':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, shared_expert_intermediate_size=64)
     if mt == 'mixtral': c.update(num_local_experts=E, intermediate_size=F)
     if mt == 'olmoe': c.update(num_experts=E, intermediate_size=F, norm_topk_prob=False, head_dim=16)
     if mt in ('deepseek_v2', 'deepseek_v3', 'glm4_moe'):
-        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, n_shared_experts=1, routed_scaling_factor=2.5,
-                 n_group=4, topk_group=2, moe_layer_freq=1, **dense)
+        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, n_shared_experts=1,
+                 routed_scaling_factor=2.5, n_group=4, topk_group=2, moe_layer_freq=1, **dense)
     if mt in ('deepseek_v2', 'deepseek_v3'):
-        c.update(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, num_key_value_heads=4)
+        c.update(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
+                 num_key_value_heads=4)
     if mt == 'deepseek_v2':
-        c.update(topk_method='group_limited_greedy', rope_scaling=dict(type='yarn', factor=1.0, original_max_position_embeddings=2048,
-                 beta_fast=32, beta_slow=1, mscale=1.0, mscale_all_dim=1.0))
+        yarn = dict(type='yarn', factor=1.0, original_max_position_embeddings=2048, beta_fast=32, beta_slow=1,
+                    mscale=1.0, mscale_all_dim=1.0)
+        c.update(topk_method='group_limited_greedy', rope_scaling=yarn)
     if mt == 'deepseek_v3': c.update(topk_method='noaux_tc', scoring_func='sigmoid', norm_topk_prob=True)
-    if mt == 'glm4_moe': c.update(norm_topk_prob=True, head_dim=16, use_qk_norm=True, attention_bias=False, partial_rotary_factor=0.5, rope_scaling=None)
+    if mt == 'glm4_moe':
+        c.update(norm_topk_prob=True, head_dim=16, use_qk_norm=True, attention_bias=False, partial_rotary_factor=0.5,
+                 rope_scaling=None)
     return c
 
 # %% ../nbs/00_zoo.ipynb #8a1dbac4
 def _bailing(c, mt, E, F):
     c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, num_shared_experts=1, norm_topk_prob=True,
-             first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0, n_group=4, topk_group=2, routed_scaling_factor=2.5)
-    if mt in ('bailing_moe', 'bailing_moe_linear'): c.update(score_function='sigmoid', moe_router_enable_expert_bias=True, head_dim=16)
+             first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0, n_group=4, topk_group=2,
+             routed_scaling_factor=2.5)
+    if mt in ('bailing_moe', 'bailing_moe_linear'):
+        c.update(score_function='sigmoid', moe_router_enable_expert_bias=True, head_dim=16)
     if mt != 'bailing_moe': c.update(layer_group_size=2, group_norm_size=1)
     if mt in ('bailing_hybrid', 'bailing_moe_v3'):
         c.update(head_dim=16, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, q_lora_rank=None,
@@ -67,25 +74,31 @@ def tiny_config(model_type:str, # one of `FAMILIES`
                 k:int|None=None, # experts per token (default 4)
                 hidden:int=64, expert_size:int=64, vocab:int=512) -> dict:
     "A Hugging Face style config.json (as a dict) of a tiny `model_type` MoE"
-    if model_type not in FAMILIES: raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: {', '.join(FAMILIES)}")
+    if model_type not in FAMILIES:
+        raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: {', '.join(FAMILIES)}")
     c = _base(model_type, num_layers, k or 4, hidden, vocab)
-    c = _bailing(c, model_type, num_experts, expert_size) if model_type.startswith('bailing') else _family(c, model_type, num_experts, expert_size)
+    family = _bailing if model_type.startswith('bailing') else _family
+    c = family(c, model_type, num_experts, expert_size)
     if model_type == 'qwen3_5_moe':
-        c['rope_parameters'] = dict(type='default', rope_theta=10000.0, partial_rotary_factor=0.5, mrope_section=[2, 1, 1])
+        c['rope_parameters'] = dict(type='default', rope_theta=10000.0, partial_rotary_factor=0.5,
+                                    mrope_section=[2, 1, 1])
         c = dict(model_type=model_type, architectures=['Qwen3_5MoeForConditionalGeneration'], tie_word_embeddings=False,
                  torch_dtype='bfloat16', text_config=c)
     return c
 
 # %% ../nbs/00_zoo.ipynb #325df2f3
-_ROUTER_BIAS = ('e_score_correction_bias', 'expert_bias')
+def _is_router_bias(name:str, spec:MoESpec) -> bool:
+    return spec.router_bias_param is not None and name.rsplit('.', 1)[-1] == spec.router_bias_param
 
-def randomize(model, seed:int=0):
-    "Fill `model`'s matrices and router biases from numpy's generator seeded with `seed`, in name order"
+def randomize(model, seed:int=0,
+              spec:MoESpec|None=None): # names the router correction bias (default: from `model.args`)
+    "Fill `model`'s matrices and router correction biases from numpy's generator seeded with `seed`, in name order"
+    spec = spec or spec_for(dataclasses.asdict(model.args))
     rng = np.random.default_rng(seed)
     new = []
     for name, p in sorted(B.tree_flatten(model.parameters()), key=lambda t: t[0]):
         if p.ndim >= 2: v = rng.standard_normal(p.shape, np.float32) / np.sqrt(p.shape[-1])
-        elif name.endswith(_ROUTER_BIAS): v = 0.05 * rng.standard_normal(p.shape, np.float32)
+        elif _is_router_bias(name, spec): v = 0.05 * rng.standard_normal(p.shape, np.float32)
         else: continue
         new.append((name, B.array(v).astype(p.dtype)))
     model.update(B.tree_unflatten(new))
@@ -94,15 +107,18 @@ def randomize(model, seed:int=0):
 def tiny_model(config:dict, seed:int=0):
     "An unquantized mlx-lm model for `config` with seeded random weights, and its `MoESpec`"
     Model, Args = model_class(config)
-    model = randomize(Model(Args.from_dict(config)), seed)
+    spec = spec_for(config)
+    B.seed(seed)  # the parameters `randomize` leaves (norms, attention biases) are drawn by mlx at construction
+    model = randomize(Model(Args.from_dict(config)), seed, spec)
     B.eval(model.parameters())
-    return model, spec_for(config)
+    return model, spec
 
 # %% ../nbs/00_zoo.ipynb #e88d47c5
 SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
-_TEXT = ("The expert weights stay on the disk and only the experts a token uses are read. A small head predicts the next "
-         "layer's routing one token ahead, so the reads are hidden behind compute. The quick brown fox jumps over the lazy dog. "
-         "Once upon a time there was a little model that lived on a laptop, and every morning it read a few experts from the disk. ") * 4
+_TEXT = ("The expert weights stay on the disk and only the experts a token uses are read. A small head predicts the "
+         "next layer's routing one token ahead, so the reads are hidden behind compute. The quick brown fox jumps "
+         "over the lazy dog. Once upon a time there was a little model that lived on a laptop, and every morning it "
+         "read a few experts from the disk. ") * 4
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
@@ -113,26 +129,30 @@ def tiny_tokenizer(dst, vocab:int=512) -> int:
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
     tok.train_from_iterator([_TEXT], trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    dst = Path(dst); tok.save(str(dst / 'tokenizer.json'))
-    cfg = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>', pad_token='<|endoftext|>', bos_token=None,
-               chat_template=CHAT_TEMPLATE, model_max_length=2048, clean_up_tokenization_spaces=False)
+    dst = Path(dst)
+    tok.save(str(dst / 'tokenizer.json'))
+    cfg = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>', pad_token='<|endoftext|>',
+               bos_token=None, chat_template=CHAT_TEMPLATE, model_max_length=2048, clean_up_tokenization_spaces=False)
     (dst / 'tokenizer_config.json').write_text(json.dumps(cfg, indent=1))
     return tok.token_to_id('<|im_end|>')
 
 # %% ../nbs/00_zoo.ipynb #2b1d23c2
-def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False, **config_kw) -> Path:
+def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False,
+               **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
     dst = Path(dst)
-    if dst.exists() and not overwrite: raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
     config = tiny_config(model_type, **config_kw)
-    model, _ = tiny_model(config, seed)
+    model, spec = tiny_model(config, seed)
+    # bf16 like a real checkpoint, except the correction bias, which mlx-lm keeps in float32
     model.update(B.tree_unflatten([(n, w.astype(B.bfloat16)) for n, w in B.tree_flatten(model.parameters())
-                                   if w.dtype == B.float32 and not n.endswith(_ROUTER_BIAS)]))
+                                   if w.dtype == B.float32 and not _is_router_bias(n, spec)]))
     if bits: model, config = quantize_model(model, config, group_size, bits)
     with atomic_dir(dst, overwrite) as tmp:
         config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config') or config)['vocab_size'])
-        config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type, seed=seed, bits=bits, group_size=group_size)
+        config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type, seed=seed, bits=bits,
+                                          group_size=group_size)
         save_model(tmp, model)
         save_config(config, tmp / 'config.json')
     return dst
@@ -149,19 +169,32 @@ def zoo_path(model_type:str, root=None, seed:int=0) -> Path:
 def _draw_quantized(rng, shape, bits:int, chunk:int=16):
     "Random normal (scaled by 1/sqrt(fan-in)) weights of `shape`, quantized g64 in chunks along the first axis"
     from edge0.backend import quant as bq
-    parts = [bq.quantize(B.array(rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]), np.float32) / np.sqrt(shape[-1])).astype(B.bfloat16), 64, bits)
-             for i in range(0, shape[0], chunk)]
+    parts = []
+    for i in range(0, shape[0], chunk):
+        w = rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]), np.float32) / np.sqrt(shape[-1])
+        parts.append(bq.quantize(B.array(w).astype(B.bfloat16), 64, bits))
     out = [B.concatenate([p[j] for p in parts]) for j in range(3)]
     B.eval(out)
     return out
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6
+def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int) -> dict:
+    "Router (int8) and stacked int4 experts of one layer, by safetensors key"
+    pre, arrays = f"model.layers.{layer}.mlp", {}
+    for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (num_experts, hidden), 8)):
+        arrays[f"{pre}.gate.{part}"] = a
+    up = (num_experts, expert_size, hidden)
+    for proj, shape in (('gate_proj', up), ('up_proj', up), ('down_proj', (num_experts, hidden, expert_size))):
+        for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, shape, 4)):
+            arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
+    return arrays
+
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
                     seed:int=0, overwrite:bool=False) -> Path:
     "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights, written one shard per layer"
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
-    if dst.exists() and not overwrite: raise FileExistsError(f"{dst} exists; pass overwrite=True to replace it")
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
     config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden, expert_size=expert_size)
     config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8, intermediate_size=4 * expert_size)
     small, _ = tiny_model(config, seed)
@@ -171,18 +204,17 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
     rest = {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}
     del small
     with atomic_dir(dst, overwrite) as tmp:
-        rng, wm, n_sh = np.random.default_rng(seed), {}, num_layers + 1
-        name = lambda i: f"model-{i:05d}-of-{n_sh:05d}.safetensors"
-        B.save_safetensors(tmp / name(1), rest, dict(format='mlx')); wm.update(dict.fromkeys(rest, name(1)))
-        for l in range(num_layers):
-            pre, arrays = f"model.layers.{l}.mlp", {}
-            for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (num_experts, hidden), 8)): arrays[f"{pre}.gate.{part}"] = a
-            for proj, shape in (('gate_proj', (num_experts, expert_size, hidden)), ('up_proj', (num_experts, expert_size, hidden)),
-                                ('down_proj', (num_experts, hidden, expert_size))):
-                for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, shape, 4)): arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
-            B.save_safetensors(tmp / name(l + 2), arrays, dict(format='mlx')); wm.update(dict.fromkeys(arrays, name(l + 2)))
+        rng, weight_map, n_shards = np.random.default_rng(seed), {}, num_layers + 1
+        shard = lambda i: f"model-{i:05d}-of-{n_shards:05d}.safetensors"
+        B.save_safetensors(tmp / shard(1), rest, dict(format='mlx'))
+        weight_map.update(dict.fromkeys(rest, shard(1)))
+        for layer in range(num_layers):
+            arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size)
+            B.save_safetensors(tmp / shard(layer + 2), arrays, dict(format='mlx'))
+            weight_map.update(dict.fromkeys(arrays, shard(layer + 2)))
             del arrays
-        (tmp / 'model.safetensors.index.json').write_text(json.dumps(dict(metadata={}, weight_map=dict(sorted(wm.items()))), indent=1))
+        index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
+        (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
         config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed)
         save_config(config, tmp / 'config.json')

@@ -3,15 +3,18 @@ import json, subprocess
 import numpy as np
 import pytest
 from edge0.backend import core as B
-from edge0.training import teacher_path
+from edge0.files import teacher_path, InputError
 import edge0.decode as D
 
 PROMPT = "Elizabeth said to her sister that"
 
+RESIDENT = 2 * 64  # bundles of the two layers `routing` keeps resident, out of the same budget as the pool
+
 def run(mode, k, n=20, trace=None, record=False, pool=40):
-    model, tok, dec = D.load(teacher_path('edge0-tiny'), mode, k, trace=trace, record_trace=record, pool_bundles=pool, pool_bytes=None)
-    ids = [t for t, _ in D.generate_ids(model, tok.encode(PROMPT), n, decoder=dec)]
-    return ids, dec
+    pool += RESIDENT if mode == 'routing' else 0
+    with D.load(teacher_path('edge0-tiny'), mode, k, trace=trace, record_trace=record, pool_bundles=pool, pool_bytes=None) as h:
+        ids = [t for t, _ in D.generate_ids(h.model, h.tokenizer.encode(PROMPT), n, decoder=h.decoder)]
+        return ids, h.decoder
 
 @pytest.mark.parametrize('k', [8, 4])
 def test_prefetch_and_oracle_reproduce_off(k):
@@ -33,9 +36,9 @@ def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
     orig_planned, orig_flush = D.Decoder._planned, D.Decoder.flush
     def planned(self, layer, blk, x, ids, inds):
         y = orig_planned(self, layer, blk, x, ids, inds)
-        st = self.engine.staged[layer]
-        t = 0  # prerouted slots are one stack per layer
-        seen.append((self.step, layer, ids.copy(), st.table[ids].copy(), {p: B.to_numpy(st.buf[t][p]) for p in st.buf[t]}))  # a snapshot: the buffer is rewritten later
+        slots = self.engine.planned[layer]  # prerouted slots: one stack per layer
+        snapshot = {p: B.to_numpy(a) for p, a in slots.stacks[0].items()}  # the stack is rewritten later
+        seen.append((self.step, layer, ids.copy(), slots.table[ids].copy(), snapshot))
         return y
     def flush(self, *xs):
         orig_flush(self, *xs); plans.append((self.step, {l: v.copy() for l, v in self.plan.items()}))
@@ -46,7 +49,8 @@ def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
     assert d.planned == d.steps * len(dec.planned) and d.experts_planned == d.experts_computed == d.planned * k
     assert d.syncs == d.steps  # one flush a step, no per-layer host sync
     plan_at = dict(plans)
-    store = dec.engine.store
+    from edge0.store import ExpertStore
+    store = ExpertStore(teacher_path('edge0-tiny'))  # the run's own store closed with its handle
     for step, layer, want, slots, stack in seen:
         assert (want == plan_at[step][layer]).all()  # the layer computed the set the flush planned
         assert len(set(want.tolist())) == k
@@ -58,9 +62,10 @@ def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
 def test_mode_errors_name_the_fault(tmp_path):
     import shutil
     bare = shutil.copytree(teacher_path('edge0-tiny'), tmp_path / 'bare', ignore=shutil.ignore_patterns('prerouter*'))
-    with pytest.raises(FileNotFoundError, match='prerouter-k4.safetensors does not exist'): D.load(bare, 'routing', 4)
-    with pytest.raises(ValueError, match="'fast' is not one of"): D.load(bare, 'fast')
-    with pytest.raises(ValueError, match='trained for K=8'): D.load(teacher_path('edge0-tiny'), 'routing', 4, prerouter_path=teacher_path('edge0-tiny') / 'prerouter.safetensors')
+    with pytest.raises((FileNotFoundError, InputError), match='prerouter-k4.safetensors does not exist'): D.load(bare, 'routing', 4)
+    with pytest.raises(InputError, match="'fast' is not one of"): D.load(bare, 'fast')
+    heads8 = teacher_path('edge0-tiny') / 'prerouter.safetensors'
+    with pytest.raises(InputError, match='trained for K=8'): D.load(teacher_path('edge0-tiny'), 'routing', 4, prerouter_path=heads8)
 
 def test_cli_prerouter(edge0_cmd, tmp_path):
     m, t = teacher_path('edge0-tiny'), tmp_path / 'trace.json'

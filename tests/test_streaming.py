@@ -54,16 +54,17 @@ def test_missing_shard(edge0_cmd, model):
     check(edge0_cmd, model, 'model-00002-of-00002.safetensors is missing')
 
 def test_pool_smaller_than_working_set(edge0_cmd, model):
-    check(edge0_cmd, model, "smaller than one token's working set", '4 experts', extra=('--pool-mb', '0.02'))
+    check(edge0_cmd, model, "smaller than one token's working set", '4 experts', extra=('--pool-mib', '0.02'))
 
 def test_read_error_mid_generation_raises(model):
     "A shard that shrinks under a running model: the read fails loudly, in the foreground and in the background reader"
     from edge0.streaming import load
     from edge0.store import StoreError
-    m, tok = load(model, prefill_path='whole_layer')
-    f = model / 'model.safetensors'; os.truncate(f, 1024)
-    with pytest.raises(StoreError, match='stopped after'):
-        B.eval(m(B.array([tok.encode('hello there')])))
+    with load(model, prefill_path='whole_layer') as h:
+        f = model / 'model.safetensors'
+        os.truncate(f, 1024)
+        with pytest.raises(StoreError, match='stopped after'):
+            B.eval(h.model(B.array([h.tokenizer.encode('hello there')])))
 
 def test_streaming_matches_resident_from_a_script(tiny_qwen):
     import mlx_lm
@@ -73,10 +74,11 @@ def test_streaming_matches_resident_from_a_script(tiny_qwen):
     def greedy(m, tok):
         ids = B.array(tok.encode('Once upon a time'))
         return [int(t) for (t, _), _ in zip(generate_step(ids, m, sampler=make_sampler(temp=0.0)), range(32))]
-    ref, tok = mlx_lm.load(str(tiny_qwen)); ref.set_dtype(B.compute_dtype())
+    ref, tok = mlx_lm.load(str(tiny_qwen))
+    ref.set_dtype(B.compute_dtype())
     want = greedy(ref, tok)
     for path in ('exact', 'staged', 'hot'):
-        m, _ = load(tiny_qwen, decode_path=path, pool_bundles=8)
-        assert greedy(m, tok) == want, path
-        s = stats(m)
+        with load(tiny_qwen, decode_path=path, pool_bundles=8) as h:
+            assert greedy(h.model, tok) == want, path
+            s = stats(h.engine)
         assert s['total']['loads'] > 0 and s['pool']['bundles'] <= 8

@@ -5,14 +5,14 @@ import pytest
 
 def fake_corpus(d: Path) -> Path:
     "Three gzip files cut from the committed held-out excerpt, named like the real corpus"
-    from edge0.training import CORPUS, heldout_excerpt
+    from edge0.teachers import CORPUS, heldout_excerpt
     d.mkdir()
     for name, text in zip(CORPUS, heldout_excerpt().values()):
         with gzip.open(d / name, 'wt', encoding='utf-8') as f: f.write(text * 3)
     return d
 
 def test_reproduce_is_exact_on_a_few_steps(tmp_path):
-    from edge0.training import reproduce
+    from edge0.teachers import reproduce
     corpus = fake_corpus(tmp_path / 'corpus')
     runs = [reproduce('edge0-tiny-ds', corpus, tmp_path / f'work{i}', tmp_path / f'out{i}', steps=3, show=False) for i in range(2)]
     for (f0, b0), (f1, b1) in zip([runs[0]], [runs[1]]):
@@ -24,7 +24,7 @@ def test_reproduce_is_exact_on_a_few_steps(tmp_path):
 
 def test_resume_after_interruption_matches(tmp_path):
     "Interrupted after 2 of 4 steps (checkpoint written), then reproduce resumes it: same bytes as 4 straight steps"
-    from edge0.training import reproduce, recipe, prepare, Trainer
+    from edge0.teachers import reproduce, recipe, prepare, Trainer
     corpus = fake_corpus(tmp_path / 'corpus')
     straight = reproduce('edge0-tiny-ds', corpus, tmp_path / 'a', tmp_path / 'outa', steps=4, show=False)[0]
     _, tokens, _ = prepare(corpus, tmp_path / 'b')
@@ -38,10 +38,17 @@ def test_resume_after_interruption_matches(tmp_path):
 def test_committed_teachers_load_and_stream(name):
     import mlx_lm
     from edge0.backend import core as B
-    from edge0.training import teacher_path
+    from edge0.files import teacher_path
     from edge0.streaming import load
     for int4 in (False, True):
         m, tok = mlx_lm.load(str(teacher_path(name, int4)))
         assert m(B.array([tok.encode('The city')])).shape[-1] == 8192
     m, tok = load(teacher_path(name))
     assert m(B.array([tok.encode('The city')])).shape[-1] == 8192
+
+def test_bad_inputs_are_input_errors(tmp_path):
+    "An unknown teacher and a corpus folder without the corpus files are refused with messages that name them"
+    from edge0.files import InputError
+    from edge0.teachers import recipe, corpus_split
+    with pytest.raises(InputError, match='unknown teacher'): recipe('edge0-huge')
+    with pytest.raises(InputError, match='wiki_vital_en.txt.gz'): corpus_split(tmp_path)

@@ -11,7 +11,9 @@ from mlx.utils import tree_flatten as _tree_flatten, tree_unflatten as _tree_unf
 from mlx.nn import Module  # base class of layers installed into mlx-lm models
 from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, int32, int64, bool_,
     softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten, stop_gradient,
-    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, argmax, expand_dims, gather_mm, slice_update, log, exp)
+    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, argmax, expand_dims,
+    gather_mm,
+    slice_update, log, exp)
 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'categorical', 'tree_flatten',
@@ -61,7 +63,7 @@ def tree_unflatten(items:list):
     return _tree_unflatten(items)
 
 def load_arrays(path) -> dict:
-    "`{name: array}` of a small safetensors file (checkpoints of training state; never expert tensors, which the store reads by range)"
+    "`{name: array}` of a small safetensors file (training state; never expert tensors: the store reads those by range)"
     return mx.load(str(path))
 
 def save_safetensors(path, arrays:dict, metadata:dict|None=None):

@@ -21,7 +21,8 @@ def itemsize(dtype:str) -> int:
     return np.dtype(_storage(dtype)).itemsize
 
 def _storage(dtype:str):
-    if dtype not in DTYPES: raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(DTYPES)}")
     return DTYPES[dtype][0]
 
 # %% ../../nbs/00_backend_io.ipynb #18792ca7
@@ -31,13 +32,15 @@ def from_buffer(buf, dtype:str, shape, offset:int=0, evaluate:bool=True):
     n = int(np.prod(shape)) if len(shape) else 1
     need = offset + n * np.dtype(st).itemsize
     if need > len(memoryview(buf).cast('B')):
-        raise ValueError(f"buffer of {len(memoryview(buf).cast('B'))} bytes is too short for {dtype}{list(shape)} at offset {offset} (needs {need})")
+        have = len(memoryview(buf).cast('B'))
+        raise ValueError(f"buffer of {have} bytes is too short for {dtype}{list(shape)} at offset {offset} "
+                         f"(needs {need})")
     a = mx.array(np.frombuffer(buf, dtype=st, count=n, offset=offset).reshape(tuple(shape)))
     target = DTYPES[dtype][1]
     if a.dtype != target: a = a.view(target)
-    if evaluate: mx.eval(a)  # reader threads have streams of their own: a lazy `view` must be evaluated in the thread that made it
+    if evaluate: mx.eval(a)  # reader threads have streams of their own: evaluate a lazy view where it was made
     return a
 
 def materialize(*arrays):
-    "Evaluate arrays made by `from_buffer(..., evaluate=False)`, in the thread that made them (one evaluation for many tensors)"
+    "Evaluate arrays made by `from_buffer(..., evaluate=False)` in the thread that made them (one evaluation for many)"
     mx.eval(*arrays)
