@@ -34,7 +34,7 @@ def evict(model):
 def sequence(model, n):
     "Token ids of the held-out excerpt, as this model's tokenizer encodes it"
     from transformers import AutoTokenizer
-    from edge0.teachers import heldout_excerpt
+    from edge0.files import heldout_excerpt
     tok = AutoTokenizer.from_pretrained(str(model))
     return tok.encode(' '.join(heldout_excerpt(4000).values()))[:n]
 

@@ -11,7 +11,8 @@ import edge0
 
 
 # %% auto #0
-__all__ = ['PKG', 'MODELS', 'DATA', 'InputError', 'teacher_path', 'read_json', 'clear_stale', 'atomic_dir']
+__all__ = ['PKG', 'MODELS', 'DATA', 'PARTS', 'InputError', 'teacher_path', 'line_cut', 'heldout_excerpt', 'read_json',
+           'clear_stale', 'atomic_dir']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -31,6 +32,19 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True) -> Path:
                        if (d / 'config.json').is_file() and not d.name.endswith('-int4'))
         raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(known)})")
     return p
+
+
+# %% ../nbs/00_files.ipynb #212423ca
+PARTS = ('wiki', 'austen', 'shakespeare')  # the excerpt's parts, in the order of the corpus files
+
+def line_cut(text:str, chars:int) -> str:
+    "The first `chars` characters of `text`, cut back to a line boundary"
+    return text[:text.rfind('\n', 0, chars) + 1]
+
+def heldout_excerpt(chars:int|None=None) -> dict:
+    "`{part: text}` of the committed held-out excerpt (about 20,000 characters per corpus file), each cut to `chars`"
+    texts = {part: (DATA / f'heldout-{part}.txt').read_text(encoding='utf-8') for part in PARTS}
+    return {part: line_cut(text, chars) if chars else text for part, text in texts.items()}
 
 
 # %% ../nbs/00_files.ipynb #0c1cfa9c

@@ -205,7 +205,7 @@ def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None)
     p = Path(path or d / prerouter_file(spec, k))
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first "
-                                "(edge0.prerouter.phase1, edge0.training.train_prerouter)")
+                                "(edge0.prerouter.phase1, edge0.phase1.train_prerouter)")
     meta = _provenance(p)
     if meta['base_fingerprint'] != fingerprint(d):
         raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, "

@@ -313,9 +313,9 @@ def _bailing(c, mt):
     bias = v3 or bool(c.get('moe_router_enable_expert_bias', mt == 'bailing_hybrid'))
     score = 'sigmoid' if v3 else c.get('score_function', 'sigmoid' if mt == 'bailing_hybrid' else 'softmax')
     norm = v3 or bool(c.get('norm_topk_prob', True))
-    r = Routing(RouterKind.sigmoid_group, score=score, select=ling.select, norm=norm, norm_eps=ling.norm_eps, norm_k1=v3,
-                scale=float(c.get('routed_scaling_factor', 1.0)), n_group=_count(c, 'n_group', mt, default=1),
-                topk_group=_count(c, 'topk_group', mt, default=1),
+    r = Routing(RouterKind.sigmoid_group, score=score, select=ling.select, norm=norm, norm_eps=ling.norm_eps,
+                norm_k1=v3, scale=float(c.get('routed_scaling_factor', 1.0)),
+                n_group=_count(c, 'n_group', mt, default=1), topk_group=_count(c, 'topk_group', mt, default=1),
                 group_fill=ling.group_fill, bias=bias, cast_back=ling.cast_back)
     shared = c.get('num_shared_experts', 1) > 0 and (v3 or c.get('moe_router_enable_shared_expert', True))
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router=ling.router,

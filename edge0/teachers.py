@@ -12,14 +12,14 @@ from fastcore.basics import patch
 from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
-from .files import DATA, InputError, atomic_dir, read_json
+from .files import PARTS, InputError, atomic_dir, heldout_excerpt, line_cut, read_json
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
-__all__ = ['CORPUS', 'HELDOUT', 'PARTS', 'TEACHERS', 'corpus_split', 'heldout_excerpt', 'write_excerpt', 'train_tokenizer',
-           'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias', 'Trainer', 'perplexity',
-           'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce', 'excerpt_ids']
+__all__ = ['CORPUS', 'HELDOUT', 'TEACHERS', 'corpus_split', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec',
+           'batch_at', 'balance_loss', 'update_bias', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use',
+           'recipe', 'prepare', 'reproduce', 'excerpt_ids']
 
 # %% ../nbs/04a_teachers.ipynb #9878188a
 CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
@@ -40,21 +40,11 @@ def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
     return train_texts, heldout_texts
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
-PARTS = ('wiki', 'austen', 'shakespeare')  # the excerpt's parts, in the order of CORPUS
-
-def _cut(text:str, chars:int) -> str:
-    "The first `chars` characters of `text`, cut back to a line boundary"
-    return text[:text.rfind('\n', 0, chars) + 1]
-
-def heldout_excerpt(chars:int|None=None) -> dict:
-    "`{part: text}` of the committed held-out excerpt (about 20,000 characters per corpus file), each cut to `chars`"
-    texts = {part: (DATA / f'heldout-{part}.txt').read_text(encoding='utf-8') for part in PARTS}
-    return {part: _cut(text, chars) if chars else text for part, text in texts.items()}
-
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
     "Write the first `chars` characters (at a line boundary) of each held-out text to `dst_dir/heldout-<part>.txt`"
     for part, text in zip(PARTS, heldout_texts):
-        (Path(dst_dir) / f'heldout-{part}.txt').write_text(_cut(text, chars), encoding='utf-8')
+        (Path(dst_dir) / f'heldout-{part}.txt').write_text(line_cut(text, chars), encoding='utf-8')
+
 
 # %% ../nbs/04a_teachers.ipynb #3efe23d4
 def train_tokenizer(texts:list, dst, vocab:int=8192) -> Path:

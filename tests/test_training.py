@@ -5,7 +5,8 @@ import pytest
 
 def fake_corpus(d: Path) -> Path:
     "Three gzip files cut from the committed held-out excerpt, named like the real corpus"
-    from edge0.teachers import CORPUS, heldout_excerpt
+    from edge0.teachers import CORPUS
+    from edge0.files import heldout_excerpt
     d.mkdir()
     for name, text in zip(CORPUS, heldout_excerpt().values()):
         with gzip.open(d / name, 'wt', encoding='utf-8') as f: f.write(text * 3)
@@ -43,8 +44,8 @@ def test_committed_teachers_load_and_stream(name):
     for int4 in (False, True):
         m, tok = mlx_lm.load(str(teacher_path(name, int4)))
         assert m(B.array([tok.encode('The city')])).shape[-1] == 8192
-    m, tok = load(teacher_path(name))
-    assert m(B.array([tok.encode('The city')])).shape[-1] == 8192
+    with load(teacher_path(name)) as handle:
+        assert handle.model(B.array([handle.tokenizer.encode('The city')])).shape[-1] == 8192
 
 def test_bad_inputs_are_input_errors(tmp_path):
     "An unknown teacher and a corpus folder without the corpus files are refused with messages that name them"

@@ -7,7 +7,7 @@
 The rendered site is what quarto would show, without quarto: markdown, code and the outputs of a fresh run, every page
 listed in a sidebar (the home page, the architecture page, then the chapters in order), links between notebooks working.
 """
-import argparse, html, json, os, re
+import argparse, html, json, os, re, sys
 from pathlib import Path
 from execnb.nbio import read_nb, write_nb
 from execnb.shell import CaptureShell
@@ -132,11 +132,17 @@ def main():
     pages = [(p.stem, title_of(p)) for p in every]
     out = Path(a.out)
     if not a.inplace: out.mkdir(parents=True, exist_ok=True)
+    failed = []
     for p in paths:
-        nb = run(p, a.flags)
+        try: nb = run(p, a.flags)
+        except Exception as e:  # one broken notebook should not hide the others: report it, render the rest
+            failed.append(p.name)
+            print(f'FAILED {p.name}: {type(e).__name__}: {e}', file=sys.stderr)
+            continue
         if a.inplace: write_nb(nb, p); print('refreshed', p.relative_to(ROOT)); continue
         title = title_of(p)
         (out / f'{p.stem}.html').write_text(with_sidebar(to_html(nb, title), pages, p.stem, title))
         print('rendered', out / f'{p.stem}.html')
+    if failed: sys.exit(f"{len(failed)} notebook(s) failed: {', '.join(failed)}")
 
 if __name__ == '__main__': main()
