@@ -93,7 +93,9 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int):
     index_checkpoint(src)    # unreadable or corrupt headers, overlapping tensors
     if not quantize: return
     if 'quantization' in config:
-        raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized ({config['quantization']})")
+        q = config['quantization']
+        raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized "
+                         f"(int{q.get('bits')} g{q.get('group_size')}); convert it without --quantize")
     try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
     except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
 

@@ -90,7 +90,8 @@ def atomic_dir(dst, overwrite:bool=False):
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite to replace it")
     clear_stale(dst)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
+    try: tmp.mkdir(parents=True)
+    except OSError as e: raise InputError(f"cannot write {dst}: {e.strerror}")
     try:
         yield tmp
         if dst.exists(): shutil.rmtree(dst)
