@@ -136,7 +136,8 @@ def update_bias(taps:RouterTap, rate:float):
     for layer, (_, _, chosen) in taps.seen.items():
         gate = taps.blocks[layer]['gate']  # the module itself, under the tap
         load = np.bincount(np.array(chosen).ravel(), minlength=taps.spec.num_experts).astype(np.float32)
-        gate.e_score_correction_bias = gate.e_score_correction_bias + B.array(rate * np.sign(load.mean() - load))
+        bias = taps.spec.router_bias_param
+        setattr(gate, bias, getattr(gate, bias) + B.array(rate * np.sign(load.mean() - load)))
 
 # %% ../nbs/04a_teachers.ipynb #68f0a028
 def _schedule(teacher:TeacherSpec):
@@ -156,8 +157,8 @@ class Trainer:
         if self.spec.router_bias:  # a fresh router starts unbiased; balancing moves the bias, the optimizer never does
             for layer in self.spec.moe_layers:
                 gate = block(self.spec, self.model, layer)['gate']
-                gate.e_score_correction_bias = B.zeros((self.spec.num_experts,))
-                gate.freeze(recurse=False, keys=['e_score_correction_bias'])
+                setattr(gate, self.spec.router_bias_param, B.zeros((self.spec.num_experts,)))
+                gate.freeze(recurse=False, keys=[self.spec.router_bias_param])
         self.opt = bnn.optim.AdamW(_schedule(teacher), weight_decay=teacher.weight_decay)
         self.step, self.log = 0, []
         self.taps = RouterTap(self.spec, self.model)
@@ -263,9 +264,9 @@ def _token_id(tok_dir, token:str) -> int:
 def export_teacher(trainer:Trainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
     "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into `dst_dir`"
     teacher, model = trainer.teacher, trainer.model
-    balancing_biases = ('e_score_correction_bias', 'expert_bias')  # stay float32, as trained
+    balancing_bias = trainer.spec.router_bias_param  # stays float32, as trained
     to_bf16 = [(name, weight.astype(B.bfloat16)) for name, weight in B.tree_flatten(model.parameters())
-               if not name.endswith(balancing_biases)]
+               if not (balancing_bias and name.endswith(balancing_bias))]
     model.update(B.tree_unflatten(to_bf16))
     config = dict(teacher.config, eos_token_id=_token_id(tok_dir, '<|im_end|>'))
     full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / teacher.name, dict(provenance, precision='bf16'))
