@@ -129,7 +129,8 @@ def _generate_parser(sub):
     g.add_argument('--max-tokens', type=int, default=64)
     g.add_argument('--temp', type=float, default=0.0, help='sampling temperature (0: greedy)')
     g.add_argument('--seed', type=int, default=0)
-    g.add_argument('--resident', action='store_true', help="run mlx-lm's resident model (no streaming)")
+    g.add_argument('--resident', action='store_true',
+                   help="run mlx-lm's resident model (no streaming), under the same dtype policy as streaming")
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='whole_layer')
     g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_positive(float), default=256,

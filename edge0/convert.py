@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, shutil
 from pathlib import Path
 from .routing import spec_for, expert_keys, MoESpec
-from .store import index_checkpoint, read_header, StoreError, TensorInfo
+from .store import index_checkpoint, layer_quant, read_header, StoreError, TensorInfo
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
@@ -61,9 +61,10 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
     "`{layer: [TensorInfo]}` of every MoE layer's stacked experts"
     out = {}
     for layer in spec.moe_layers:
-        missing = [k for k in expert_keys(spec, layer).values() if k not in tensors]
+        keys = expert_keys(spec, layer, layer_quant(spec, tensors, layer)).values()
+        missing = [k for k in keys if k not in tensors]
         if missing: raise StoreError(f"layer {layer}: expert tensor {missing[0]} is in no shard of {src}")
-        out[layer] = [tensors[k] for k in expert_keys(spec, layer).values()]
+        out[layer] = [tensors[k] for k in keys]
     return out
 
 def _repack_into(src:Path, dst:Path):

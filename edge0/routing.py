@@ -6,15 +6,15 @@
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
-import importlib, math
+import importlib, inspect, math
 import numpy as np
 from .backend import core as B
 from .files import InputError
 
 # %% auto #0
-__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_keys',
-           'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'spec_for',
-           'block_routing', 'same_routing', 'weigh', 'RouterTap']
+__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_projs',
+           'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type',
+           'model_class', 'model_args', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -161,13 +161,20 @@ class MoESpec:
                               # 'experts' outputs or of the block 'input'; None: no cast
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.switch_mlp.{proj}.{part}'
-    quant:QuantSpec|None=None
+    quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
+    quant_paths:tuple=()      # ((module path, QuantSpec|None), ...): the config's own entries for expert projections
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
 
     @property
     def router_bias_param(self) -> str|None:
         "Leaf name of the correction-bias parameter (e.g. 'e_score_correction_bias'), or None"
         return self.router_bias.rsplit('.', 1)[-1] if self.router_bias else None
+
+    def quant_of(self, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
+        "How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if scales are stored"
+        own = dict(self.quant_paths)
+        path = f"{self.block_path.format(layer=layer)}.switch_mlp.{proj}"
+        return own[path] if path in own else self.quant if stored else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
 def _attr(obj, path:str):
@@ -176,21 +183,29 @@ def _attr(obj, path:str):
         obj = obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj else getattr(obj, p)
     return obj
 
-def _projs(layout:str):
+def expert_projs(layout:str) -> tuple:
+    "The routed expert projections of a layout"
     return ('gate_up_proj', 'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
 
 def _check_moe_layer(spec:MoESpec, layer:int):
     if layer not in spec.moe_layers:
         raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
 
-def expert_keys(spec:MoESpec, layer:int) -> dict:
-    "`{(proj, part): safetensors key}` of layer `layer`'s stacked routed experts"
+def quant_parts(quant:QuantSpec|None) -> tuple:
+    "The stored parts of a projection quantized by `quant`: affine has biases, the float modes only scales"
+    if quant is None: return ('weight',)
+    return ('weight', 'scales', 'biases') if quant.mode == 'affine' else ('weight', 'scales')
+
+def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
+    "`{(proj, part): safetensors key}` of `layer`'s stacked routed experts (`quant`: `{proj: QuantSpec|None}`)"
     _check_moe_layer(spec, layer)
-    parts = ('weight', 'scales', 'biases') if spec.quant else ('weight',)
-    if spec.expert_bias: parts += ('bias',)
     blk = spec.block_path.format(layer=layer)
-    if spec.layout == 'fused': return {(p, 'weight'): f"{blk}.experts.{p}" for p in _projs('fused')}
-    return {(p, q): spec.key_template.format(block=blk, proj=p, part=q) for p in _projs(spec.layout) for q in parts}
+    if spec.layout == 'fused': return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
+    quant = quant or {p: spec.quant_of(layer, p) for p in expert_projs(spec.layout)}
+    extra = ('bias',) if spec.expert_bias else ()
+    return {(p, part): spec.key_template.format(block=blk, proj=p, part=part)
+            for p in expert_projs(spec.layout) for part in quant_parts(quant[p]) + extra}
+
 
 # %% ../nbs/00_routing.ipynb #9af4b4ec
 def block(spec:MoESpec, model, layer:int):
@@ -245,6 +260,7 @@ def _qwen(c, mt):
     shared = dict(shared='shared_expert', shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk,
                 out_cast='experts' if mt == 'qwen3_moe' else None, **shared)
+    if mt == 'qwen3_5_moe': step, only = 1, set()  # mlx-lm's qwen3_5 makes every layer MoE: it reads neither key
     d['moe_layers'] = _layers(d['num_layers'], lambda i: i not in only and (i + 1) % step == 0)
     return d
 
@@ -348,25 +364,61 @@ def model_class(config:dict):
     module = importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}")
     return module.Model, module.ModelArgs
 
+# %% ../nbs/00_routing.ipynb #a5fdcd12
+_META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization', 'quantization_config')
+
+def model_args(config:dict) -> dict:
+    "`config` as mlx-lm's model reads it: its args class's fields, with the class's defaults and derived values"
+    mt = resolve_model_type(config)
+    _, Args = model_class(config)
+    src = config
+    if mt == 'qwen3_5_moe':  # the language model reads its text config through qwen3_5's own args class
+        Args, src = importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, config.get('text_config', config)
+        if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected an object")
+    # keys the class requires but the config lacks are left to `spec_for`, which refuses only those it needs
+    params = inspect.signature(Args).parameters
+    absent = [n for n, p in params.items() if p.default is p.empty and n not in src]
+    try: args = Args.from_dict({**dict.fromkeys(absent), **src})
+    except Exception as e: raise InputError(f"config.json: mlx-lm's {mt} model cannot read it ({e})")
+    meta = {key: src.get(key, config.get(key)) for key in _META if key in src or key in config}
+    return {**meta, **{k: v for k, v in vars(args).items() if not (k in absent and v is None)}}
+
+
 # %% ../nbs/00_routing.ipynb #a5649b47
 _BITS = (2, 3, 4, 5, 6, 8)  # the widths mlx quantizes to
+# what mlx's kernels take per mode: (bits, group sizes)
+_MODES = {'affine': (_BITS, (32, 64, 128)), 'mxfp4': ((4,), (32,)), 'nvfp4': ((4,), (16,)), 'mxfp8': ((8,), (32,))}
+
+def _check_quant(q:QuantSpec, where:str):
+    "Refuse a quantization mlx's kernels cannot run"
+    if q.mode not in _MODES:
+        raise InputError(f"config.json: {where} mode is {q.mode!r}, expected one of {', '.join(_MODES)}")
+    bits, groups = _MODES[q.mode]
+    if isinstance(q.bits, bool) or q.bits not in bits:
+        raise InputError(f"config.json: {where} bits is {q.bits!r}, expected one of {', '.join(map(str, bits))} "
+                         f"({q.mode})")
+    if isinstance(q.group_size, bool) or q.group_size not in groups:
+        raise InputError(f"config.json: {where} group_size is {q.group_size!r}, expected one of "
+                         f"{', '.join(map(str, groups))} ({q.mode})")
 
 def _check(spec:MoESpec):
     "Refuse config values that would make routing or the expert shapes meaningless"
-    r, E, q = spec.routing, spec.num_experts, spec.quant
+    r, E = spec.routing, spec.num_experts
     if not spec.moe_layers: raise InputError(f"config.json: no layer of this {spec.model_type} model has an MoE block")
     if r.grouped and E % r.n_group:
         raise InputError(f"config.json: n_group is {r.n_group}, expected a divisor of the {E} experts")
     if r.grouped and spec.k > E // r.n_group * r.topk_group:
         raise InputError(f"config.json: num_experts_per_tok is {spec.k}, but topk_group {r.topk_group} of n_group "
                          f"{r.n_group} leaves {E // r.n_group * r.topk_group} experts to pick from")
-    if q is None: return
-    if isinstance(q.bits, bool) or q.bits not in _BITS:
-        raise InputError(f"config.json: quantization bits is {q.bits!r}, expected one of {', '.join(map(str, _BITS))}")
-    g = q.group_size
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or spec.hidden_size % g or spec.expert_size % g:
-        raise InputError(f"config.json: quantization group_size is {g!r}, expected a positive integer dividing "
-                         f"hidden_size ({spec.hidden_size}) and the expert size ({spec.expert_size})")
+    if spec.quant: _check_quant(spec.quant, 'quantization')
+    for path, q in spec.quant_paths:
+        if q: _check_quant(q, f"quantization[{path!r}]")
+
+def _quant_paths(config:dict, block_path:str, moe_layers, layout:str) -> tuple:
+    "The config's own quantization entries for the routed expert projections"
+    q = config.get('quantization') or config.get('quantization_config') or {}
+    paths = [f"{block_path.format(layer=l)}.switch_mlp.{p}" for l in moe_layers for p in expert_projs(layout)]
+    return tuple((path, QuantSpec.from_config(config, path)) for path in paths if path in q)
 
 def spec_for(config:dict, layout:str='separate') -> MoESpec:
     "The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise `InputError`"
@@ -375,12 +427,10 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
         raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported MoE; "
                          f"supported: {', '.join(SUPPORTED)}")
     if layout not in ('separate', 'fused'): raise ValueError(f"layout must be 'separate' or 'fused', got {layout!r}")
-    c = config.get('text_config', config) if mt == 'qwen3_5_moe' else config
-    if not isinstance(c, dict): raise InputError(f"config.json: text_config is {c!r}, expected an object")
-    d = _FAMILIES[mt](c, mt)
-    first = d['moe_layers'][0] if d['moe_layers'] else 0
-    quant = QuantSpec.from_config(config, f"{d['block_path'].format(layer=first)}.switch_mlp.gate_proj")
-    spec = MoESpec(**d, layout=layout, quant=quant)
+    d = _FAMILIES[mt](model_args(config), mt)
+    quant = QuantSpec.from_config(config, '')  # the default: '' is no module's path
+    spec = MoESpec(**d, layout=layout, quant=quant,
+                   quant_paths=_quant_paths(config, d['block_path'], d['moe_layers'], layout))
     _check(spec)
     return spec
 

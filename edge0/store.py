@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import io as bio
-from .routing import spec_for, expert_keys, MoESpec
+from .routing import spec_for, expert_keys, expert_projs, MoESpec
 from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache', 'PreadReader',
-           'MmapReader', 'expected_shapes', 'LoadStats', 'ExpertStore']
+           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -190,17 +190,25 @@ class MmapReader:
             except BufferError: pass  # a view is still alive; the map goes with it
 
 # %% ../nbs/01a_store.ipynb #abaf0851
-def expected_shapes(spec:MoESpec) -> dict:
-    "`{(proj, part): (dtype-kind, per-expert shape)}` that the config implies"
-    D, F, q = spec.hidden_size, spec.expert_size, spec.quant
+def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
+    "`{proj: QuantSpec|None}` of `layer`'s experts, decided as mlx-lm does: the config's entry, else stored scales"
+    blk = spec.block_path.format(layer=layer)
+    stored = lambda p: spec.key_template.format(block=blk, proj=p, part='scales') in tensors
+    return {p: spec.quant_of(layer, p, stored(p)) for p in expert_projs(spec.layout)}
+
+def expected_shapes(spec:MoESpec, quant:dict) -> dict:
+    "`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's quantization imply"
+    D, F = spec.hidden_size, spec.expert_size
     io = {'gate_proj': (F, D), 'up_proj': (F, D), 'down_proj': (D, F), 'gate_up_proj': (2 * F, D)}
     out = {}
-    for (p, part) in expert_keys(spec, spec.moe_layers[0]):
+    for p, q in quant.items():
         o, i = io[p]
-        if part == 'weight': out[p, part] = ('U32', (o, i * q.bits // 32)) if q else ('float', (o, i))
-        elif part in ('scales', 'biases'): out[p, part] = ('float', (o, i // q.group_size))
-        else: out[p, part] = ('float', (o,))
+        out[p, 'weight'] = ('U32', (o, i * q.bits // 32)) if q else ('float', (o, i))
+        if q: out[p, 'scales'] = ('float' if q.mode == 'affine' else 'U8', (o, i // q.group_size))
+        if q and q.mode == 'affine': out[p, 'biases'] = ('float', (o, i // q.group_size))
+        if spec.expert_bias: out[p, 'bias'] = ('float', (o,))
     return out
+
 
 # %% ../nbs/01a_store.ipynb #9d6cb4a0
 @dataclass
@@ -221,35 +229,42 @@ class ExpertStore:
         spec = spec or spec_for(read_json(self.dir / 'config.json', 'model config'))
         if reader not in ('pread', 'mmap'): raise StoreError(f"reader must be 'pread' or 'mmap', got {reader!r}")
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
+        self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
         paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
         self.reader = (PreadReader if reader == 'pread' else MmapReader)(self.fds)
         self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
-        self.expert_nbytes = sum(t.nbytes for t in next(iter(self.layers.values())).values()) // spec.num_experts
+        # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
+        self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
 
 # %% ../nbs/01a_store.ipynb #722de1ed
 from fastcore.basics import patch
 
+def _describe(q) -> str: return f"int{q.bits} g{q.group_size} {q.mode}" if q else 'not quantized'
+
 @patch
 def _check_layer(self:ExpertStore, layer:int) -> dict:
-    s, exp, out = self.spec, expected_shapes(self.spec), {}
-    for key, name in expert_keys(s, layer).items():
+    s, quant, out = self.spec, self.quant[layer], {}
+    expected = expected_shapes(s, quant)
+    for key, name in expert_keys(s, layer, quant).items():
         t = self.tensors.get(name)
         if t is None: raise StoreError(f"layer {layer}: expert tensor {name} is in no shard of {self.dir}")
-        kind, shape = exp[key]
-        ok_dtype = t.dtype == kind if kind == 'U32' else t.dtype in ('F32', 'F16', 'BF16')
-        if not ok_dtype:
-            want = f"U32 (packed int{s.quant.bits})" if kind == 'U32' else 'a float dtype'
+        kind, shape = expected[key]
+        if kind == 'float' and key[1] == 'weight' and t.dtype in ('U32', 'U8'):  # packed, but no scales were found
+            scales = name[:-len('weight')] + 'scales'
+            raise StoreError(f"layer {layer}: {name} is packed ({t.dtype}) but {scales} is in no shard of {self.dir}")
+        if not (t.dtype == kind if kind != 'float' else t.dtype in ('F32', 'F16', 'BF16')):
+            want = 'a float dtype' if kind == 'float' else f"{kind} ({_describe(quant[key[0]])})"
             raise StoreError(f"{t.path.name}: {name} has dtype {t.dtype}, expected {want}")
         if t.shape != (s.num_experts, *shape):
-            quant = f", int{s.quant.bits} g{s.quant.group_size}" if s.quant else ''
             raise StoreError(f"{t.path.name}: {name} has shape {list(t.shape)}, but config.json (hidden "
-                             f"{s.hidden_size}, expert size {s.expert_size}, {s.num_experts} experts{quant}) "
-                             f"implies {[s.num_experts, *shape]}")
+                             f"{s.hidden_size}, expert size {s.expert_size}, {s.num_experts} experts, "
+                             f"{key[0]} {_describe(quant[key[0]])}) implies {[s.num_experts, *shape]}")
         out[key] = t
     return out
+
 
 # %% ../nbs/01a_store.ipynb #95075d0b
 @patch

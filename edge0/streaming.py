@@ -24,10 +24,11 @@ __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
+    quant = quant.get(proj) if isinstance(quant, dict) else quant
     if quant:
         y = bq.gather_qmm(x, w[proj, 'weight'], w[proj, 'scales'], w.get((proj, 'biases')), rhs_indices=idx,
                           transpose=True,
-                          group_size=quant.group_size, bits=quant.bits, sorted_indices=sorted_idx)
+                          group_size=quant.group_size, bits=quant.bits, mode=quant.mode, sorted_indices=sorted_idx)
     else: y = B.gather_mm(x, w[proj, 'weight'].swapaxes(-1, -2), rhs_indices=idx, sorted_indices=sorted_idx)
     if (proj, 'bias') in w: y = y + B.expand_dims(w[proj, 'bias'][idx], -2)
     return y
@@ -35,7 +36,7 @@ def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
-               quant) -> 'array': # QuantSpec or None
+               quant) -> 'array': # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
@@ -202,7 +203,7 @@ class StreamEngine:
     "Store, pool, per-layer path state and counters of one streamed model, serving `k` experts per token"
     def __init__(self, store:ExpertStore, options:StreamOptions|None=None, k:int|None=None):
         self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
-        self.quant, self.num_experts, self.k = self.spec.quant, self.spec.num_experts, k or self.spec.k
+        self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
@@ -220,7 +221,7 @@ class StreamEngine:
     def __call__(self, layer:int, x, indices):
         phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
         self.stats[layer].calls += 1
-        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant)
+        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant[layer])
         else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
         B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
         s = self.stats[layer]
@@ -236,10 +237,11 @@ def _exact(self:StreamEngine, layer:int, x, indices):
     flat = np.array(indices).ravel()
     uniq = np.unique(flat)
     bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
-    if len(flat) == indices.shape[-1]: return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant)
+    if len(flat) == indices.shape[-1]:
+        return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer])
     table = np.zeros(self.num_experts, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.quant)
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.quant[layer])
 
 
 # %% ../nbs/01b_streaming.ipynb #ad1403f1
@@ -290,7 +292,7 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     turn = slots.turn
     slots.turn = (turn + 1) % len(slots.stacks)
     stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)  # first: it updates the expert -> slot table
-    return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant)
+    return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer])
 
 @patch
 def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats, buffer:int=0) -> dict:
@@ -323,16 +325,18 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     slot = table[flat]
     hit = slot >= 0
     self.stats[layer].hits += int(hit.sum())
-    y = expert_mlp(x, B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape)), hs['stack'], self.quant)
+    at = B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape))
+    y = expert_mlp(x, at, hs['stack'], self.quant[layer])
     if hit.all(): return y
     miss = np.unique(flat[~hit]).tolist()
     bundles = self.pool.get(layer, miss, self.stats[layer])
     if len(flat) == indices.shape[-1]:  # one token: compute only the missed experts, no stacking
-        y_miss = per_expert_mlp(x, [None if h else e for e, h in zip(flat, hit)], dict(zip(miss, bundles)), self.quant)
+        missed = [None if h else e for e, h in zip(flat, hit)]
+        y_miss = per_expert_mlp(x, missed, dict(zip(miss, bundles)), self.quant[layer])
     else:
         miss_table = np.zeros(self.num_experts, np.uint32)
         miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
-        y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles), self.quant)
+        y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles), self.quant[layer])
     return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
 
 
@@ -344,7 +348,7 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
     w, cost = pending.result() if pending else self.store.read_layer(layer)
     s.blocked_s += time.perf_counter() - t0
     s.load(cost, bundles=self.num_experts)
-    y = expert_mlp(x, indices, w, self.quant)
+    y = expert_mlp(x, indices, w, self.quant[layer])
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
     if nxt is not None and nxt not in self.resident and self.options.path(nxt, 'prefill') == 'whole_layer':
@@ -371,7 +375,7 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     slots = self.planned[layer]
     at = slots.table[experts]
     exact = int((slots.held[0][at] == experts).sum())
-    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), slots.stacks[0], self.quant)
+    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), slots.stacks[0], self.quant[layer])
     B.async_eval(y)
     s = self.stats[layer]
     s.calls += 1
@@ -445,12 +449,12 @@ def check_tokenizer(model_dir):
         raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
 
 def cast_params(model, spec:MoESpec, dtype=None):
-    "Apply the backend's dtype policy to `model`'s float parameters (router correction biases keep theirs)"
+    "Apply the backend's dtype policy to `model`'s float parameters, but not to those its own `cast_predicate` keeps"
     dt = dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
-    keep = spec.router_bias_param
+    cast = getattr(model, 'cast_predicate', lambda name: True)  # mlx-lm's rule: e.g. A_log, router biases stay float32
     model.update(B.tree_unflatten([(n, w.astype(dt)) for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt
-                                   and not (keep and n.endswith(keep))]))
+                                   and cast(n)]))
     B.eval(model.parameters())
     return model
 

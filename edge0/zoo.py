@@ -13,7 +13,7 @@ from .files import InputError, atomic_dir
 
 # %% auto #0
 __all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny',
-           'zoo_path', 'build_synthetic']
+           'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
@@ -219,3 +219,23 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed)
         save_config(config, tmp / 'config.json')
     return dst
+
+# %% ../nbs/00_zoo.ipynb #34ab5e6a
+def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=True, bits:int=4, group_size:int=64,
+                      mode:str='affine', recipe:str|None=None, seed:int=0, config:dict|None=None, **config_kw) -> Path:
+    "A tiny `model_type` checkpoint written by `mlx_lm.convert` from a float32 source: `dtype`, optionally quantized"
+    import contextlib, io, tempfile
+    from mlx_lm.convert import convert
+    from mlx_lm.utils import save_model, save_config
+    config = config or tiny_config(model_type, **config_kw)
+    model, _ = tiny_model(config, seed)
+    with tempfile.TemporaryDirectory() as src, atomic_dir(dst) as tmp:
+        config['eos_token_id'] = tiny_tokenizer(src, (config.get('text_config') or config)['vocab_size'])
+        save_model(src, model)
+        save_config(config, Path(src) / 'config.json')
+        tmp.rmdir()  # mlx_lm.convert refuses an existing destination
+        with contextlib.redirect_stdout(io.StringIO()):
+            convert(src, str(tmp), quantize=quantize, q_bits=bits if quantize else None, q_group_size=group_size,
+                    q_mode=mode, dtype=dtype, quant_predicate=recipe)
+    return Path(dst)
+

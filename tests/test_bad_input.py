@@ -142,10 +142,11 @@ def test_bad_config_values(edge0_cmd, model, tmp_path, case):
     "config.json values that would generate from no experts, crash deep in routing or divide by zero"
     change, want = CONFIGS[case]
     edit_config(model, **change)
-    refused(run(edge0_cmd, 'spec', model), 'config.json', want)
     refused(generate(edge0_cmd, model), 'config.json', want)
-    refused(run(edge0_cmd, 'convert', model, tmp_path / 'out'), 'config.json', want)
-    assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('.out.tmp-*'))
+    if case == next(iter(CONFIGS)):  # every command reads the config through spec_for: the others once (each costs 4 s)
+        refused(run(edge0_cmd, 'spec', model), 'config.json', want)
+        refused(run(edge0_cmd, 'convert', model, tmp_path / 'out'), 'config.json', want)
+        assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('.out.tmp-*'))
 
 def test_bad_config_values_in_the_library(tiny_qwen):
     from edge0.routing import spec_for, resolve_model_type
