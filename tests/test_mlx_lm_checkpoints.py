@@ -86,6 +86,8 @@ def test_defaults_come_from_mlx_lms_args_class(ckpts):
     ('mixed_4_6', dict(recipe='mixed_4_6', num_layers=4)),                         # 6-bit down_proj in some layers
     ('g128', dict(group_size=128, hidden=64, expert_size=128)),                    # gate/up left unquantized
     ('mxfp4', dict(mode='mxfp4', group_size=32)),                                  # uint8 scales, no biases
+    ('nvfp4', dict(mode='nvfp4', group_size=16)),
+    ('mxfp8', dict(mode='mxfp8', group_size=32, bits=8)),
 ])
 def test_per_tensor_quantization_streams_as_stored(ckpts, name, kw):
     path = mlx_lm_checkpoint('qwen3_moe', ckpts / name, dtype='float32', **kw)
@@ -94,7 +96,7 @@ def test_per_tensor_quantization_streams_as_stored(ckpts, name, kw):
     quant = h.engine.store.quant
     if name == 'mixed_4_6': assert {quant[l]['down_proj'].bits for l in quant} == {4, 6}
     if name == 'g128': assert all(q['gate_proj'] is None and q['down_proj'].group_size == 128 for q in quant.values())
-    if name == 'mxfp4': assert all(q['up_proj'].mode == 'mxfp4' for q in quant.values())
+    if 'mode' in kw: assert all(q['up_proj'].mode == kw['mode'] for q in quant.values())
 
 def test_mixed_bf16_path(ckpts):
     "The bf16 path (what a Mac serves) on a mixed-precision checkpoint, where the CPU's kernels allow it"
