@@ -121,10 +121,11 @@ class Decoder:
                 if layer not in self.planned: engine.keep_resident(layer)
         self.installed = []
         for layer in spec.moe_layers:
-            parent, name = spec.block_path.format(layer=layer).rsplit('.', 1)
+            parent_path, name = spec.block_path.format(layer=layer).rsplit('.', 1)
+            parent = _attr(model, parent_path)
             # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
-            object.__setattr__(_attr(model, parent), name, partial(self.moe_block, layer, block(spec, model, layer)))
-            self.installed.append((_attr(model, parent), name))
+            object.__setattr__(parent, name, partial(self.moe_block, layer, block(spec, model, layer)))
+            self.installed.append((parent, name))
 
     def close(self):
         "Give the model its own blocks back and stop the background reader"
