@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, shutil
 from pathlib import Path
 from .routing import spec_for, expert_keys, MoESpec
-from .store import index_checkpoint, layer_quant, read_header, StoreError, TensorInfo
+from .store import index_checkpoint, layer_quant, model_spec, read_header, StoreError, TensorInfo
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
@@ -68,7 +68,7 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
     return out
 
 def _repack_into(src:Path, dst:Path):
-    spec, tensors = spec_for(read_json(src / 'config.json', 'model config')), index_checkpoint(src)
+    spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
     weight_map = {}

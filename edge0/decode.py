@@ -18,7 +18,7 @@ from .prerouter import Prerouter, features, load_prerouter
 
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'save_trace', 'load_trace', 'DecodeStats', 'Decoder',
+__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'save_trace', 'load_trace', 'DecodeStats', 'Decoder',
            'generate_ids', 'load', 'decode_stats']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
@@ -43,6 +43,10 @@ def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'
 MODES = ('off', 'routing', 'prefetch', 'oracle')
+
+def check_mode(mode:str):
+    "Refuse a decode mode that is not one of `MODES`"
+    if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
 
 def save_trace(trace:list, path, spec:MoESpec, k:int) -> Path:
     "Write a routing trace (`[{layer: ids}]`, one dict per decode step) to `path`"
@@ -96,7 +100,7 @@ class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
                  prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False):
-        if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
+        check_mode(mode)
         if mode in ('routing', 'prefetch') and prerouter is None:
             raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
         if mode == 'oracle' and trace is None:
@@ -271,7 +275,7 @@ def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), dec
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
          options:StreamOptions|None=None, spec:MoESpec|None=None, **kw) -> Handle:
     "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter[-k{k}].safetensors`)"
-    if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
+    check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k
     heads = load_prerouter(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None

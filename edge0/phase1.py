@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import mlx_lm
 from .backend import core as B
-from .files import read_json, teacher_path
+from .files import teacher_path
 from .prerouter import capture, init_prerouter, phase1, recall_report, save_prerouter
-from .routing import spec_for
+from .store import model_spec
 from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
 
 # %% auto #0
@@ -31,7 +31,7 @@ def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, 
     "Phase 1 for teacher `name`'s int4 base (or its copy in `base_dir`) at `k`; the heads are saved beside that base"
     params = dict(PHASE1, **overrides)
     base = Path(base_dir or teacher_path(name))
-    spec = spec_for(read_json(base / 'config.json', 'model config'))
+    spec = model_spec(base)
     k = k or spec.k
     _, tokens, _ = prepare(corpus_dir, work)
     model, tokenizer = mlx_lm.load(str(base))

@@ -8,8 +8,8 @@ import hashlib, json, math, time
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, spec_for, block, route, router_bias, RouterTap, _attr
-from .store import read_header, index_checkpoint
+from .routing import MoESpec, block, route, router_bias, RouterTap, _attr
+from .store import read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
 
@@ -201,7 +201,7 @@ def _provenance(p:Path) -> dict:
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
     "Heads from `prerouter.safetensors` beside the base, checked against it"
     d = Path(base_dir)
-    spec = spec or spec_for(read_json(d / 'config.json', 'model config'))
+    spec = spec or model_spec(d)
     p = Path(path or d / prerouter_file(spec, k))
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first "

@@ -15,7 +15,7 @@ from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache', 'PreadReader',
-           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'ExpertStore']
+           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -221,12 +221,20 @@ class LoadStats:
     @property
     def cold_fraction(self) -> float: return self.cold / self.pages if self.pages else 0.0
 
+# %% ../nbs/01a_store.ipynb #a81bd6dc
+def model_spec(model_dir) -> MoESpec:
+    "The `MoESpec` of the model directory `model_dir`, every fault an `InputError` naming the file"
+    d = Path(model_dir)
+    if not d.is_dir(): raise InputError(f"model directory {d} does not exist")
+    return spec_for(read_json(d / 'config.json', 'mlx-lm model config'))
+
+
 # %% ../nbs/01a_store.ipynb #ec8ef16e
 class ExpertStore:
     "Routed experts of a checkpoint, read on demand by byte range"
     def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True):
         self.dir = Path(model_dir)
-        spec = spec or spec_for(read_json(self.dir / 'config.json', 'model config'))
+        spec = spec or model_spec(self.dir)
         if reader not in ('pread', 'mmap'): raise StoreError(f"reader must be 'pread' or 'mmap', got {reader!r}")
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}

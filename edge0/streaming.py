@@ -11,16 +11,16 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .files import InputError, read_json
-from .routing import MoESpec, spec_for, block
-from .store import ExpertStore, LoadStats, StoreError
+from .files import InputError
+from .routing import MoESpec, block
+from .store import ExpertStore, LoadStats, StoreError, model_spec
 from fastcore.basics import patch
 
 
 # %% auto #0
 __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'model_spec', 'check_tokenizer', 'cast_params', 'Handle', 'load',
-           'load_resident', 'stats', 'reset_stats']
+           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'cast_params', 'Handle', 'load', 'load_resident',
+           'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -94,12 +94,10 @@ class ExpertPool:
     "LRU of expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget"
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None):
         self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
-        in_bytes = None if budget_bytes is None else budget_bytes // store.expert_nbytes
-        caps = [b for b in (budget_bundles, in_bytes) if b is not None]
-        self.budget = min(caps) if caps else None  # in bundles; None: unbounded
         in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
-        self.budget_bytes = min(caps) if caps else None
+        self.budget_bytes = min(caps) if caps else None  # None: unbounded
+        self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes  # in bundles
         self.reserved = 0                           # bundles' worth of memory held outside the LRU (resident layers)
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
         if self.max_bundles < self.k:
@@ -435,12 +433,6 @@ class StreamingSwitchGLU(B.Module):
 
 # %% ../nbs/01b_streaming.ipynb #36712ac6
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'tokenizer.tiktoken')
-
-def model_spec(model_dir) -> MoESpec:
-    "The `MoESpec` of the model directory `model_dir`, every fault an `InputError` naming the file"
-    d = Path(model_dir)
-    if not d.is_dir(): raise InputError(f"model directory {d} does not exist")
-    return spec_for(read_json(d / 'config.json', 'mlx-lm model config'))
 
 def check_tokenizer(model_dir):
     "A model directory without tokenizer files is an `InputError` (mlx-lm would fail later, at the first prompt)"
