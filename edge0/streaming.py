@@ -460,9 +460,11 @@ class Handle:
     spec:MoESpec
     engine:StreamEngine|None = None                           # None: a resident model
     decoder:object = None                                     # a prerouted `edge0.decode.Decoder`
+    adapter:object = None                                     # an attached `edge0.lora.Adapter`
     originals:list = field(default_factory=list, repr=False)  # (block, name, module) the streaming layers replaced
     def close(self):
         "Restore the model's own modules, stop every thread and close every file (closing twice is harmless)"
+        if self.adapter is not None: self.adapter.detach()
         if self.decoder is not None: self.decoder.close()
         for blk, name, module in reversed(self.originals): blk[name] = module
         self.originals.clear()

@@ -10,6 +10,7 @@ from functools import partial
 import mlx.core as mx
 import mlx.nn as _nn
 import mlx.optimizers as optim  # AdamW and the learning-rate schedules, as they are
+from mlx.nn import Linear, QuantizedLinear  # the projections a recovery LoRA wraps
 
 def silu(x): return _nn.silu(x)
 
