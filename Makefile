@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.edge0-installed
 DEMO   := edge0/models/edge0-tiny-int4
 UNAME  := $(shell uname -s)
 
-.PHONY: setup test demo docs docs-html export teachers prerouters bench
+.PHONY: setup test demo docs docs-html export teachers prerouters adapters ladder bench
 
 setup: $(STAMP)
 
@@ -39,6 +39,16 @@ teachers: setup
 prerouters: setup
 	for k in 8 4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train edge0-tiny --phase 1 --k $$k --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out/edge0-tiny-int4/prerouter*.safetensors with edge0/models/edge0-tiny-int4, then copy them there"
+
+# Phases 2 and 3: the recovery LoRA of each teacher at two serving widths (edge0-tiny K=8 and 4, edge0-tiny-ds K=4 and 2;
+# about 15 min per width), beside a copy of the committed base and heads; then the quality ladder over all of them.
+ADAPTERS := edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2
+adapters: setup
+	for tk in $(ADAPTERS); do for phase in 2 3; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase $$phase --k $${tk#*:} --dst build/teachers/out || exit 1; done; done
+	@echo "compare build/teachers/out/*-int4/lora-k*.safetensors with edge0/models, then copy them there; 'make ladder' measures them"
+
+ladder: setup
+	$(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/python bench/quality_ladder.py
 
 # The benchmarks: streaming memory (issue 3) and the prerouter A/B (issue 5); each prints its table.
 bench: setup

@@ -56,17 +56,20 @@ def _open(model_dir, spec, resident, options, prerouter, k, trace, record_trace)
 
 def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=0, resident:bool=False,
              options:StreamOptions|None=None, out=None, prerouter:str|None=None, k:int|None=None,
-             trace=None, record_trace=None, spec:MoESpec|None=None) -> dict:
-    "Generate from the model in `model_dir`, writing text to `out` as it comes; returns the figures (and counters)"
+             trace=None, record_trace=None, spec:MoESpec|None=None, adapter=None, no_adapter:bool=False) -> dict:
+    "Generate from `model_dir` (with `adapter`, or the one beside it), writing text to `out`; returns the figures"
     from edge0.streaming import stats
     from edge0.decode import generate_ids, decode_stats, save_trace
+    from edge0.lora import use_adapter
     out = out or sys.stdout
     if max_tokens < 1: raise CLIError(f"--max-tokens must be at least 1, got {max_tokens}")
     if k is not None and k < 1: raise CLIError(f"--k must be at least 1, got {k}")
     if not prompt: raise CLIError("--prompt is empty: give the text to continue")
     spec = spec or model_spec(model_dir)
     B.seed(seed)
+    if adapter is not None and no_adapter: raise CLIError("--adapter and --no-adapter exclude each other")
     with _open(model_dir, spec, resident, options, prerouter, k, trace, record_trace) as h:
+        lora = None if no_adapter else use_adapter(h, model_dir, adapter)
         ids, times, detok = h.tokenizer.encode(prompt), [], h.tokenizer.detokenizer
         B.reset_peak_memory()
         detok.reset()
@@ -84,7 +87,7 @@ def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=
     n = len(times) - 1
     return dict(prompt_tokens=len(ids), prompt_tps=len(ids) / times[0], generation_tokens=len(times),
                 generation_tps=n / sum(times[1:]) if n else 0.0, peak_memory_bytes=B.memory_stats().peak,
-                stats=counters)
+                stats=counters, adapter=None if lora is None else dict(lora.meta, modules=len(lora.modules)))
 
 
 # %% ../nbs/09_cli.ipynb #686070c2
@@ -145,6 +148,9 @@ def _generate_parser(sub):
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
     g.add_argument('--trace', help="routing trace for --prerouter oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
+    g.add_argument('--adapter', '--adapter-path', dest='adapter', help="recovery LoRA file (default: lora-k{K}.safetensors "
+                   "beside the model, when there is one)")
+    g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
 
 
 # %% ../nbs/09_cli.ipynb #082aae7d
@@ -162,16 +168,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--overwrite', action='store_true')
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='mlx-lm model directory')
-    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0) or its prerouter heads (phase 1) '
+    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0), its prerouter heads (phase 1) or '
+                       'its recovery LoRA (phases 2 and 3) '
                        'from the corpus')
     t.add_argument('teacher', help='edge0-tiny or edge0-tiny-ds')
     t.add_argument('--corpus', default='../shared/data/corpus', help='folder of the licensed corpus')
     t.add_argument('--work', default='build/teachers', help='tokenizer, token cache and resumable checkpoints')
     t.add_argument('--dst', default='build/teachers/out', help='where the bf16 and int4 checkpoints are written')
     t.add_argument('--steps', type=_positive(int), help='train this many steps instead of the recipe')
-    t.add_argument('--phase', type=int, choices=(0, 1), default=0, help='0: the teacher; 1: prerouter heads for its '
-                   'committed int4 base, written beside a copy of the base in DST/<teacher>-int4')
-    t.add_argument('--k', type=_positive(int), help='phase 1: the serving K of the heads (default: native)')
+    t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads for '
+                   'its committed int4 base; 2, 3: its recovery LoRA (SFT, then on-policy distillation); 1-3 write '
+                   'beside a copy of the base in DST/<teacher>-int4')
+    t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
     z.add_argument('family', choices=SUPPORTED)
     z.add_argument('dst', help='directory to create')
@@ -185,8 +193,11 @@ def _cmd_generate(a):
     o = StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mib * 2**20),
                       slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead)
     f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o, prerouter=a.prerouter, k=a.k,
-                 trace=a.trace, record_trace=a.record_trace)
+                 trace=a.trace, record_trace=a.record_trace, adapter=a.adapter, no_adapter=a.no_adapter)
     if a.stats and f['stats']: print(format_stats(f['stats']))
+    if f['adapter']:
+        m = f['adapter']
+        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} projections, K={m['k']}")
     kind = 'resident' if a.resident else 'streamed'
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
           f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "
@@ -202,10 +213,14 @@ def _cmd_train(a):
     import shutil
     from edge0.files import teacher_path
     from edge0.phase1 import train_prerouter
+    from edge0.recovery import train_adapter
     base = Path(a.dst) / f"{a.teacher}-int4"
     if not (base / 'config.json').exists():
-        shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns('prerouter*'))
-    print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **({'steps': a.steps} if a.steps else {})))
+        keep = ('prerouter*', 'lora*') if a.phase == 1 else ('lora*',)  # phases 2 and 3 use the committed heads
+        shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns(*keep))
+    steps = {'steps': a.steps} if a.steps else {}
+    if a.phase == 1: print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **steps))
+    else: print(train_adapter(a.teacher, a.phase, a.corpus, a.work, a.k, base, **steps))
 
 def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)

@@ -126,12 +126,12 @@ def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2
     adapter.meta = meta
     return p
 
-# %% ../nbs/03_lora.ipynb #556b6f0a
+# %% ../nbs/03_lora.ipynb #b03064e0
 def read_adapter(path) -> tuple[dict, dict]:
     "`(weights, provenance)` of an adapter file, its metadata checked"
     p = Path(path)
     if not p.exists(): raise InputError(f"adapter {p} does not exist")
-    meta = dict(read_header(p)[1])
+    meta = dict(read_header(p)[1] or {})
     if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
     for key in ('base_fingerprint', 'k', 'rank', 'alpha', 'targets', 'num_layers', 'heads_fingerprint'):
         if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a complete adapter")

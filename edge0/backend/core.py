@@ -13,7 +13,7 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
     softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten, stop_gradient,
     concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, argmax, expand_dims,
     gather_mm,
-    slice_update, log, exp, logsumexp, random)
+    slice_update, log, exp, logsumexp, split, random)
 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'categorical', 'tree_flatten',
