@@ -148,8 +148,8 @@ def _generate_parser(sub):
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
     g.add_argument('--trace', help="routing trace for --prerouter oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
-    g.add_argument('--adapter', '--adapter-path', dest='adapter', help="recovery LoRA file (default: lora-k{K}.safetensors "
-                   "beside the model, when there is one)")
+    g.add_argument('--adapter', '--adapter-path', dest='adapter',
+                   help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, when there is one)")
     g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
 
 
@@ -197,7 +197,8 @@ def _cmd_generate(a):
     if a.stats and f['stats']: print(format_stats(f['stats']))
     if f['adapter']:
         m = f['adapter']
-        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} projections, K={m['k']}")
+        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} projections, "
+              f"K={m['k']}")
     kind = 'resident' if a.resident else 'streamed'
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
           f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "

@@ -18,7 +18,7 @@ from .teachers import excerpt_ids
 # %% auto #0
 __all__ = ['PROMPT', 'rung_metrics', 'repetition', 'ladder']
 
-# %% ../nbs/04e_ladder.ipynb #4ff7b937
+# %% ../nbs/04e_ladder.ipynb #c9f0deae
 def _log_softmax(z): return z - B.logsumexp(z, axis=-1, keepdims=True)
 
 def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4) -> dict:
@@ -29,7 +29,8 @@ def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4) -> dict:
         lp, lq = _log_softmax(teacher(x).astype(B.float32)), _log_softmax(served(x).astype(B.float32))
         kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
         agree.append(np.array(B.argmax(lp, axis=-1) == B.argmax(lq, axis=-1))[:, :-1])
-        nll.append(-np.take_along_axis(np.array(lq[:, :-1]), windows[i:i + batch, 1:, None].astype(np.int64), -1)[..., 0])
+        targets = windows[i:i + batch, 1:, None].astype(np.int64)
+        nll.append(-np.take_along_axis(np.array(lq[:, :-1]), targets, -1)[..., 0])
     kl, agree, nll = (np.concatenate(a).ravel() for a in (kl, agree, nll))
     return dict(ppl=float(np.exp(nll.mean())), agreement=float(agree.mean()), kl=float(kl.mean()), tokens=int(kl.size))
 
@@ -61,7 +62,7 @@ def _greedy(model):
         return np.array(B.concatenate(out, axis=1))
     return run
 
-# %% ../nbs/04e_ladder.ipynb #d0e870b8
+# %% ../nbs/04e_ladder.ipynb #867dc612
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
            sample:int=48, show:bool=True) -> list:
     "Rows `dict(rung, ppl, agreement, kl, sample)` of teacher `name` served at `k`, every rung in this one process"
@@ -86,7 +87,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
             return student(x)
         return run
     generate = lambda prompts, n: student_generate(student, prompts, n, temp=0)
-    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), lambda p, n: student_generate(student, p, n, 0, prefill=10 ** 9))
+    own = lambda prompts, n: student_generate(student, prompts, n, temp=0, prefill=10 ** 9)  # no token after the prompt
+    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own)
     rung('+ prerouter routing', served(1), generate)
     files = adapters or {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
     for phase, path in files.items():

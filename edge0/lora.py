@@ -211,7 +211,7 @@ def logits_retention(unmerged, merged, base) -> float:
     u, m, b = (np.asarray(a, np.float64) for a in (unmerged, merged, base))
     return float(1 - np.linalg.norm(u - m) / np.linalg.norm(u - b))
 
-# %% ../nbs/03_lora.ipynb #d033bd43
+# %% ../nbs/03_lora.ipynb #a024bafa
 def _dequantized(linear):
     "The float32 weight a projection serves"
     if not isinstance(linear, bnn.QuantizedLinear): return linear.weight.astype(B.float32)
@@ -235,7 +235,8 @@ def weight_report(adapter:Adapter, group_size:int=64, bits:int=4) -> dict:
 def merge_requantized(adapter:Adapter, group_size:int=64, bits:int=4) -> list:
     "Detach `adapter` and serve each projection it wrapped as int4 of (base + delta); returns what to put back"
     put_back = []
-    merged = {path: requantize(_dequantized(m.base) + _delta(m), group_size, bits) for path, m in adapter.modules.items()}
+    merged = {path: requantize(_dequantized(m.base) + _delta(m), group_size, bits)
+              for path, m in adapter.modules.items()}
     originals = {id(module): (parent, name) for parent, name, module in adapter.originals}
     adapter.detach()
     for path, m in adapter.modules.items():

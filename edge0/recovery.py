@@ -143,7 +143,7 @@ def teacher_rows(teacher, tokens:np.ndarray, rows:int, prompt:int, gen:int, temp
         out.append(np.concatenate([prompts[i:i + batch], np.array(B.concatenate(written, axis=1))], axis=1))
     return np.concatenate(out).astype(np.uint16)
 
-# %% ../nbs/04d_recovery.ipynb #dc5674d3
+# %% ../nbs/04d_recovery.ipynb #ed488822
 def _digest(a:np.ndarray) -> str: return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
 
 def _teacher_hash(name:str) -> str:
@@ -164,7 +164,8 @@ def rows_for(name:str, tokens:np.ndarray, work, rows:int, prompt:int, gen:int, t
     ids = teacher_rows(load_teacher(name), tokens, rows, prompt, gen, temp, seed)
     meta = dict(made, sha=_digest(ids), seconds=round(time.time() - t0, 1), date=time.strftime('%Y-%m-%d'))
     Path(work).mkdir(parents=True, exist_ok=True)
-    for path, write in ((ids_path, lambda f: np.save(f, ids)), (meta_path, lambda f: f.write(json.dumps(meta).encode()))):
+    writers = ((ids_path, lambda f: np.save(f, ids)), (meta_path, lambda f: f.write(json.dumps(meta).encode())))
+    for path, write in writers:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         with open(tmp, 'wb') as f: write(f)
         os.replace(tmp, path)
@@ -209,7 +210,7 @@ def stage_file(work, name:str, k:int, phase:int) -> Path:
     "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's)"
     return Path(work) / f"{name}-lora-k{k}-phase{phase}.safetensors"
 
-# %% ../nbs/04d_recovery.ipynb #8e1e43e2
+# %% ../nbs/04d_recovery.ipynb #4782d3d7
 class Recovery:
     "Phase 2 or 3 of the adapter of teacher `name`'s int4 base (or its copy in `base_dir`) at serving width `k`"
     def __init__(self, name:str, phase:int, k:int|None, corpus_dir, work, base_dir=None, show:bool=True, **overrides):
@@ -242,7 +243,8 @@ class Recovery:
         if self.phase == 2:
             return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'], B.float32)
         p = stage_file(self.work, self.name, self.k, 2)
-        if not p.exists(): raise InputError(f"phase 3 starts from phase 2's adapter {p}: run phase 2 at K={self.k} first")
+        if not p.exists():
+            raise InputError(f"phase 3 starts from phase 2's adapter {p}: run phase 2 at K={self.k} first")
         weights, meta = read_adapter(p)
         if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
             raise InputError(f"{p} was trained with other heads than {self.heads}; run phase 2 again")
@@ -282,7 +284,7 @@ def train_step(self:Recovery) -> float:
     self.step += 1
     return loss.item()
 
-# %% ../nbs/04d_recovery.ipynb #cb3d8aa8
+# %% ../nbs/04d_recovery.ipynb #a1d6e51a
 @patch
 def run(self:Recovery, until:int|None=None, ckpt_every:int=50):
     "Train to step `until` (default: the recipe's steps), checkpointing as it goes"
@@ -296,7 +298,8 @@ def run(self:Recovery, until:int|None=None, ckpt_every:int=50):
         loss = self.train_step()
         self.log.append(dict(step=self.step, loss=loss, tok_s=tokens / (time.perf_counter() - t0)))
         bar.update(1)
-        bar.set_postfix(loss=f"{np.mean([e['loss'] for e in self.log[-10:]]):.4f}", tok_s=f"{self.log[-1]['tok_s']:,.0f}")
+        recent = np.mean([e['loss'] for e in self.log[-10:]])
+        bar.set_postfix(loss=f"{recent:.4f}", tok_s=f"{self.log[-1]['tok_s']:,.0f}")
         if self.step % ckpt_every == 0 or self.step == until: self.save()
     bar.close()
     return self
@@ -322,12 +325,13 @@ def resume(self:Recovery):
         raise InputError(f"{self.out / 'state.json'} was written for another recipe; remove {self.out} or use "
                          "another work folder")
     weights = B.load_arrays(self.out / 'adapter.safetensors')
-    for path, m in self.adapter.modules.items(): m.lora_a, m.lora_b = (weights[f"{path}.{n}"] for n in ('lora_a', 'lora_b'))
+    for path, m in self.adapter.modules.items():
+        m.lora_a, m.lora_b = (weights[f"{path}.{n}"] for n in ('lora_a', 'lora_b'))
     self.opt.state = B.tree_unflatten(list(B.load_arrays(self.out / 'optimizer.safetensors').items()))
     self.step, self.log = state['step'], state['log']
     return self
 
-# %% ../nbs/04d_recovery.ipynb #4ffd16ca
+# %% ../nbs/04d_recovery.ipynb #5206d166
 @patch
 def finish(self:Recovery) -> Path:
     "Save the adapter into the work folder and beside the base, with its recipe, data and provenance"
@@ -346,7 +350,8 @@ def finish(self:Recovery) -> Path:
     if self.phase == 3:
         extra['from_phase2'] = hashlib.sha256(stage_file(self.work, name, self.k, 2).read_bytes()).hexdigest()[:16]
     phase = f"phase{self.phase}"
-    save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra, path=stage_file(self.work, name, self.k, self.phase))
+    stage = stage_file(self.work, name, self.k, self.phase)
+    save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra, path=stage)
     return save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra)
 
 def train_adapter(name:str, phase:int, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True,
