@@ -35,13 +35,15 @@ teachers: setup
 	for t in edge0-tiny edge0-tiny-ds; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out with edge0/models, then copy it there to update the committed teachers"
 
-# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (about 8 min each), beside a copy of the committed base.
+# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (about 8 min each) and of edge0-tiny-ds at K=4 and K=2
+# (about 2 min each), beside a copy of the committed base.
 prerouters: setup
-	for k in 8 4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train edge0-tiny --phase 1 --k $$k --dst build/teachers/out || exit 1; done
-	@echo "compare build/teachers/out/edge0-tiny-int4/prerouter*.safetensors with edge0/models/edge0-tiny-int4, then copy them there"
+	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase 1 --k $${tk#*:} --dst build/teachers/out || exit 1; done
+	@echo "compare build/teachers/out/*-int4/prerouter*.safetensors with edge0/models/*-int4, then copy them there"
 
-# Phases 2 and 3: the recovery LoRA of each teacher at two serving widths (edge0-tiny K=8 and 4, edge0-tiny-ds K=4 and 2;
-# about 15 min per width), beside a copy of the committed base and heads; then the quality ladder over all of them.
+# Phases 2 and 3: the recovery LoRA of edge0-tiny at K=8 and K=4 (about 20 min each with OpenBLAS) and of edge0-tiny-ds
+# at its native K=4 and narrowed to K=2 (about 10 min each), beside a copy of the committed base and heads; `make ladder`
+# then measures all of them.
 ADAPTERS := edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2
 adapters: setup
 	for tk in $(ADAPTERS); do for phase in 2 3; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase $$phase --k $${tk#*:} --dst build/teachers/out || exit 1; done; done

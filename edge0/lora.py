@@ -211,7 +211,7 @@ def logits_retention(unmerged, merged, base) -> float:
     u, m, b = (np.asarray(a, np.float64) for a in (unmerged, merged, base))
     return float(1 - np.linalg.norm(u - m) / np.linalg.norm(u - b))
 
-# %% ../nbs/03_lora.ipynb #a024bafa
+# %% ../nbs/03_lora.ipynb #747ddb9c
 def _dequantized(linear):
     "The float32 weight a projection serves"
     if not isinstance(linear, bnn.QuantizedLinear): return linear.weight.astype(B.float32)
@@ -229,7 +229,8 @@ def weight_report(adapter:Adapter, group_size:int=64, bits:int=4) -> dict:
         scales = bq.quantize(w + delta, group_size, bits)[1]
         actual = requantize(w + delta, group_size, bits) - w
         rms = float(np.sqrt(np.mean(np.square(np.array(delta)))))
-        out[path] = dict(retention=weight_retention(actual, delta), delta_rms=rms, step=float(scales.mean()))
+        step = float(np.abs(np.array(scales.astype(B.float32))).mean())  # MLX's scales carry a sign
+        out[path] = dict(retention=weight_retention(actual, delta), delta_rms=rms, step=step)
     return out
 
 def merge_requantized(adapter:Adapter, group_size:int=64, bits:int=4) -> list:
