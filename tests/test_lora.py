@@ -35,39 +35,45 @@ def text(r):
     "The generated text: the output before the figures"
     return r.stdout.split('\nadapter:')[0].split('\nstreamed:')[0]
 
-def test_untrained_adapter_serves_the_base_tokens(edge0_cmd, base):
-    plain = gen(edge0_cmd, base)
+def test_adapter_pick_up_override_and_refusals(edge0_cmd, base, tmp_path):
+    "An untrained adapter beside the base is picked up and changes nothing; --adapter overrides it; a bad one is refused"
+    plain = gen(edge0_cmd, base, '--no-adapter')
     assert plain.returncode == 0, plain.stderr
     assert 'adapter:' not in plain.stdout
-    p = write_adapter(base, 4, trained=False)
+    beside = write_adapter(base, 4, trained=False)
     try:
-        picked = gen(edge0_cmd, base)  # found beside the base
+        picked = gen(edge0_cmd, base)
         assert picked.returncode == 0, picked.stderr
         assert 'adapter: phase2 recovery LoRA, rank 4 on 24 projections, K=4' in picked.stdout
         assert text(picked) == text(plain)
-    finally: p.unlink()
+        adapted = gen(edge0_cmd, base, '--adapter', write_adapter(base, 4, path=tmp_path / 'mine.safetensors'))
+        assert adapted.returncode == 0, adapted.stderr
+        assert text(adapted) != text(plain)
+    finally: beside.unlink()
+    (tmp_path / 'junk.safetensors').write_bytes(b'\x02\x00\x00\x00\x00\x00\x00\x00{}')
+    for args, message in ((('--adapter', tmp_path / 'mine.safetensors', '--no-adapter'), 'exclude each other'),
+                          (('--adapter', write_adapter(base, 8, path=tmp_path / 'k8.safetensors')),
+                           'trained for K=8, this run serves K=4'),
+                          (('--adapter', tmp_path / 'junk.safetensors'), "format None, expected 'edge0-lora/1'")):
+        r = gen(edge0_cmd, base, *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and 'Traceback' not in r.stderr
 
-def test_trained_adapter_changes_the_text_and_no_adapter_turns_it_off(edge0_cmd, base, tmp_path):
-    p = write_adapter(base, 4, path=tmp_path / 'mine.safetensors')
-    plain, adapted = gen(edge0_cmd, base), gen(edge0_cmd, base, '--adapter', p)
-    assert adapted.returncode == 0, adapted.stderr
-    assert text(adapted) != text(plain) and 'adapter:' in adapted.stdout
-    r = gen(edge0_cmd, base, '--adapter', p, '--no-adapter')
-    assert r.returncode == 2 and 'exclude each other' in r.stderr
-
-def test_refusals_name_the_fault(edge0_cmd, base, tmp_path):
-    cases = [(write_adapter(base, 8, path=tmp_path / 'k8.safetensors'), 'trained for K=8, this run serves K=4'),
-             (write_adapter(base, 4, path=tmp_path / 'heads.safetensors', heads_k=8), 'other prerouter heads'),
-             (tmp_path / 'missing.safetensors', 'missing.safetensors does not exist')]
+def test_load_adapter_refuses_other_heads_and_bases(base, tmp_path):
+    "The refusals the CLI prints, raised by the library (the notebook 03_lora shows each)"
+    import mlx_lm
+    from edge0.files import InputError
+    from edge0.lora import load_adapter
+    model, _ = mlx_lm.load(str(base))
+    spec = model_spec(base)
+    other_heads = write_adapter(base, 4, path=tmp_path / 'heads.safetensors', heads_k=8)
+    with pytest.raises(InputError, match='other prerouter heads'):
+        load_adapter(model, base, spec, 4, base / prerouter_file(spec, 4), other_heads)
     other = tmp_path / 'ds'
     shutil.copytree(teacher_path('edge0-tiny-ds'), other, ignore=shutil.ignore_patterns('lora*'))
-    cases.append((write_adapter(other, 4, path=tmp_path / 'ds.safetensors'), 'made for another base'))
-    (tmp_path / 'junk.safetensors').write_bytes(b'\x02\x00\x00\x00\x00\x00\x00\x00{}')
-    cases.append((tmp_path / 'junk.safetensors', "format None, expected 'edge0-lora/1'"))
-    for path, message in cases:
-        r = gen(edge0_cmd, base, '--adapter', path)
-        assert r.returncode == 2 and message in r.stderr, (path, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and 'Traceback' not in r.stderr
+    with pytest.raises(InputError, match='made for another base'):
+        load_adapter(model, base, spec, 4, path=write_adapter(other, 4, path=tmp_path / 'ds.safetensors'))
+    with pytest.raises(InputError, match='does not exist'): load_adapter(model, base, spec, 4, path=tmp_path / 'none')
 
 def test_phase3_needs_phase2(edge0_cmd, tmp_path):
     corpus = tmp_path / 'corpus'
