@@ -18,8 +18,8 @@ from .prerouter import Prerouter, features, load_prerouter
 
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'save_trace', 'load_trace', 'DecodeStats', 'Decoder',
-           'generate_ids', 'load', 'decode_stats']
+__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'save_trace', 'load_trace', 'DecodeStats',
+           'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'load', 'decode_stats']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -96,6 +96,22 @@ class DecodeStats:
     prefetch_used:int = 0      # prefetch mode: own-routed experts the prediction had read ahead
     prefetch_wasted:int = 0    # prefetch mode: predicted experts the layer did not use
 
+def shadow_blocks(spec:MoESpec, model, fn) -> list:
+    "Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes back"
+    installed = []
+    for layer in spec.moe_layers:
+        parent_path, name = spec.block_path.format(layer=layer).rsplit('.', 1)
+        parent = _attr(model, parent_path)
+        # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
+        object.__setattr__(parent, name, partial(fn, layer, block(spec, model, layer)))
+        installed.append((parent, name))
+    return installed
+
+def unshadow(installed:list):
+    "Give the model the blocks `shadow_blocks` shadowed (twice is harmless)"
+    for parent, name in installed: parent.__dict__.pop(name, None)
+    installed.clear()
+
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
@@ -123,18 +139,11 @@ class Decoder:
         if engine is not None and mode == 'routing':
             for layer in spec.moe_layers:
                 if layer not in self.planned: engine.keep_resident(layer)
-        self.installed = []
-        for layer in spec.moe_layers:
-            parent_path, name = spec.block_path.format(layer=layer).rsplit('.', 1)
-            parent = _attr(model, parent_path)
-            # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
-            object.__setattr__(parent, name, partial(self.moe_block, layer, block(spec, model, layer)))
-            self.installed.append((parent, name))
+        self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def close(self):
         "Give the model its own blocks back and stop the background reader"
-        for parent, name in self.installed: parent.__dict__.pop(name, None)
-        self.installed.clear()
+        unshadow(self.installed)
         self.reader.shutdown(wait=True)
         self.pending.clear()
 
