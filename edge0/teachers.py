@@ -18,8 +18,8 @@ from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
 __all__ = ['CORPUS', 'HELDOUT', 'TEACHERS', 'corpus_split', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec',
-           'batch_at', 'balance_loss', 'update_bias', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use',
-           'recipe', 'prepare', 'reproduce', 'excerpt_ids']
+           'batch_at', 'balance_loss', 'update_bias', 'lr_schedule', 'Trainer', 'perplexity', 'export_teacher',
+           'blas_in_use', 'recipe', 'prepare', 'reproduce', 'excerpt_ids']
 
 # %% ../nbs/04a_teachers.ipynb #9878188a
 CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
@@ -140,12 +140,12 @@ def update_bias(taps:RouterTap, rate:float):
         setattr(gate, bias, getattr(gate, bias) + B.array(rate * np.sign(load.mean() - load)))
 
 # %% ../nbs/04a_teachers.ipynb #68f0a028
-def _schedule(teacher:TeacherSpec):
-    "Linear warmup to `lr`, then cosine decay to `lr / 10`"
+def lr_schedule(lr:float, warmup:int, steps:int):
+    "Linear warmup to `lr` over `warmup` steps, then cosine decay to `lr / 10` at `steps`"
     optim = bnn.optim
-    warmup = optim.linear_schedule(teacher.lr / teacher.warmup, teacher.lr, teacher.warmup)
-    decay = optim.cosine_decay(teacher.lr, max(teacher.steps - teacher.warmup, 1), teacher.lr / 10)
-    return optim.join_schedules([warmup, decay], [teacher.warmup])
+    rise = optim.linear_schedule(lr / warmup, lr, warmup)
+    decay = optim.cosine_decay(lr, max(steps - warmup, 1), lr / 10)
+    return optim.join_schedules([rise, decay], [warmup])
 
 class Trainer:
     "Trains a fresh model of `teacher.config` on `tokens`, checkpointing into `out`"
@@ -159,7 +159,8 @@ class Trainer:
                 gate = block(self.spec, self.model, layer)['gate']
                 setattr(gate, self.spec.router_bias_param, B.zeros((self.spec.num_experts,)))
                 gate.freeze(recurse=False, keys=[self.spec.router_bias_param])
-        self.opt = bnn.optim.AdamW(_schedule(teacher), weight_decay=teacher.weight_decay)
+        schedule = lr_schedule(teacher.lr, teacher.warmup, teacher.steps)
+        self.opt = bnn.optim.AdamW(schedule, weight_decay=teacher.weight_decay)
         self.step, self.log = 0, []
         self.taps = RouterTap(self.spec, self.model)
         self._loss_and_grad = bnn.value_and_grad(self.model, self._loss)
