@@ -6,12 +6,15 @@
 from __future__ import annotations
 import json, os, shutil
 from pathlib import Path
+import numpy as np
+from tqdm.auto import tqdm
+from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
 from .store import index_checkpoint, layer_quant, model_spec, read_header, StoreError, TensorInfo
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
-__all__ = ['copy_tensors', 'convert']
+__all__ = ['LAYOUTS', 'copy_tensors', 'convert']
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
 def _safetensors_header(tensors:list, metadata:dict|None) -> bytes:
@@ -25,11 +28,15 @@ def _safetensors_header(tensors:list, metadata:dict|None) -> bytes:
     h += b' ' * (-len(h) % 8)
     return len(h).to_bytes(8, 'little') + h
 
-def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20):
-    "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files) and fsync it"
+def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20, data:dict|None=None):
+    "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or given in `data`)"
+    data = data or {}
     with open(dst, 'wb') as out:
         out.write(_safetensors_header(tensors, metadata))
         for t in tensors:
+            if t.name in data:  # computed here (e.g. packed for torch), not copied
+                out.write(memoryview(data[t.name]).cast('B'))
+                continue
             with open(t.path, 'rb') as src:
                 src.seek(t.start)
                 left = t.nbytes
@@ -67,14 +74,51 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
         out[layer] = [tensors[k] for k in keys]
     return out
 
-def _repack_into(src:Path, dst:Path):
+LAYOUTS = ('mlx', 'torch-cpu')
+
+def _read_array(t:TensorInfo):
+    "The tensor `t` read whole from its file (one layer's experts: hundreds of MB at most)"
+    with open(t.path, 'rb') as f:
+        f.seek(t.start)
+        buf = f.read(t.nbytes)
+    if len(buf) != t.nbytes: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
+    return bio.from_buffer(buf, t.dtype, t.shape)
+
+def _check_torch(spec:MoESpec, tensors:dict, src:Path):
+    "Refuse experts torch's int4 kernel cannot take, before anything is written"
+    if spec.layout != 'separate': raise StoreError(f"{src}: --layout torch-cpu needs separate gate/up/down experts")
+    for layer in spec.moe_layers:
+        for p, q in layer_quant(spec, tensors, layer).items():
+            if q is None or not bq.torch_int4(q.bits, q.group_size, q.mode):
+                what = f"int{q.bits} g{q.group_size} {q.mode}" if q else 'not quantized'
+                raise StoreError(f"{src}: layer {layer} {p} is {what}; --layout torch-cpu needs int4 affine experts "
+                                 f"with group size {'/'.join(map(str, bq.TORCH_GROUPS))} (add --quantize)")
+
+def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
+    "`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied as they are)"
+    quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
+    keys, infos, data = expert_keys(spec, layer, quant), [], {}
+    for p, q in quant.items():
+        packed, sz = bq.torch_pack_experts(*(_read_array(tensors[keys[p, part]]) for part in ('weight', 'scales', 'biases')),
+                                           group_size=q.group_size)
+        for part, a, dt in (('packed', packed, 'U8'), ('sz', sz, 'BF16')):
+            name = spec.key_template.format(block=blk, proj=p, part=part)
+            infos.append(TensorInfo(name, dt, a.shape, None, 0, a.nbytes))
+            data[name] = np.ascontiguousarray(a)
+        if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
+    return infos, data
+
+def _repack_into(src:Path, dst:Path, layout:str='mlx'):
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
+    if layout == 'torch-cpu': _check_torch(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
-    weight_map = {}
-    for layer, ts in experts.items():
+    weight_map, meta = {}, dict(format='mlx', layout=layout)
+    for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
         name = f"model-experts-L{layer:03d}.safetensors"
-        copy_tensors(dst / name, ts, dict(format='mlx', edge0=f'experts of layer {layer}'))
+        data = {}
+        if layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
+        copy_tensors(dst / name, ts, dict(meta, edge0=f'experts of layer {layer}'), data=data)
         weight_map.update({t.name: name for t in ts})
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
@@ -85,14 +129,19 @@ def _repack_into(src:Path, dst:Path):
     (dst / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
 
 # %% ../nbs/01c_convert.ipynb #da855ac7
-def _check_source(src:Path, quantize:bool, bits:int, group_size:int):
+def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx'):
     "Everything `convert` can refuse, refused before anything is written"
+    if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if layout == 'torch-cpu' and not bq.torch_available():
+        raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
     if not (src / 'config.json').exists():
         raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
     config = read_json(src / 'config.json', 'model config')
     spec_for(config)         # unsupported model types and bad config values
-    index_checkpoint(src)    # unreadable or corrupt headers, overlapping tensors
-    if not quantize: return
+    tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors
+    if not quantize:
+        if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
+        return
     if 'quantization' in config:
         q = config['quantization']
         raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized "
@@ -100,19 +149,29 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int):
     try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
     except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
 
+def _record_layout(src:Path, dst:Path, layout:str):
+    "Provenance of a torch-cpu layout in `dst`'s config.json (mlx-lm ignores keys it does not know)"
+    import torch, datetime
+    cfg = read_json(dst / 'config.json', 'model config')
+    cfg['edge0_layout'] = dict(experts=layout, kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__,
+                               source=src.name, date=datetime.date.today().isoformat())
+    (dst / 'config.json').write_text(json.dumps(cfg, indent=4))
+
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
-            overwrite:bool=False) -> Path:
+            overwrite:bool=False, layout:str='mlx') -> Path:
     "Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or with experts repacked"
     src = Path(src)
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
-    _check_source(src, quantize, bits, group_size)
+    if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")
+    _check_source(src, quantize, bits, group_size, layout)
     with atomic_dir(dst, overwrite) as tmp:
         if quantize and repack:
             mid = tmp / '.quantized'
             mid.mkdir()
             _quantize_into(src, mid, bits, group_size)
-            _repack_into(mid, tmp)
+            _repack_into(mid, tmp, layout)
             shutil.rmtree(mid)
         elif quantize: _quantize_into(src, tmp, bits, group_size)
-        else: _repack_into(src, tmp)
+        else: _repack_into(src, tmp, layout)
+        if layout != 'mlx': _record_layout(src, tmp, layout)
     return Path(dst)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from .backend import io as bio
-from .routing import spec_for, expert_keys, expert_projs, MoESpec
+from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
@@ -193,8 +193,13 @@ class MmapReader:
 def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
     "`{proj: QuantSpec|None}` of `layer`'s experts, decided as mlx-lm does: the config's entry, else stored scales"
     blk = spec.block_path.format(layer=layer)
-    stored = lambda p: spec.key_template.format(block=blk, proj=p, part='scales') in tensors
-    return {p: spec.quant_of(layer, p, stored(p)) for p in expert_projs(spec.layout)}
+    key = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
+    def quant(p):
+        q = spec.quant_of(layer, p, key(p, 'scales') in tensors)
+        if key(p, 'packed') in tensors:  # converted with --layout torch-cpu: packed for torch's int4 kernel
+            return QuantSpec(4, q.group_size if q else 64, 'torch')
+        return q
+    return {p: quant(p) for p in expert_projs(spec.layout)}
 
 def expected_shapes(spec:MoESpec, quant:dict) -> dict:
     "`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's quantization imply"
@@ -203,6 +208,10 @@ def expected_shapes(spec:MoESpec, quant:dict) -> dict:
     out = {}
     for p, q in quant.items():
         o, i = io[p]
+        if q and q.mode == 'torch':
+            out[p, 'packed'], out[p, 'sz'] = ('U8', (o, i // 2)), ('BF16', (i // q.group_size, o, 2))
+            if spec.expert_bias: out[p, 'bias'] = ('float', (o,))
+            continue
         out[p, 'weight'] = ('U32', (o, i * q.bits // 32)) if q else ('float', (o, i))
         if q: out[p, 'scales'] = ('float' if q.mode == 'affine' else 'U8', (o, i // q.group_size))
         if q and q.mode == 'affine': out[p, 'biases'] = ('float', (o, i // q.group_size))

@@ -38,6 +38,8 @@ def expert_mlp(x, # (..., D) hidden states
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
                quant) -> 'array': # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
+    q = next(iter(quant.values())) if isinstance(quant, dict) else quant
+    if q is not None and q.mode == 'torch': return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
@@ -188,6 +190,7 @@ class StreamOptions:
     threads:int = 2
     residency:bool = True                      # measure cold fractions with mincore
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
+    kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
         p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
@@ -461,6 +464,8 @@ class Handle:
     engine:StreamEngine|None = None                           # None: a resident model
     decoder:object = None                                     # a prerouted `edge0.decode.Decoder`
     adapter:object = None                                     # an attached `edge0.lora.Adapter`
+    kernels:str = 'mlx'                                       # what computes the quantized products
+    notes:list = field(default_factory=list)                  # what the user should know about how it is served
     originals:list = field(default_factory=list, repr=False)  # (block, name, module) the streaming layers replaced
     def close(self):
         "Restore the model's own modules, stop every thread and close every file (closing twice is harmless)"
@@ -474,11 +479,26 @@ class Handle:
 
 
 # %% ../nbs/01b_streaming.ipynb #69498861
-def _model_and_tokenizer(d:Path, lazy:bool):
-    "mlx-lm's model and tokenizer of `d`, from one read of its config"
+def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
+    "mlx-lm's model and tokenizer of `d`, from one read of its config (`strict=False`: experts stored for torch)"
     from mlx_lm.utils import load_model, load_tokenizer
-    model, config = load_model(d, lazy=lazy)
+    model, config = load_model(d, lazy=lazy, strict=strict)
     return model, load_tokenizer(d, eos_token_ids=config.get('eos_token_id'))
+
+def _torch_packed(store:ExpertStore) -> bool:
+    return any(q is not None and q.mode == 'torch' for qs in store.quant.values() for q in qs.values())
+
+def _kernel_notes(d:Path, kernels:str, store:ExpertStore) -> list:
+    "Refuse experts that `kernels` cannot compute; what the user should know about the ones it can"
+    packed = _torch_packed(store)
+    if packed and kernels != 'torch':
+        raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted with --layout "
+                         f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint")
+    if kernels == 'torch' and not packed:
+        return [f"experts of {d.name} are computed by MLX's kernels, the rest by torch's; "
+                f"`edge0 convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (several times faster "
+                f"decode on a CPU)"]
+    return []
 
 def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
          **kw) -> Handle:
@@ -494,12 +514,15 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         raise
     handle = Handle(None, None, spec, engine)
     try:
-        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True)
+        handle.kernels = bq.check_kernels(options.kernels)
+        handle.notes = _kernel_notes(d, handle.kernels, store)
+        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not _torch_packed(store))
         for layer in spec.moe_layers:
             blk = block(spec, handle.model, layer)
             handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
             blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
         cast_params(handle.model, spec, dtype)
+        if handle.kernels == 'torch': handle.originals += bq.use_torch_kernels(handle.model)
     except BaseException:
         handle.close()
         raise
