@@ -11,6 +11,8 @@ from .files import InputError
 from .routing import MoESpec, SUPPORTED, expert_keys
 from .streaming import PATHS, StreamOptions, model_spec
 from .decode import MODES
+from .backend.quant import KERNELS
+from .convert import LAYOUTS
 
 
 # %% auto #0
@@ -84,10 +86,12 @@ def generate(model_dir, prompt:str, max_tokens:int=64, temp:float=0.0, seed:int=
         out.write(detok.last_segment + '\n')
         if record_trace is not None: save_trace(h.decoder.trace, record_trace, spec, h.decoder.k)
         counters = None if h.engine is None else decode_stats(h) if h.decoder is not None else stats(h.engine)
+        kernels, notes = h.kernels, list(h.notes)
     n = len(times) - 1
     return dict(prompt_tokens=len(ids), prompt_tps=len(ids) / times[0], generation_tokens=len(times),
                 generation_tps=n / sum(times[1:]) if n else 0.0, peak_memory_bytes=B.memory_stats().peak,
-                stats=counters, adapter=None if lora is None else dict(lora.meta, modules=len(lora.modules)))
+                stats=counters, adapter=None if lora is None else dict(lora.meta, modules=len(lora.modules)),
+                kernels=kernels, notes=notes)
 
 
 # %% ../nbs/09_cli.ipynb #686070c2
@@ -142,6 +146,8 @@ def _generate_parser(sub):
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
     g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
+    g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
+                   "where torch is installed, mlx on Metal)")
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
     g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the "
                    "routing), prefetch (predictions warm the pool), oracle (replay --trace)")
@@ -166,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--bits', type=int, default=4)
     c.add_argument('--group-size', type=int, default=64)
     c.add_argument('--overwrite', action='store_true')
+    c.add_argument('--layout', choices=LAYOUTS, default='mlx', help="mlx: experts one file per layer as mlx-lm stores "
+                   "them; torch-cpu: packed for torch's int4 CPU kernel (needs int4 g32-256 experts)")
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='mlx-lm model directory')
     t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0), its prerouter heads (phase 1) or '
@@ -191,9 +199,10 @@ def _parser() -> argparse.ArgumentParser:
 # %% ../nbs/09_cli.ipynb #dfec3a9d
 def _cmd_generate(a):
     o = StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mib * 2**20),
-                      slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead)
+                      slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead, kernels=a.kernels)
     f = generate(a.model, a.prompt, a.max_tokens, a.temp, a.seed, a.resident, o, prerouter=a.prerouter, k=a.k,
                  trace=a.trace, record_trace=a.record_trace, adapter=a.adapter, no_adapter=a.no_adapter)
+    for note in f['notes']: print(f"note: {note}", file=sys.stderr)
     if a.stats and f['stats']: print(format_stats(f['stats']))
     if f['adapter']:
         m = f['adapter']
@@ -229,7 +238,7 @@ def _run(a):
     elif a.cmd == 'convert':
         from edge0.convert import convert
         print(convert(a.src, a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits, group_size=a.group_size,
-                      overwrite=a.overwrite))
+                      overwrite=a.overwrite, layout=a.layout))
     elif a.cmd == 'train': _cmd_train(a)
     elif a.cmd == 'zoo':
         from edge0.zoo import build_tiny

@@ -150,12 +150,18 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
 
 def _record_layout(src:Path, dst:Path, layout:str):
-    "Provenance of a torch-cpu layout in `dst`'s config.json (mlx-lm ignores keys it does not know)"
-    import torch, datetime
+    """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not know); the source's
+    prerouter heads and adapters are copied: they were made for the same weights (the source's fingerprint)"""
+    import datetime
+    from edge0.prerouter import fingerprint
     cfg = read_json(dst / 'config.json', 'model config')
-    cfg['edge0_layout'] = dict(experts=layout, kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__,
-                               source=src.name, date=datetime.date.today().isoformat())
+    cfg['edge0_layout'] = dict(experts=layout, source=src.name, source_fingerprint=fingerprint(src),
+                               date=datetime.date.today().isoformat())
+    if layout == 'torch-cpu':
+        import torch
+        cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__)
     (dst / 'config.json').write_text(json.dumps(cfg, indent=4))
+    for f in (*src.glob('prerouter*.safetensors'), *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
 
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
             overwrite:bool=False, layout:str='mlx') -> Path:
@@ -172,6 +178,7 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
             _repack_into(mid, tmp, layout)
             shutil.rmtree(mid)
         elif quantize: _quantize_into(src, tmp, bits, group_size)
-        else: _repack_into(src, tmp, layout)
-        if layout != 'mlx': _record_layout(src, tmp, layout)
+        else:
+            _repack_into(src, tmp, layout)
+            _record_layout(src, tmp, layout)
     return Path(dst)

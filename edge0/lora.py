@@ -12,7 +12,7 @@ from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError
 from .routing import MoESpec, _attr
 from .store import read_header, model_spec
-from .prerouter import fingerprint
+from .prerouter import fingerprint, base_fingerprints
 
 # %% auto #0
 __all__ = ['TARGETS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file', 'heads_fingerprint',
@@ -21,7 +21,8 @@ __all__ = ['TARGETS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'atta
 
 # %% ../nbs/03_lora.ipynb #fd037366
 def _dims(linear) -> tuple:
-    "`(out, in)` of a `Linear` or a `QuantizedLinear` (whose weight packs `32 // bits` values per uint32)"
+    "`(out, in)` of a `Linear`, a `QuantizedLinear` (whose weight packs `32 // bits` values per uint32) or a `TorchLinear`"
+    if isinstance(linear, bq.TorchLinear): return linear.out_features, linear.in_features
     out, packed = linear.weight.shape
     return out, packed * 32 // linear.bits if isinstance(linear, bnn.QuantizedLinear) else packed
 
@@ -57,7 +58,7 @@ def target_modules(spec:MoESpec, model, targets=TARGETS) -> dict:
     layers = spec.block_path.rsplit('.', 1)[0].split('{layer}')[0]  # e.g. 'model.layers.'
     out = {}
     for path, module in model.named_modules():
-        if not (path.startswith(layers) and isinstance(module, (bnn.Linear, bnn.QuantizedLinear))): continue
+        if not (path.startswith(layers) and isinstance(module, (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear))): continue
         layer, _, rest = path[len(layers):].partition('.')
         kind = _kind(spec, int(layer), rest)
         if kind in targets: out[path] = kind
@@ -166,7 +167,7 @@ def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads
     k = k or spec.k
     p = Path(path or d / adapter_file(k))
     weights, meta = read_adapter(p)
-    if meta['base_fingerprint'] != fingerprint(d):
+    if meta['base_fingerprint'] not in base_fingerprints(d):
         raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, {d} has "
                          f"{fingerprint(d)})")
     if meta['num_layers'] != spec.num_layers:

@@ -15,7 +15,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture', 'pairs',
-           'recall', 'recall_report', 'phase1', 'fingerprint', 'prerouter_file', 'save_prerouter', 'load_prerouter']
+           'recall', 'recall_report', 'phase1', 'fingerprint', 'base_fingerprints', 'prerouter_file', 'save_prerouter',
+           'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -164,6 +165,12 @@ def fingerprint(base_dir) -> str:
         h.update(f"{t.name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
     return h.hexdigest()[:16]
 
+def base_fingerprints(base_dir) -> set:
+    "The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it was converted from one"
+    d = Path(base_dir)
+    layout = read_json(d / 'config.json', 'model config').get('edge0_layout') or {}
+    return {fingerprint(d)} | ({layout['source_fingerprint']} if isinstance(layout, dict) and 'source_fingerprint' in layout else set())
+
 def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
     "`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a narrowed K"
     return 'prerouter.safetensors' if k in (None, spec.k) else f'prerouter-k{k}.safetensors'
@@ -207,7 +214,7 @@ def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None)
         raise FileNotFoundError(f"{p} does not exist: train heads for K={k or spec.k} first "
                                 "(edge0.prerouter.phase1, edge0.phase1.train_prerouter)")
     meta = _provenance(p)
-    if meta['base_fingerprint'] != fingerprint(d):
+    if meta['base_fingerprint'] not in base_fingerprints(d):
         raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, "
                          f"{d} has {fingerprint(d)})")
     if meta['num_layers'] != spec.num_layers:

@@ -23,7 +23,7 @@ def mlx_lm_tokens(path, dtype=None):
     return greedy(model, tok), tok
 
 def streamed_tokens(path, dtype=None, **kw):
-    with load(path, dtype=dtype, pool_bundles=12, **kw) as h:
+    with load(path, dtype=dtype, pool_bundles=12, kernels='mlx', **kw) as h:
         return greedy(h.model, h.tokenizer), stats(h.engine), h
 
 @pytest.fixture(scope='module')

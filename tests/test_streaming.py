@@ -60,7 +60,7 @@ def test_read_error_mid_generation_raises(model):
     "A shard that shrinks under a running model: the read fails loudly, in the foreground and in the background reader"
     from edge0.streaming import load
     from edge0.store import StoreError
-    with load(model, prefill_path='whole_layer') as h:
+    with load(model, prefill_path='whole_layer', kernels='mlx') as h:
         f = model / 'model.safetensors'
         os.truncate(f, 1024)
         with pytest.raises(StoreError, match='stopped after'):
@@ -78,7 +78,7 @@ def test_streaming_matches_resident_from_a_script(tiny_qwen):
     ref.set_dtype(B.compute_dtype())
     want = greedy(ref, tok)
     for path in ('exact', 'staged', 'hot'):
-        with load(tiny_qwen, decode_path=path, pool_bundles=8) as h:
+        with load(tiny_qwen, decode_path=path, pool_bundles=8, kernels='mlx') as h:
             assert greedy(h.model, tok) == want, path
             s = stats(h.engine)
         assert s['total']['loads'] > 0 and s['pool']['bundles'] <= 8

@@ -44,7 +44,7 @@ def test_committed_teachers_load_and_stream(name):
     for int4 in (False, True):
         m, tok = mlx_lm.load(str(teacher_path(name, int4)))
         assert m(B.array([tok.encode('The city')])).shape[-1] == 8192
-    with load(teacher_path(name)) as handle:
+    with load(teacher_path(name), kernels='mlx') as handle:
         assert handle.model(B.array([handle.tokenizer.encode('The city')])).shape[-1] == 8192
 
 def test_bad_inputs_are_input_errors(tmp_path):
