@@ -9,7 +9,7 @@ from .backend import core as B
 from .routing import MoESpec, RouterTap, route, router_bias
 
 # %% auto #0
-__all__ = ['routing_trace', 'routing_stats']
+__all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']
 
 # %% ../nbs/04b_routing_stats.ipynb #e6b83283
 def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256) -> dict:
@@ -36,3 +36,30 @@ def routing_stats(trace:dict, n_experts:int) -> dict:
         stats[layer] = dict(load=load, reuse_recall=shared.mean() / k, jaccard=(shared / (2 * k - shared)).mean(),
                             max_over_mean=load.max() * n_experts, chance=k / n_experts)
     return stats
+
+# %% ../nbs/04b_routing_stats.ipynb #b5267063
+def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) -> dict:
+    "Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used over `n_tokens` tokens"
+    from edge0.files import heldout_excerpt
+    from edge0.streaming import load
+    load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * 2**20), **load_kw)
+    with load(model_dir, **load_kw) as h:
+        text = '\n'.join(heldout_excerpt().values())
+        tokens = np.array(h.tokenizer.encode(text)[:n_tokens + 1])
+        trace = routing_trace(h.model, h.spec, tokens, k, seq=n_tokens)
+        n = h.spec.num_experts
+    st = routing_stats(trace, n)
+    return {layer: dict(reuse=st[layer]['reuse_recall'], coverage=len(np.unique(ids)) / n, chance=st[layer]['chance'],
+                        max_over_mean=st[layer]['max_over_mean']) for layer, ids in trace.items()}
+
+def format_routing(report:dict, name:str='') -> str:
+    "`checkpoint_routing`'s figures as lines, with a warning where the routing is degenerate"
+    cov, reuse = [r['coverage'] for r in report.values()], [r['reuse'] for r in report.values()]
+    lines = [f"routing of {name} ({len(report)} MoE layers, chance reuse {next(iter(report.values()))['chance']:.2f}): "
+             f"experts used over the tokens {min(cov):.0%}-{max(cov):.0%} per layer (median {np.median(cov):.0%}), "
+             f"reuse of the previous token's experts {min(reuse):.2f}-{max(reuse):.2f} (median {np.median(reuse):.2f})"]
+    bad = [l for l, r in report.items() if r['coverage'] < 0.75]
+    if bad: lines.append(f"WARNING: layers {bad} use under 75% of their experts: routing is degenerate, I/O figures "
+                         "will be understated")
+    return '\n'.join(lines)
+

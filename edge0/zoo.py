@@ -12,8 +12,8 @@ from .routing import SUPPORTED, spec_for, resolve_model_type, expert_keys, model
 from .files import InputError, atomic_dir
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny',
-           'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
+__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer',
+           'build_tiny', 'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
@@ -166,22 +166,22 @@ def zoo_path(model_type:str, root=None, seed:int=0) -> Path:
     return p
 
 # %% ../nbs/00_zoo.ipynb #786576de
-def _draw_quantized(rng, shape, bits:int, chunk:int=16):
-    "Random normal (scaled by 1/sqrt(fan-in)) weights of `shape`, quantized g64 in chunks along the first axis"
+def _draw_quantized(rng, shape, bits:int, chunk:int=16, gain:float=1.0):
+    "Zero-mean normal weights of `shape` (`gain`/sqrt(fan-in)), quantized g64 in chunks along the first axis"
     from edge0.backend import quant as bq
     parts = []
     for i in range(0, shape[0], chunk):
-        w = rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]), np.float32) / np.sqrt(shape[-1])
+        w = rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]), np.float32) * (gain / np.sqrt(shape[-1]))
         parts.append(bq.quantize(B.array(w).astype(B.bfloat16), 64, bits))
     out = [B.concatenate([p[j] for p in parts]) for j in range(3)]
     B.eval(out)
     return out
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6
-def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int) -> dict:
+def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int, router_gain:float=1.0) -> dict:
     "Router (int8) and stacked int4 experts of one layer, by safetensors key"
     pre, arrays = f"model.layers.{layer}.mlp", {}
-    for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (num_experts, hidden), 8)):
+    for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (num_experts, hidden), 8, gain=router_gain)):
         arrays[f"{pre}.gate.{part}"] = a
     up = (num_experts, expert_size, hidden)
     for proj, shape in (('gate_proj', up), ('up_proj', up), ('down_proj', (num_experts, hidden, expert_size))):
@@ -189,16 +189,21 @@ def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:in
             arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
     return arrays
 
+SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)  # see "Routing like a trained model" below
+
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
-                    seed:int=0, overwrite:bool=False) -> Path:
-    "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights, written one shard per layer"
+                    seed:int=0, overwrite:bool=False, gains:dict|None=None) -> Path:
+    "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained model's"
+    gains = dict(SYNTHETIC_GAINS, **(gains or {}))
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
     config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden, expert_size=expert_size)
     config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8, intermediate_size=4 * expert_size)
     small, _ = tiny_model(config, seed)
-    small.update(B.tree_unflatten([(n, w.astype(B.bfloat16)) for n, w in B.tree_flatten(small.parameters())]))
+    scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'  # rows at unit RMS
+                       else gains['attn_out'] if n.endswith('self_attn.o_proj.weight') else 1.0)
+    small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16)) for n, w in B.tree_flatten(small.parameters())]))
     small, config = quantize_model(small, config, 64, 4)
     config['num_experts'] = num_experts
     rest = {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}
@@ -209,14 +214,14 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
         B.save_safetensors(tmp / shard(1), rest, dict(format='mlx'))
         weight_map.update(dict.fromkeys(rest, shard(1)))
         for layer in range(num_layers):
-            arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size)
+            arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size, gains['router'])
             B.save_safetensors(tmp / shard(layer + 2), arrays, dict(format='mlx'))
             weight_map.update(dict.fromkeys(arrays, shard(layer + 2)))
             del arrays
         index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
         (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
         config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
-        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed)
+        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed, gains=gains)
         save_config(config, tmp / 'config.json')
     return dst
 
