@@ -55,7 +55,7 @@ def arm(a):
         # the layers `routing` keeps resident come out of the same budget as the pool: they are added, so every arm's pool is a.pool_mb
         budget = int(a.pool_mb * 2**20) + (resident_bytes(a.model, a.k) if a.arm == 'routing' else 0)
         handle = load(a.model, a.arm, a.k, trace=a.trace if a.arm == 'oracle' else None, record_trace=bool(a.record),
-                      pool_bytes=budget, prefill_path='exact')
+                      pool_bytes=budget, prefill_path='exact', kernels=a.kernels)
         model, dec = handle.model, handle.decoder
     evicting = []  # seconds spent evicting the checkpoint, taken out of the step times
     if a.cold_steps and a.arm != 'compute':
@@ -239,6 +239,7 @@ def main():
     # one arm (internal)
     ap.add_argument('--arm'); ap.add_argument('--k', type=int); ap.add_argument('--model'); ap.add_argument('--seq')
     ap.add_argument('--make-heads')
+    ap.add_argument('--kernels', choices=('mlx', 'torch'), help="what computes the quantized products (default: edge0's)")
     ap.add_argument('--trace'); ap.add_argument('--record'); ap.add_argument('--pool-mb', type=float); ap.add_argument('--cold-steps', action='store_true')
     a = ap.parse_args()
     if a.arm: return arm(a)

@@ -139,7 +139,7 @@ def _generate_parser(sub):
     g.add_argument('--resident', action='store_true',
                    help="run mlx-lm's resident model (no streaming), under the same dtype policy as streaming")
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
-    g.add_argument('--prefill-path', choices=PATHS, default='whole_layer')
+    g.add_argument('--prefill-path', choices=PATHS, default='auto')
     g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_positive(float), default=256,
                    help='budget of all expert memory in MiB (2**20 bytes): the pool plus resident layers')
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')

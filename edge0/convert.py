@@ -93,14 +93,17 @@ def _check_torch(spec:MoESpec, tensors:dict, src:Path):
                 what = f"int{q.bits} g{q.group_size} {q.mode}" if q else 'not quantized'
                 raise StoreError(f"{src}: layer {layer} {p} is {what}; --layout torch-cpu needs int4 affine experts "
                                  f"with group size {'/'.join(map(str, bq.TORCH_GROUPS))} (add --quantize)")
+            out = spec.hidden_size if p == 'down_proj' else spec.expert_size
+            if out % 16: raise StoreError(f"{src}: layer {layer} {p} has {out} outputs; torch's int4 packing needs a "
+                                          "multiple of 16 (serve this checkpoint with kernels='mlx')")
 
 def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
     "`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied as they are)"
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
     keys, infos, data = expert_keys(spec, layer, quant), [], {}
     for p, q in quant.items():
-        packed, sz = bq.torch_pack_experts(*(_read_array(tensors[keys[p, part]]) for part in ('weight', 'scales', 'biases')),
-                                           group_size=q.group_size)
+        parts = (_read_array(tensors[keys[p, part]]) for part in ('weight', 'scales', 'biases'))
+        packed, sz = bq.torch_pack_experts(*parts, group_size=q.group_size)
         for part, a, dt in (('packed', packed, 'U8'), ('sz', sz, 'BF16')):
             name = spec.key_template.format(block=blk, proj=p, part=part)
             infos.append(TensorInfo(name, dt, a.shape, None, 0, a.nbytes))

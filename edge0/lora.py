@@ -15,13 +15,13 @@ from .store import read_header, model_spec
 from .prerouter import fingerprint, base_fingerprints
 
 # %% auto #0
-__all__ = ['TARGETS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file', 'heads_fingerprint',
-           'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'requantize', 'weight_retention',
-           'logits_retention', 'weight_report', 'merge_requantized']
+__all__ = ['TARGETS', 'PROJECTIONS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file',
+           'heads_fingerprint', 'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'requantize',
+           'weight_retention', 'logits_retention', 'weight_report', 'merge_requantized']
 
 # %% ../nbs/03_lora.ipynb #fd037366
 def _dims(linear) -> tuple:
-    "`(out, in)` of a `Linear`, a `QuantizedLinear` (whose weight packs `32 // bits` values per uint32) or a `TorchLinear`"
+    "`(out, in)` of a `Linear`, `QuantizedLinear` (its weight packs `32 // bits` values per uint32) or `TorchLinear`"
     if isinstance(linear, bq.TorchLinear): return linear.out_features, linear.in_features
     out, packed = linear.weight.shape
     return out, packed * 32 // linear.bits if isinstance(linear, bnn.QuantizedLinear) else packed
@@ -41,6 +41,7 @@ class LoRALinear(B.Module):
 
 # %% ../nbs/03_lora.ipynb #901faef4
 TARGETS = ('attention', 'linear_attention', 'shared', 'dense')
+PROJECTIONS = (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear)  # what an adapter wraps (TorchLinear: kernels='torch')
 
 def _kind(spec:MoESpec, layer:int, rest:str) -> str|None:
     "The target kind of the module at `rest` (a path inside layer `layer`), or None"
@@ -58,7 +59,7 @@ def target_modules(spec:MoESpec, model, targets=TARGETS) -> dict:
     layers = spec.block_path.rsplit('.', 1)[0].split('{layer}')[0]  # e.g. 'model.layers.'
     out = {}
     for path, module in model.named_modules():
-        if not (path.startswith(layers) and isinstance(module, (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear))): continue
+        if not (path.startswith(layers) and isinstance(module, PROJECTIONS)): continue
         layer, _, rest = path[len(layers):].partition('.')
         kind = _kind(spec, int(layer), rest)
         if kind in targets: out[path] = kind

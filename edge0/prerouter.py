@@ -43,6 +43,7 @@ def features(h, routed, routed_prev, E:int):
 def router_weight(spec:MoESpec, model, layer:int):
     "Float32 (E, D) router weight of `layer` (dequantized if the router is quantized)"
     r = _attr(block(spec, model, layer), spec.router)
+    if isinstance(r, bq.TorchLinear): return r.dense_weight()  # served by torch's kernels
     if not isinstance(r, dict): return r.astype(B.float32)  # a plain weight array (DeepSeek's MoEGate)
     w = r['weight']
     if 'scales' in r:
@@ -166,10 +167,11 @@ def fingerprint(base_dir) -> str:
     return h.hexdigest()[:16]
 
 def base_fingerprints(base_dir) -> set:
-    "The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it was converted from one"
+    "The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it was converted"
     d = Path(base_dir)
     layout = read_json(d / 'config.json', 'model config').get('edge0_layout') or {}
-    return {fingerprint(d)} | ({layout['source_fingerprint']} if isinstance(layout, dict) and 'source_fingerprint' in layout else set())
+    source = layout.get('source_fingerprint') if isinstance(layout, dict) else None
+    return {fingerprint(d)} | ({source} if source else set())
 
 def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
     "`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a narrowed K"

@@ -194,7 +194,7 @@ def _check_moe_layer(spec:MoESpec, layer:int):
 def quant_parts(quant:QuantSpec|None) -> tuple:
     "The stored parts of a projection quantized by `quant`: affine has biases, the float modes only scales"
     if quant is None: return ('weight',)
-    if quant.mode == 'torch': return ('packed', 'sz')  # packed for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
+    if quant.mode == 'torch': return ('packed', 'sz')  # for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
     return ('weight', 'scales', 'biases') if quant.mode == 'affine' else ('weight', 'scales')
 
 def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:

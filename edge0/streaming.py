@@ -172,13 +172,13 @@ def clear(self:ExpertPool):
 
 
 # %% ../nbs/01b_streaming.ipynb #b8813b82
-PATHS = ('exact', 'staged', 'hot', 'whole_layer')
+PATHS = ('exact', 'staged', 'hot', 'whole_layer', 'auto')
 
 @dataclass
 class StreamOptions:
     "How the streaming layers read and compute experts"
     decode_path:str = 'exact'
-    prefill_path:str = 'whole_layer'
+    prefill_path:str = 'auto'
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
     pool_bytes:int|None = 256 * 2**20          # budget of all expert memory (pool + resident layers), bytes
     pool_bundles:int|None = None
@@ -190,6 +190,7 @@ class StreamOptions:
     threads:int = 2
     residency:bool = True                      # measure cold fractions with mincore
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
+    whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
     kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
@@ -216,6 +217,7 @@ class StreamEngine:
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
         self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
+        self.read_costs = {}  # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
         self.next_layer = dict(zip(self.spec.moe_layers, self.spec.moe_layers[1:]))
         self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
 
@@ -355,6 +357,29 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
     if nxt is not None and nxt not in self.resident and self.options.path(nxt, 'prefill') == 'whole_layer':
         if self.options.readahead: self.store.hint_layer(nxt)
         self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
+    return y
+
+
+# %% ../nbs/01b_streaming.ipynb #f238f5d8
+@patch
+def whole_layer_threshold(self:StreamEngine) -> float:
+    "Missing experts above which `auto` reads a layer whole: the measured cost ratio, else `whole_layer_share` x E"
+    c = self.read_costs
+    if 'expert' in c and 'layer' in c and c['expert'] > 0: return c['layer'] / c['expert']
+    return self.options.whole_layer_share * self.num_experts
+
+@patch
+def _auto(self:StreamEngine, layer:int, x, indices):
+    need = np.unique(np.array(indices)).tolist()
+    miss = sum(not self.pool.has(layer, e) for e in need)
+    whole = miss > self.whole_layer_threshold()
+    s = self.stats[layer]
+    blocked, loads = s.blocked_s, s.loads
+    y = (self._whole_layer if whole else self._exact)(layer, x, indices)
+    if s.loads > loads:  # fold this read's cost per unit into the running average
+        waited = s.blocked_s - blocked
+        key, per = ('layer', waited) if whole else ('expert', waited / (s.loads - loads))
+        self.read_costs[key] = per if key not in self.read_costs else 0.8 * self.read_costs[key] + 0.2 * per
     return y
 
 

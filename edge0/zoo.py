@@ -181,7 +181,8 @@ def _draw_quantized(rng, shape, bits:int, chunk:int=16, gain:float=1.0):
 def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int, router_gain:float=1.0) -> dict:
     "Router (int8) and stacked int4 experts of one layer, by safetensors key"
     pre, arrays = f"model.layers.{layer}.mlp", {}
-    for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (num_experts, hidden), 8, gain=router_gain)):
+    router = _draw_quantized(rng, (num_experts, hidden), 8, gain=router_gain)
+    for part, a in zip(('weight', 'scales', 'biases'), router):
         arrays[f"{pre}.gate.{part}"] = a
     up = (num_experts, expert_size, hidden)
     for proj, shape in (('gate_proj', up), ('up_proj', up), ('down_proj', (num_experts, hidden, expert_size))):
@@ -203,7 +204,8 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
     small, _ = tiny_model(config, seed)
     scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'  # rows at unit RMS
                        else gains['attn_out'] if n.endswith('self_attn.o_proj.weight') else 1.0)
-    small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16)) for n, w in B.tree_flatten(small.parameters())]))
+    small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16))
+                                   for n, w in B.tree_flatten(small.parameters())]))
     small, config = quantize_model(small, config, 64, 4)
     config['num_experts'] = num_experts
     rest = {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}

@@ -1,0 +1,180 @@
+"""Torch's int4 kernels against MLX's on the CPU: a Qwen3-30B-A3B-shaped checkpoint served under a 3 GB memory cap, and a 2 GB
+synthetic served warm against mlx-lm's resident model.
+
+    python bench/cpu_kernels.py                      # build what is missing (about 20 min, 34 GB of disk), run, print both tables
+    python bench/cpu_kernels.py --rounds 3 --tokens 8 --skip-small
+
+1. The 30B shape (48 layers, 128 experts, top-8, hidden 2048, expert FFN 768; 16.6 GB) is built by `edge0.zoo.build_synthetic`
+   (weights that route like a trained model's: its routing statistics are printed first) and converted to the torch-cpu layout.
+   Its prerouter heads are warm-started from the routers and distilled briefly on its own forward passes (streamed, torch
+   kernels), and saved for both layouts. Arms: kernels mlx (the mlx-lm checkpoint) vs torch (the converted one) x prerouter
+   off vs routing x K=8 and K=4. Every arm runs in its own process inside a child memory cgroup capped at 3 GB, starts with the
+   checkpoint evicted from the page cache, decodes the same forced token sequence with a 1 GiB expert pool; arm order rotates
+   every round; medians over rounds. Per arm: decode tok/s, step ms, blocked and compute ms per step, MB read per token, peak
+   RSS; per K the roofline bound max(compute ms per step, MB per step / the cold read bandwidth measured through the store).
+   Targets: torch >= 5x mlx decode (off, K=8); routing within 1.15x of its bound.
+2. The streaming benchmark's 2 GB synthetic (20 layers, hidden 1024), no cap, page cache warm: edge0 (torch kernels, experts in
+   the torch-cpu layout, a pool that holds every expert) against mlx-lm's resident model. Target: edge0 >= 2x resident decode.
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys, time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from streaming_memory import MemoryCap  # noqa: E402
+from prerouter_ab import sequence, evict, read_bandwidth, med, shards  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+AB = Path(__file__).resolve().parent / 'prerouter_ab.py'
+SHAPE_30B = dict(num_layers=48, num_experts=128, k=8, hidden=2048, expert_size=768)
+
+def build(mlx_dir:Path, torch_dir:Path, **shape):
+    "The mlx-lm checkpoint and its torch-cpu conversion, built where missing"
+    from edge0.zoo import build_synthetic
+    from edge0.convert import convert
+    if not (mlx_dir / 'config.json').exists():
+        t0 = time.time(); print(f'building {mlx_dir} ...', flush=True)
+        build_synthetic(mlx_dir, overwrite=True, **shape); print(f'  {time.time() - t0:.0f} s', flush=True)
+    if not (torch_dir / 'config.json').exists():
+        t0 = time.time(); print(f'converting to {torch_dir} (--layout torch-cpu) ...', flush=True)
+        convert(mlx_dir, torch_dir, layout='torch-cpu', overwrite=True); print(f'  {time.time() - t0:.0f} s', flush=True)
+
+def make_heads(mlx_dir, torch_dir, k, tokens=512, steps=60):
+    "Heads warm-started from the routers and distilled on the converted checkpoint's own (streamed) forward passes"
+    import numpy as np
+    from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter, prerouter_file
+    from edge0.streaming import load
+    mlx_dir, torch_dir = Path(mlx_dir), Path(torch_dir)
+    with load(torch_dir, kernels='torch', prefill_path='exact', pool_bytes=1 << 30) as h:
+        ids = np.array(sequence(torch_dir, tokens))
+        t0 = time.time(); cap = capture(h.spec, h.model, ids, k, seq=256)
+        print(f'  captured {len(ids)} tokens in {time.time() - t0:.0f} s', flush=True)
+        pr = init_prerouter(h.spec, h.model, owners=h.spec.moe_layers[:-1], k=k)
+    log = phase1(pr, cap, steps=steps, batch=128, lr=1e-4, show=False)
+    print(f'  phase 1: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
+    p = save_prerouter(pr, mlx_dir, extra=dict(builder='bench/cpu_kernels.py', train_tokens=len(ids), steps=steps, lr=1e-4))
+    shutil.copy2(p, torch_dir / p.name)  # the converted checkpoint accepts its source's heads (edge0_layout.source_fingerprint)
+
+def run_arm(kernels, mode, k, model, seq, a, cap=None):
+    cmd = [sys.executable, str(AB), '--arm', mode, '--k', str(k), '--model', str(model), '--seq', str(seq), '--tokens',
+           str(a.tokens), '--prompt', str(a.prompt), '--pool-mb', str(a.pool_mb), '--kernels', kernels]
+    evict(model)
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cap.preexec if cap else None, timeout=3600)
+    for line in r.stdout.splitlines():
+        if line.startswith('RESULT '): return dict(json.loads(line[7:]), wall_s=time.time() - t0)
+    return dict(arm=mode, k=k, failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
+
+def routing_report(model):
+    from edge0.routing_stats import checkpoint_routing, format_routing
+    t0 = time.time()
+    rep = checkpoint_routing(model, kernels='torch')
+    print(format_routing(rep, Path(model).name) + f"  [{time.time() - t0:.0f} s]", flush=True)
+    return {str(l): v for l, v in rep.items()}
+
+def big(a):
+    mlx_dir, torch_dir = Path(a.out) / 'qwen3-30b-shape', Path(a.out) / 'qwen3-30b-shape-torch'
+    build(mlx_dir, torch_dir, **SHAPE_30B)
+    routing = routing_report(torch_dir)
+    from edge0.prerouter import prerouter_file
+    from edge0.streaming import model_spec
+    spec = model_spec(mlx_dir)
+    for k in a.ks:
+        if not (mlx_dir / prerouter_file(spec, k)).exists():
+            print(f'distilling heads at K={k} ...', flush=True); make_heads(mlx_dir, torch_dir, k)
+    size = sum(f.stat().st_size for f in shards(mlx_dir))
+    seq = Path(a.out) / '30b-sequence.json'
+    seq.write_text(json.dumps(sequence(mlx_dir, a.prompt + a.tokens + 1)))
+    cap = MemoryCap(int(a.cap_gb * 2**30))
+    if cap.path is None: raise SystemExit('no child memory cgroup can be made here: the capped benchmark needs one (run as root)')
+    print(f"\n=== 30B shape, {size / 2**30:.1f} GiB, under a {a.cap_gb:g} GiB memory cap; pool {a.pool_mb:g} MiB; "
+          f"{a.tokens} forced decode steps after a {a.prompt}-token prompt; {a.rounds} rounds", flush=True)
+    bw = {k: read_bandwidth(torch_dir, k) for k in a.ks}
+    arms = [(kern, mode, k) for k in a.ks for mode in ('off', 'routing') for kern in ('mlx', 'torch')]
+    res = {}
+    for rnd in range(a.rounds):
+        order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
+        for kern, mode, k in order:
+            r = run_arm(kern, mode, k, mlx_dir if kern == 'mlx' else torch_dir, seq, a, cap)
+            res.setdefault((kern, mode, k), []).append(r)
+            print(f"  round {rnd + 1} {kern}/{mode}/K{k}: " + (f"{r['decode_tps']:.2f} tok/s ({r['wall_s']:.0f} s)"
+                  if not r.get('failed') else f"FAILED {r.get('returncode')} {r.get('stderr', '')[-200:]}"), flush=True)
+    cap.close()
+    rows = {}
+    print(f"\n  {'kernels':8}{'mode':9}{'K':>2}{'tok/s':>8}{'step ms':>9}{'blocked':>8}{'compute':>8}{'MB/tok':>8}{'RSS MB':>8}"
+          f"{'bound ms':>9}{'x bound':>8}  notes")
+    for kern, mode, k in arms:
+        rs = res[kern, mode, k]
+        step, blocked, mb = med(rs, 'step_ms'), med(rs, 'blocked_ms_per_step'), med(rs, 'mb_per_step')
+        compute = step - blocked
+        bound = max(compute, 1e3 * mb / bw[k])
+        fails = [r for r in rs if r.get('failed')]
+        notes = [f"{len(fails)} failed (exit {fails[0]['returncode']})"] if fails else []
+        if mode == 'routing': notes.append(f"dropped {sum(r.get('dropped', 0) for r in rs)}")
+        rows[f"{kern}/{mode}/K{k}"] = dict(tps=med(rs, 'decode_tps'), step_ms=step, blocked_ms=blocked, compute_ms=compute, mb=mb,
+                                           rss_mb=med(rs, 'rss_mb'), bound_ms=bound, read_mib_s=bw[k], failed=len(fails))
+        print(f"  {kern:8}{mode:9}{k:>2}{med(rs, 'decode_tps'):>8.2f}{step:>9.0f}{blocked:>8.0f}{compute:>8.0f}{mb:>8.0f}"
+              f"{med(rs, 'rss_mb'):>8.0f}{bound:>9.0f}{step / bound:>8.2f}  {'; '.join(notes)}")
+    for k in a.ks:
+        print(f"  K={k}: cold read bandwidth through the store {bw[k]:.0f} MiB/s")
+        ratio = rows[f'torch/off/K{k}']['tps'] / rows[f'mlx/off/K{k}']['tps']
+        print(f"  target: torch >= 5x mlx decode (off, K={k}): {ratio:.2f}x -> {'MET' if ratio >= 5 else 'NOT MET'}")
+        r = rows[f'torch/routing/K{k}']
+        print(f"  target: routing (torch) within 1.15x of its bound at K={k}: {r['step_ms'] / r['bound_ms']:.2f}x -> "
+              f"{'MET' if r['step_ms'] <= 1.15 * r['bound_ms'] else 'NOT MET'} (blocked {r['blocked_ms']:.0f} of {r['step_ms']:.0f} ms)")
+    return dict(routing=routing, rows=rows, cap_gb=a.cap_gb, pool_mb=a.pool_mb, size_gib=size / 2**30)
+
+def small(a):
+    mlx_dir, torch_dir = Path(a.out) / 'qwen3moe-2g', Path(a.out) / 'qwen3moe-2g-torch'
+    build(mlx_dir, torch_dir)  # the streaming benchmark's default shape
+    routing = routing_report(torch_dir)
+    size = sum(f.stat().st_size for f in shards(mlx_dir))
+    seq = Path(a.out) / '2g-sequence.json'
+    seq.write_text(json.dumps(sequence(mlx_dir, a.prompt + a.small_tokens + 1)))
+    print(f"\n=== 2 GB synthetic ({size / 2**30:.2f} GiB), no cap, page cache warm; {a.small_tokens} forced decode steps", flush=True)
+    arms, res = (('resident', mlx_dir), ('torch', torch_dir), ('mlx', mlx_dir)), {}
+    b = argparse.Namespace(**{**vars(a), 'tokens': a.small_tokens, 'pool_mb': 1.2 * size / 2**20})
+    for rnd in range(a.rounds):
+        order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
+        for name, model in order:
+            for f in shards(model): f.read_bytes()  # warm: the page cache holds the checkpoint for every arm
+            mode, kern = ('compute', 'mlx') if name == 'resident' else ('off', name)
+            cmd = [sys.executable, str(AB), '--arm', mode, '--k', '8', '--model', str(model), '--seq', str(seq), '--tokens',
+                   str(b.tokens), '--prompt', str(a.prompt), '--pool-mb', str(b.pool_mb), '--kernels', kern]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+            out = next((json.loads(l[7:]) for l in r.stdout.splitlines() if l.startswith('RESULT ')),
+                       dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:]))
+            res.setdefault(name, []).append(out)
+            print(f"  round {rnd + 1} {name}: " + (f"{out['decode_tps']:.2f} tok/s" if not out.get('failed') else f"FAILED {out}"), flush=True)
+    rows = {n: dict(tps=med(rs, 'decode_tps'), step_ms=med(rs, 'step_ms'), rss_mb=med(rs, 'rss_mb')) for n, rs in res.items()}
+    names = dict(resident="mlx-lm resident (MLX kernels)", torch="edge0 streamed, torch kernels", mlx="edge0 streamed, MLX kernels")
+    for n, r in rows.items(): print(f"  {names[n]:32} {r['tps']:7.2f} tok/s  step {r['step_ms']:7.1f} ms  peak RSS {r['rss_mb']:7.0f} MB")
+    same = all(r.get('tokens') == res['resident'][0].get('tokens') for r in res['mlx'])
+    print(f"  edge0 with MLX kernels decodes the resident model's tokens: {same}")
+    ratio = rows['torch']['tps'] / rows['resident']['tps']
+    print(f"  target: edge0 (torch) >= 2x mlx-lm's resident decode: {ratio:.2f}x -> {'MET' if ratio >= 2 else 'NOT MET'}")
+    return dict(routing=routing, rows=rows, size_gib=size / 2**30)
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--ks', default='8,4')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--tokens', type=int, default=8, help='forced decode steps per arm on the 30B shape')
+    ap.add_argument('--small-tokens', type=int, default=32, help='forced decode steps per arm on the 2 GB synthetic')
+    ap.add_argument('--prompt', type=int, default=5)
+    ap.add_argument('--cap-gb', type=float, default=3.0)
+    ap.add_argument('--pool-mb', type=float, default=1024)
+    ap.add_argument('--skip-big', action='store_true'); ap.add_argument('--skip-small', action='store_true')
+    ap.add_argument('--out', default=str(ROOT / 'build' / 'bench'))
+    ap.add_argument('--json', default=str(ROOT / 'bench' / 'results' / 'cpu_kernels.json'))
+    ap.add_argument('--make-heads', nargs=3, metavar=('MLX_DIR', 'TORCH_DIR', 'K'), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.make_heads: return make_heads(a.make_heads[0], a.make_heads[1], int(a.make_heads[2]))
+    a.ks = [int(k) for k in a.ks.split(',')]
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    out = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{os.uname().machine}, {os.cpu_count()} cores", rounds=a.rounds)
+    if not a.skip_small: out['small'] = small(a)
+    if not a.skip_big: out['big'] = big(a)
+    Path(a.json).write_text(json.dumps(out, indent=1))
+    print(f"\nwrote {a.json}")
+
+if __name__ == '__main__': main()
