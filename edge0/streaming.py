@@ -60,6 +60,15 @@ def per_expert_mlp(x, # (..., 1 token, D)
                    bundles:dict, # {expert: {(proj, part): array}}
                    quant) -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
+    q = next(iter(quant.values())) if isinstance(quant, dict) else quant
+    if q is not None and q.mode == 'torch':  # one call for all of them, on the bundles as they are
+        keep = [i for i, e in enumerate(experts) if e is not None]
+        w = {key: [bundles[int(experts[i])][key] for i in keep] for key in bundles[int(experts[keep[0]])]}
+        y = bq.torch_expert_mlp(x, np.broadcast_to(np.arange(len(keep)), x.shape[:-1] + (len(keep),)), w, q.group_size)
+        if len(keep) == len(experts): return y
+        out = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype)] * len(experts)
+        for j, i in enumerate(keep): out[i] = y[..., j:j + 1, :]
+        return B.concatenate(out, axis=-2)
     zero = B.zeros(x.shape[:-1] + (1,), B.uint32)
     ys = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype) if e is None else
           expert_mlp(x, zero, {key: a[None] for key, a in bundles[int(e)].items()}, quant) for e in experts]

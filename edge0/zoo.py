@@ -190,12 +190,13 @@ def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:in
             arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
     return arrays
 
-SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)  # see "Routing like a trained model" below
+SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)  # attn_out: up to 12 layers; less for deeper stacks
 
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
                     seed:int=0, overwrite:bool=False, gains:dict|None=None) -> Path:
     "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained model's"
-    gains = dict(SYNTHETIC_GAINS, **(gains or {}))
+    depth = min(1.0, (12 / num_layers) ** 0.5)  # attention averages the context: deeper stacks get less per layer
+    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth, **(gains or {})}
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")

@@ -178,15 +178,15 @@ def torch_pack_experts(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
 
 def torch_expert_mlp(x, # (..., D) hidden states
                      idx, # (..., K) indices into the stacked experts
-                     w:dict, # {(proj, 'packed'|'sz'|'bias'): (S, ...)} experts packed for torch
+                     w:dict, # {(proj, 'packed'|'sz'|'bias'): (S, ...) stack, or a list of S per-expert arrays}
                      group_size:int=GROUP_SIZE):
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
     import torch
-    B.eval(x, idx, *w.values())
+    B.eval(x, *[a for v in w.values() for a in (v if isinstance(v, list) else [v])])
     shape, k = x.shape, idx.shape[-1]
     xt = to_torch(x).reshape(-1, shape[-1]).to(torch.bfloat16)
     ids = np.asarray(idx).reshape(xt.shape[0], k)
-    tw = {key: to_torch(a) for key, a in w.items()}
+    tw = {key: [to_torch(a) for a in v] if isinstance(v, list) else to_torch(v) for key, v in w.items()}
     def mm(h, proj, e):
         y = int4_mm(h, tw[proj, 'packed'][e], tw[proj, 'sz'][e], group_size)
         return y if (proj, 'bias') not in tw else y + tw[proj, 'bias'][e].to(y.dtype)
