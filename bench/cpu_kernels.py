@@ -6,8 +6,8 @@ synthetic served warm against mlx-lm's resident model.
 
 1. The 30B shape (48 layers, 128 experts, top-8, hidden 2048, expert FFN 768; 16.6 GB) is built by `edge0.zoo.build_synthetic`
    (weights that route like a trained model's: its routing statistics are printed first) and converted to the torch-cpu layout.
-   Its prerouter heads are warm-started from the routers and distilled briefly on its own forward passes (streamed, torch
-   kernels), and saved for both layouts. Arms: kernels mlx (the mlx-lm checkpoint) vs torch (the converted one) x prerouter
+   Its prerouter heads are warm-started from the routers and (--head-steps) distilled briefly on its own forward passes
+   (streamed, torch kernels), and saved for both layouts. Arms: kernels mlx (the mlx-lm checkpoint) vs torch (the converted one) x prerouter
    off vs routing x K=8 and K=4. Every arm runs in its own process inside a child memory cgroup capped at 3 GB, starts with the
    checkpoint evicted from the page cache, decodes the same forced token sequence with a 1 GiB expert pool; arm order rotates
    every round; medians over rounds. Per arm: decode tok/s, step ms, blocked and compute ms per step, MB read per token, peak
@@ -39,18 +39,22 @@ def build(mlx_dir:Path, torch_dir:Path, **shape):
         convert(mlx_dir, torch_dir, layout='torch-cpu', overwrite=True); print(f'  {time.time() - t0:.0f} s', flush=True)
 
 def make_heads(mlx_dir, torch_dir, k, tokens=512, steps=60):
-    "Heads warm-started from the routers and distilled on the converted checkpoint's own (streamed) forward passes"
+    """Heads warm-started from the routers and (steps > 0) distilled on the converted checkpoint's own streamed forward
+    passes. The speed arms need heads, not good ones: with `steps=0` they are the warm start alone"""
     import numpy as np
     from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter, prerouter_file
     from edge0.streaming import load
     mlx_dir, torch_dir = Path(mlx_dir), Path(torch_dir)
     with load(torch_dir, kernels='torch', prefill_path='exact', pool_bytes=1 << 30) as h:
-        ids = np.array(sequence(torch_dir, tokens))
-        t0 = time.time(); cap = capture(h.spec, h.model, ids, k, seq=256)
-        print(f'  captured {len(ids)} tokens in {time.time() - t0:.0f} s', flush=True)
         pr = init_prerouter(h.spec, h.model, owners=h.spec.moe_layers[:-1], k=k)
-    log = phase1(pr, cap, steps=steps, batch=128, lr=1e-4, show=False)
-    print(f'  phase 1: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
+        if steps:
+            ids = np.array(sequence(torch_dir, tokens))
+            t0 = time.time(); cap = capture(h.spec, h.model, ids, k, seq=256)
+            print(f'  captured {len(ids)} tokens in {time.time() - t0:.0f} s', flush=True)
+    if steps:
+        log = phase1(pr, cap, steps=steps, batch=128, lr=1e-4, show=False)
+        print(f'  phase 1: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
+    else: ids = []
     p = save_prerouter(pr, mlx_dir, extra=dict(builder='bench/cpu_kernels.py', train_tokens=len(ids), steps=steps, lr=1e-4))
     shutil.copy2(p, torch_dir / p.name)  # the converted checkpoint accepts its source's heads (edge0_layout.source_fingerprint)
 
@@ -80,7 +84,8 @@ def big(a):
     spec = model_spec(mlx_dir)
     for k in a.ks:
         if not (mlx_dir / prerouter_file(spec, k)).exists():
-            print(f'distilling heads at K={k} ...', flush=True); make_heads(mlx_dir, torch_dir, k)
+            print(f'heads at K={k}: warm start{f", distilled {a.head_steps} steps" if a.head_steps else " only"} ...', flush=True)
+            make_heads(mlx_dir, torch_dir, k, steps=a.head_steps)
     size = sum(f.stat().st_size for f in shards(mlx_dir))
     seq = Path(a.out) / '30b-sequence.json'
     seq.write_text(json.dumps(sequence(mlx_dir, a.prompt + a.tokens + 1)))
@@ -163,6 +168,7 @@ def main():
     ap.add_argument('--prompt', type=int, default=5)
     ap.add_argument('--cap-gb', type=float, default=3.0)
     ap.add_argument('--pool-mb', type=float, default=1024)
+    ap.add_argument('--head-steps', type=int, default=60, help='phase-1 steps for the 30B shape\'s heads (0: warm start only)')
     ap.add_argument('--skip-big', action='store_true'); ap.add_argument('--skip-small', action='store_true')
     ap.add_argument('--out', default=str(ROOT / 'build' / 'bench'))
     ap.add_argument('--json', default=str(ROOT / 'bench' / 'results' / 'cpu_kernels.json'))

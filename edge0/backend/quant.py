@@ -118,8 +118,8 @@ class TorchLinear(B.Module):
             w = dequantize(linear.weight, linear.scales, linear.get('biases'), linear.group_size, linear.bits,
                            self.mode).astype(B.float32)
             self._w = torch.from_numpy(np.array(w))  # owns its float32 copy
-        # refine > 0 (the lm_head): the top `refine` outputs of each row recomputed exactly from MLX's own weights, so the
-        # bfloat16 rounding of the kernel's output (1/16 at a logit of 10) cannot reorder the leading tokens
+        # refine > 0 (the lm_head): each row's top `refine` outputs recomputed exactly from MLX's own weights, so
+        # the bfloat16 rounding of the kernel's output (1/16 at a logit of 10) cannot reorder the leading tokens
         self._refine = refine if self._int4 else 0
         self._mlx = (linear.weight, linear.scales, linear.get('biases')) if self._refine else None
     def __call__(self, x):
