@@ -530,8 +530,8 @@ def _kernel_notes(d:Path, kernels:str, store:ExpertStore) -> list:
                          f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint")
     if kernels == 'torch' and not packed:
         return [f"experts of {d.name} are computed by MLX's kernels, the rest by torch's; "
-                f"`edge0 convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (several times faster "
-                f"decode on a CPU)"]
+                f"`edge0 convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (faster decode where "
+                f"projections are large: 2.2-2.6x MLX's on a 30B shape; on tiny models MLX's kernels are faster)"]
     return []
 
 def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
