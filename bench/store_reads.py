@@ -25,7 +25,9 @@ def main():
     model = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / 'build' / 'bench' / 'qwen3moe-2g-torch')
     st = ExpertStore(model)
     rng, k, n = np.random.default_rng(0), st.spec.k, 48
-    picks = [(int(rng.choice(st.spec.moe_layers)), rng.choice(st.spec.num_experts, k, replace=False).tolist()) for _ in range(n)]
+    # every row reads its own draws: the same bytes read twice would come from the host's cache the second time
+    draw = lambda: [(int(rng.choice(st.spec.moe_layers)), rng.choice(st.spec.num_experts, k, replace=False).tolist())
+                    for _ in range(n)]
     ranges = lambda layer, e: [(t.path, off, ln) for _, t, off, ln in st.ranges(layer, e)]
     print(f"{model.name}: expert {st.expert_nbytes / 2**20:.2f} MiB in {len(st.ranges(0, 0))} ranges; K={k}; {n} draws")
     rows = {}
@@ -35,14 +37,14 @@ def main():
     rows['disk, sequential 16 MiB reads'] = mib_s(size, time.perf_counter() - t0)
     def plain(layer, e):
         return sum(len(os.pread(st.fds[p], ln, off)) for p, off, ln in ranges(layer, e))
-    cold(st); t0 = time.perf_counter(); nb = sum(plain(l, es[0]) for l, es in picks)
+    picks = draw(); cold(st); t0 = time.perf_counter(); nb = sum(plain(l, es[0]) for l, es in picks)
     rows['one expert, plain pread per range'] = mib_s(nb, time.perf_counter() - t0)
-    cold(st); t0 = time.perf_counter(); nb = sum(st.read_expert(l, es[0])[1].nbytes for l, es in picks)
+    picks = draw(); cold(st); t0 = time.perf_counter(); nb = sum(st.read_expert(l, es[0])[1].nbytes for l, es in picks)
     rows['one expert, store.read_expert'] = mib_s(nb, time.perf_counter() - t0)
     pool = ThreadPoolExecutor(2)
-    cold(st); t0 = time.perf_counter(); nb = sum(sum(pool.map(lambda e: plain(l, e), es)) for l, es in picks)
+    picks = draw(); cold(st); t0 = time.perf_counter(); nb = sum(sum(pool.map(lambda e: plain(l, e), es)) for l, es in picks)
     rows[f'K={k} experts, plain pread, 2 threads'] = mib_s(nb, time.perf_counter() - t0)
-    cold(st); t0 = time.perf_counter(); nb = sum(c.nbytes for l, es in picks for _, c in st.read_experts(l, es))
+    picks = draw(); cold(st); t0 = time.perf_counter(); nb = sum(c.nbytes for l, es in picks for _, c in st.read_experts(l, es))
     rows[f'K={k} experts, store.read_experts'] = mib_s(nb, time.perf_counter() - t0)
     for name, v in rows.items(): print(f"  {name:40} {v:8.0f} MiB/s")
     st.close()
