@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 import importlib, inspect, math
 import numpy as np
-from .backend import core as B
+from .backend import core as B, quant as bq
 from .files import InputError
 
 # %% auto #0
@@ -194,7 +194,7 @@ def _check_moe_layer(spec:MoESpec, layer:int):
 def quant_parts(quant:QuantSpec|None) -> tuple:
     "The stored parts of a projection quantized by `quant`: affine has biases, the float modes only scales"
     if quant is None: return ('weight',)
-    if quant.mode == 'torch': return ('packed', 'sz')  # for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
+    if quant.mode == 'torch': return bq.TORCH_PARTS  # for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
     return ('weight', 'scales', 'biases') if quant.mode == 'affine' else ('weight', 'scales')
 
 def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:

@@ -33,13 +33,17 @@ def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
     if (proj, 'bias') in w: y = y + B.expand_dims(w[proj, 'bias'][idx], -2)
     return y
 
+def _torch_quant(quant) -> 'QuantSpec|None':
+    "The `QuantSpec` of experts packed for torch (`quant`: one spec or `{proj: spec}`), else None"
+    q = next(iter(quant.values())) if isinstance(quant, dict) else quant
+    return q if q is not None and q.mode == 'torch' else None
+
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
                quant) -> 'array': # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
-    q = next(iter(quant.values())) if isinstance(quant, dict) else quant
-    if q is not None and q.mode == 'torch': return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
+    if q := _torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
@@ -60,8 +64,7 @@ def per_expert_mlp(x, # (..., 1 token, D)
                    bundles:dict, # {expert: {(proj, part): array}}
                    quant) -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
-    q = next(iter(quant.values())) if isinstance(quant, dict) else quant
-    if q is not None and q.mode == 'torch':  # one call for all of them, on the bundles as they are
+    if q := _torch_quant(quant):  # one call for all of them, on the bundles as they are
         keep = [i for i, e in enumerate(experts) if e is not None]
         w = {key: [bundles[int(experts[i])][key] for i in keep] for key in bundles[int(experts[keep[0]])]}
         y = bq.torch_expert_mlp(x, np.broadcast_to(np.arange(len(keep)), x.shape[:-1] + (len(keep),)), w, q.group_size)
@@ -520,11 +523,10 @@ def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     return model, load_tokenizer(d, eos_token_ids=config.get('eos_token_id'))
 
 def _torch_packed(store:ExpertStore) -> bool:
-    return any(q is not None and q.mode == 'torch' for qs in store.quant.values() for q in qs.values())
+    return any(_torch_quant(qs) for qs in store.quant.values())
 
-def _kernel_notes(d:Path, kernels:str, store:ExpertStore) -> list:
-    "Refuse experts that `kernels` cannot compute; what the user should know about the ones it can"
-    packed = _torch_packed(store)
+def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
+    "Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user should know otherwise"
     if packed and kernels != 'torch':
         raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted with --layout "
                          f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint")
@@ -549,8 +551,9 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     handle = Handle(None, None, spec, engine)
     try:
         handle.kernels = bq.check_kernels(options.kernels)
-        handle.notes = _kernel_notes(d, handle.kernels, store)
-        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not _torch_packed(store))
+        packed = _torch_packed(store)
+        handle.notes = _kernel_notes(d, handle.kernels, packed)
+        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
         for layer in spec.moe_layers:
             blk = block(spec, handle.model, layer)
             handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
