@@ -139,6 +139,8 @@ class Decoder:
         if engine is not None and mode == 'routing':
             for layer in spec.moe_layers:
                 if layer not in self.planned: engine.keep_resident(layer)
+        for layer in self.planned if engine is not None else ():
+            engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def close(self):

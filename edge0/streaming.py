@@ -112,7 +112,7 @@ class ExpertPool:
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
         self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes  # in bundles
-        self.reserved = 0                           # bundles' worth of memory held outside the LRU (resident layers)
+        self.reserved = 0                           # bundles' worth held outside the LRU (slots, resident layers)
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
         if self.max_bundles < self.k:
             raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / 2**20:.2f} MiB) is smaller "
@@ -192,7 +192,7 @@ class StreamOptions:
     decode_path:str = 'exact'
     prefill_path:str = 'auto'
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
-    pool_bytes:int|None = 256 * 2**20          # budget of all expert memory (pool + resident layers), bytes
+    pool_bytes:int|None = 256 * 2**20          # budget of all expert memory (pool, slots, resident layers), bytes
     pool_bundles:int|None = None
     slots:int|None = None                      # staged slots per layer (default 2K; prerouted decoding: K)
     buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
@@ -222,9 +222,8 @@ class StreamEngine:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
             raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} experts")
-        for layer in self.spec.moe_layers:
-            self.options.path(layer, 'decode')
-            self.options.path(layer, 'prefill')
+        paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
+                 for layer in self.spec.moe_layers}
         self.pool = ExpertPool(store, self.options.pool_bytes, self.options.pool_bundles, self.k)
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
@@ -232,6 +231,10 @@ class StreamEngine:
         self.read_costs = {}  # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
         self.next_layer = dict(zip(self.spec.moe_layers, self.spec.moe_layers[1:]))
         self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
+        n_slots = self.options.slots or 2 * self.k
+        for layer, used in paths.items():  # the slots and hot sets the paths hold: out of the budget now, not mid-run
+            if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers, 'staged slots')
+            if 'hot' in used: self.hot_set(layer)
 
     def __call__(self, layer:int, x, indices):
         phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
@@ -298,10 +301,17 @@ def incr_stack(stack:dict|None, held, want, bundle_of) -> tuple[dict, int]:
 
 # %% ../nbs/01b_streaming.ipynb #6d03336d
 @patch
+def slots_of(self:StreamEngine, table:dict, layer:int, n:int, buffers:int, what:str) -> Staged:
+    "`layer`'s slots in `table` (`n` slots x `buffers` stacks), made on first use, their bytes reserved from the pool"
+    if layer not in table:
+        self.pool.reserve(n * buffers * self.store.expert_nbytes, f"{n * buffers} {what} of layer {layer}")
+        table[layer] = Staged(n, self.num_experts, buffers)
+    return table[layer]
+
+@patch
 def _staged(self:StreamEngine, layer:int, x, indices):
     n_slots = self.options.slots or 2 * self.k
-    slots = self.staged.get(layer)
-    if slots is None: slots = self.staged[layer] = Staged(n_slots, self.num_experts, self.options.buffers)
+    slots = self.slots_of(self.staged, layer, n_slots, self.options.buffers, 'staged slots')
     need = np.unique(np.array(indices)).tolist()
     if len(need) > n_slots: return self._exact(layer, x, indices)  # a batch wider than the slots
     turn = slots.turn
@@ -325,9 +335,17 @@ def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:Laye
 
 # %% ../nbs/01b_streaming.ipynb #0493947a
 @patch
+def hot_set(self:StreamEngine, layer:int) -> dict:
+    "`layer`'s hot set, made on first use with its bytes reserved from the pool's budget"
+    if layer not in self.hot_sets:
+        size = self.options.hot or 2 * self.k
+        self.pool.reserve(size * self.store.expert_nbytes, f"a hot set of {size} experts for layer {layer}")
+        self.hot_sets[layer] = dict(experts=[], stack=None, uses=Counter(), steps=0)
+    return self.hot_sets[layer]
+
+@patch
 def _hot(self:StreamEngine, layer:int, x, indices):
-    size = self.options.hot or 2 * self.k
-    hs = self.hot_sets.setdefault(layer, dict(experts=[], stack=None, uses=Counter(), steps=0))
+    size, hs = self.options.hot or 2 * self.k, self.hot_set(layer)
     flat = np.array(indices).ravel()
     hs['uses'].update(flat.tolist())
     hs['steps'] += 1
@@ -397,12 +415,15 @@ def _auto(self:StreamEngine, layer:int, x, indices):
 
 # %% ../nbs/01b_streaming.ipynb #73a2a16b
 @patch
+def plan_slots(self:StreamEngine, layer:int) -> Staged:
+    "`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget"
+    return self.slots_of(self.planned, layer, self.options.slots or self.k, 1, 'planned slots')
+
+@patch
 def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
     "Background: give `experts` slots of `layer`'s planned stack and write the changed slots; what was read"
     cost = LayerStats()
-    slots = self.planned.get(layer)
-    if slots is None: slots = self.planned[layer] = Staged(self.options.slots or self.k, self.num_experts, 1)
-    stack = self.fill_slots(slots, layer, [int(e) for e in experts], cost)
+    stack = self.fill_slots(self.plan_slots(layer), layer, [int(e) for e in experts], cost)
     B.eval(*stack.values())  # here: the main thread must find the writes done
     cost.blocked_s = 0.0  # this thread's waits are not the main thread's
     return cost
@@ -559,7 +580,9 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
             blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
         cast_params(handle.model, spec, dtype)
-        if handle.kernels == 'torch': handle.originals += bq.use_torch_kernels(handle.model)
+        if handle.kernels == 'torch':  # MLX's copies of the swapped weights are freed (read back only by close)
+            handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(sorted(d.glob('model*.safetensors'))))
+            B.clear_cache()
     except BaseException:
         handle.close()
         raise

@@ -51,7 +51,7 @@ def test_close_restores_the_model_and_hangs_nothing_on_it():
     assert len(use(h, 6)) == len(streamed)  # the model runs again, resident, as mlx-lm built it
     h.close()  # closing twice is harmless
 
-PUBLIC = {'k', 'stage', 'compute_planned', 'keep_resident', 'warm', 'record', 'resident'}
+PUBLIC = {'k', 'plan_slots', 'stage', 'compute_planned', 'keep_resident', 'warm', 'record', 'resident'}
 
 def test_decoder_uses_only_the_engines_public_methods():
     tree = ast.parse((PKG / 'decode.py').read_text())
@@ -64,17 +64,20 @@ def test_decoder_uses_only_the_engines_public_methods():
     assert used and used <= PUBLIC, used - PUBLIC
     assert assigned == set()
 
-def test_resident_layers_share_the_pool_budget():
+def test_resident_layers_and_slots_share_the_pool_budget():
     from edge0.decode import load, decode_stats
     base, resident = teacher_path('edge0-tiny'), 2 * 64  # routing keeps layers 0 and 1 (64 experts each) resident
+    planned = 4 * 4  # K slots for each of the 4 planned layers
     with pytest.raises(InputError, match='cannot hold layer 0 kept resident'):
         load(base, 'routing', 4, pool_bundles=48, pool_bytes=None)
-    with load(base, 'routing', 4, pool_bundles=48 + resident, pool_bytes=None) as h:
+    with pytest.raises(InputError, match='cannot hold 4 planned slots of layer'):
+        load(base, 'routing', 4, pool_bundles=resident + planned, pool_bytes=None)
+    with load(base, 'routing', 4, pool_bundles=48 + resident + planned, pool_bytes=None) as h:
         use(h, 8)
         s = decode_stats(h)
         expert = h.engine.store.expert_nbytes
-        assert s['pool']['resident_layers'] == [0, 1] and s['pool']['resident_bytes'] == resident * expert
-        assert s['pool']['budget_bytes'] == (48 + resident) * expert and h.engine.pool.max_bundles == 48
+        assert s['pool']['resident_layers'] == [0, 1] and s['pool']['resident_bytes'] == (resident + planned) * expert
+        assert s['pool']['budget_bytes'] == (48 + resident + planned) * expert and h.engine.pool.max_bundles == 48
         assert s['pool']['bundles'] <= 48 and s['slot_bytes'] == 4 * 4 * expert  # K slots for each of the 4 planned layers
     with pytest.raises(InputError, match='the engine serves K=8, the decoder K=4'):
         from edge0.streaming import load as stream_load

@@ -17,8 +17,8 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'categorical', 'tree_flatten',
-           'tree_unflatten', 'load_arrays', 'save_safetensors', 'to_numpy', 'MemoryStats', 'memory_stats',
-           'reset_peak_memory', 'set_cache_limit']
+           'tree_unflatten', 'load_arrays', 'lazy_arrays', 'save_safetensors', 'to_numpy', 'MemoryStats',
+           'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit']
 
 # %% ../../nbs/00_backend_core.ipynb #35633311
 def device_kind() -> str:
@@ -66,6 +66,10 @@ def load_arrays(path) -> dict:
     "`{name: array}` of a small safetensors file (training state; never expert tensors: the store reads those by range)"
     return mx.load(str(path))
 
+def lazy_arrays(paths) -> dict:
+    "`{name: array}` of safetensors files `paths`, nothing read until an array is evaluated"
+    return {name: a for p in paths for name, a in mx.load(str(p)).items()}
+
 def save_safetensors(path, arrays:dict, metadata:dict|None=None):
     "Write `{name: array}` to the safetensors file `path`"
     mx.save_safetensors(str(path), arrays, metadata=metadata or {})
@@ -87,6 +91,8 @@ def memory_stats() -> MemoryStats:
     return MemoryStats(mx.get_active_memory(), mx.get_peak_memory(), mx.get_cache_memory())
 
 def reset_peak_memory(): mx.reset_peak_memory()
+
+def clear_cache(): mx.clear_cache()  # give the allocator's freed buffers back to the system
 
 def set_cache_limit(nbytes:int) -> int:
     "Cap the allocator's cache; returns the previous limit"

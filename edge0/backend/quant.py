@@ -152,8 +152,10 @@ class TorchLinear(B.Module):
 
 REFINE = 64  # lm_head outputs recomputed exactly per row
 
-def use_torch_kernels(model) -> list:
-    "Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, name, original)]` to undo it"
+def use_torch_kernels(model, weights:dict|None=None) -> list:
+    """Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, name, original)]` to undo it.
+    With `weights` (the checkpoint's arrays by name, unread), each original gives up its arrays for the checkpoint's:
+    MLX's copies are freed and read back from disk only if the original is put back"""
     from mlx.nn import QuantizedLinear
     swapped = []
     for path, m in model.named_modules():
@@ -162,8 +164,16 @@ def use_torch_kernels(model) -> list:
         parent = model
         for p in up: parent = parent[int(p)] if isinstance(parent, list) else parent[p]
         parent[name] = TorchLinear(m, refine=REFINE if name == 'lm_head' else 0)
+        if weights is not None and name != 'lm_head': _unload(m, path, weights)  # the lm_head refines from its own
         swapped.append((parent, name, m))
     return swapped
+
+def _unload(m, path:str, weights:dict):
+    "Give module `m` (at `path`) the checkpoint's unread arrays in place of its own, where every one matches"
+    own = dict(B.tree_flatten(m.parameters()))
+    disk = {k: weights.get(f'{path}.{k}') for k in own}
+    if all(a is not None and a.shape == own[k].shape for k, a in disk.items()):
+        m.update(B.tree_unflatten([(k, a.astype(own[k].dtype)) for k, a in disk.items()]))
 
 
 # %% ../../nbs/00_backend_quant.ipynb #b280e93d
