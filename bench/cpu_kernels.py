@@ -7,11 +7,14 @@ synthetic served warm against mlx-lm's resident model.
 1. The 30B shape (48 layers, 128 experts, top-8, hidden 2048, expert FFN 768; 16.6 GB) is built by `edge0.zoo.build_synthetic`
    (weights that route like a trained model's: its routing statistics are printed first) and converted to the torch-cpu layout.
    Its prerouter heads are warm-started from the routers and (--head-steps) distilled briefly on its own forward passes
-   (streamed, torch kernels), and saved for both layouts. Arms: kernels mlx (the mlx-lm checkpoint) vs torch (the converted one) x prerouter
-   off vs routing x K=8 and K=4. Every arm runs in its own process inside a child memory cgroup capped at 3 GB, starts with the
-   checkpoint evicted from the page cache, decodes the same forced token sequence with a 1 GiB expert pool; arm order rotates
-   every round; medians over rounds. Per arm: decode tok/s, step ms, blocked and compute ms per step, MB read per token, peak
-   RSS; per K the roofline bound max(compute ms per step, MB per step / the cold read bandwidth measured through the store).
+   (streamed, torch kernels, in a child process with OpenBLAS where Debian's is installed), and saved for both layouts.
+   Arms: kernels mlx (the mlx-lm checkpoint) vs torch (the converted one) x prerouter off vs routing x K=8 and K=4. Every arm
+   runs in its own process inside a child memory cgroup capped at 3 GB, starts with the checkpoint evicted from the page
+   cache, and decodes the same forced token sequence under one expert budget (--pool-mb, 1400 MiB by default: it must hold
+   the routing arms' resident first layer and K slots for each other layer); arm order rotates every round; medians over
+   rounds. Per arm: decode tok/s, step ms, blocked and compute ms per step, MB read per token, peak RSS, and the roofline
+   bound max(compute ms per step, MB per step / the read rate the same kernels' `off` arm saw). The main thread waits out
+   each of the `off` arm's reads, so that rate is this disk's at this grain, as served, in the same run.
    Targets: torch >= 5x mlx decode (off, K=8); routing within 1.15x of its bound.
 2. The streaming benchmark's 2 GB synthetic (20 layers, hidden 1024), no cap, page cache warm: edge0 (torch kernels, experts in
    the torch-cpu layout, a pool that holds every expert) against mlx-lm's resident model. Target: edge0 >= 2x resident decode.
@@ -21,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streaming_memory import MemoryCap  # noqa: E402
-from prerouter_ab import sequence, evict, read_bandwidth, med, shards  # noqa: E402
+from prerouter_ab import sequence, evict, read_bandwidth, med, shards, OPENBLAS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 AB = Path(__file__).resolve().parent / 'prerouter_ab.py'
@@ -60,7 +63,7 @@ def make_heads(mlx_dir, torch_dir, k, tokens=512, steps=60):
 
 def run_arm(kernels, mode, k, model, seq, a, cap=None):
     cmd = [sys.executable, str(AB), '--arm', mode, '--k', str(k), '--model', str(model), '--seq', str(seq), '--tokens',
-           str(a.tokens), '--prompt', str(a.prompt), '--pool-mb', str(a.pool_mb), '--kernels', kernels]
+           str(a.tokens), '--prompt', str(a.prompt), '--pool-mb', str(a.pool_mb), '--kernels', kernels, '--total-budget']
     evict(model)
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cap.preexec if cap else None, timeout=3600)
@@ -85,15 +88,17 @@ def big(a):
     for k in a.ks:
         if not (mlx_dir / prerouter_file(spec, k)).exists():
             print(f'heads at K={k}: warm start{f", distilled {a.head_steps} steps" if a.head_steps else " only"} ...', flush=True)
-            make_heads(mlx_dir, torch_dir, k, steps=a.head_steps)
+            env = dict(os.environ, **({'LD_PRELOAD': OPENBLAS[0]} if OPENBLAS else {}))  # training: 5x with OpenBLAS
+            subprocess.run([sys.executable, __file__, '--make-heads', str(mlx_dir), str(torch_dir), str(k),
+                            '--head-steps', str(a.head_steps)], env=env, check=True, timeout=7200)
     size = sum(f.stat().st_size for f in shards(mlx_dir))
     seq = Path(a.out) / '30b-sequence.json'
     seq.write_text(json.dumps(sequence(mlx_dir, a.prompt + a.tokens + 1)))
     cap = MemoryCap(int(a.cap_gb * 2**30))
     if cap.path is None: raise SystemExit('no child memory cgroup can be made here: the capped benchmark needs one (run as root)')
-    print(f"\n=== 30B shape, {size / 2**30:.1f} GiB, under a {a.cap_gb:g} GiB memory cap; pool {a.pool_mb:g} MiB; "
+    print(f"\n=== 30B shape, {size / 2**30:.1f} GiB, under a {a.cap_gb:g} GiB memory cap; expert budget {a.pool_mb:g} MiB; "
           f"{a.tokens} forced decode steps after a {a.prompt}-token prompt; {a.rounds} rounds", flush=True)
-    bw = {k: read_bandwidth(torch_dir, k) for k in a.ks}
+    probe = {k: read_bandwidth(torch_dir, k) for k in a.ks}
     arms = [(kern, mode, k) for k in a.ks for mode in ('off', 'routing') for kern in ('mlx', 'torch')]
     res = {}
     for rnd in range(a.rounds):
@@ -104,29 +109,33 @@ def big(a):
             print(f"  round {rnd + 1} {kern}/{mode}/K{k}: " + (f"{r['decode_tps']:.2f} tok/s ({r['wall_s']:.0f} s)"
                   if not r.get('failed') else f"FAILED {r.get('returncode')} {r.get('stderr', '')[-200:]}"), flush=True)
     cap.close()
+    def seen(kern, k):  # MiB/s of the off arm's reads (the main thread waits out each one): this disk, as served
+        rs = res[kern, 'off', k]
+        return 1e3 * med(rs, 'mb_per_step') / med(rs, 'blocked_ms_per_step')
     rows = {}
     print(f"\n  {'kernels':8}{'mode':9}{'K':>2}{'tok/s':>8}{'step ms':>9}{'blocked':>8}{'compute':>8}{'MB/tok':>8}{'RSS MB':>8}"
           f"{'bound ms':>9}{'x bound':>8}  notes")
     for kern, mode, k in arms:
         rs = res[kern, mode, k]
         step, blocked, mb = med(rs, 'step_ms'), med(rs, 'blocked_ms_per_step'), med(rs, 'mb_per_step')
-        compute = step - blocked
-        bound = max(compute, 1e3 * mb / bw[k])
+        compute, bw = step - blocked, seen(kern, k)
+        bound = max(compute, 1e3 * mb / bw)
         fails = [r for r in rs if r.get('failed')]
         notes = [f"{len(fails)} failed (exit {fails[0]['returncode']})"] if fails else []
         if mode == 'routing': notes.append(f"dropped {sum(r.get('dropped', 0) for r in rs)}")
         rows[f"{kern}/{mode}/K{k}"] = dict(tps=med(rs, 'decode_tps'), step_ms=step, blocked_ms=blocked, compute_ms=compute, mb=mb,
-                                           rss_mb=med(rs, 'rss_mb'), bound_ms=bound, read_mib_s=bw[k], failed=len(fails))
+                                           rss_mb=med(rs, 'rss_mb'), bound_ms=bound, read_mib_s=bw, failed=len(fails))
         print(f"  {kern:8}{mode:9}{k:>2}{med(rs, 'decode_tps'):>8.2f}{step:>9.0f}{blocked:>8.0f}{compute:>8.0f}{mb:>8.0f}"
               f"{med(rs, 'rss_mb'):>8.0f}{bound:>9.0f}{step / bound:>8.2f}  {'; '.join(notes)}")
     for k in a.ks:
-        print(f"  K={k}: cold read bandwidth through the store {bw[k]:.0f} MiB/s")
+        print(f"  K={k}: reads ran at {seen('mlx', k):.0f} (mlx arm) and {seen('torch', k):.0f} MiB/s (torch arm) when off; "
+              f"a cold probe of {k} random experts at a time through the store: {probe[k]:.0f} MiB/s")
         ratio = rows[f'torch/off/K{k}']['tps'] / rows[f'mlx/off/K{k}']['tps']
         print(f"  target: torch >= 5x mlx decode (off, K={k}): {ratio:.2f}x -> {'MET' if ratio >= 5 else 'NOT MET'}")
         r = rows[f'torch/routing/K{k}']
         print(f"  target: routing (torch) within 1.15x of its bound at K={k}: {r['step_ms'] / r['bound_ms']:.2f}x -> "
               f"{'MET' if r['step_ms'] <= 1.15 * r['bound_ms'] else 'NOT MET'} (blocked {r['blocked_ms']:.0f} of {r['step_ms']:.0f} ms)")
-    return dict(routing=routing, rows=rows, cap_gb=a.cap_gb, pool_mb=a.pool_mb, size_gib=size / 2**30)
+    return dict(routing=routing, rows=rows, cap_gb=a.cap_gb, pool_mb=a.pool_mb, size_gib=size / 2**30, probe_mib_s=probe)
 
 def small(a):
     mlx_dir, torch_dir = Path(a.out) / 'qwen3moe-2g', Path(a.out) / 'qwen3moe-2g-torch'
@@ -167,14 +176,15 @@ def main():
     ap.add_argument('--small-tokens', type=int, default=32, help='forced decode steps per arm on the 2 GB synthetic')
     ap.add_argument('--prompt', type=int, default=5)
     ap.add_argument('--cap-gb', type=float, default=3.0)
-    ap.add_argument('--pool-mb', type=float, default=1024)
+    ap.add_argument('--pool-mb', type=float, default=1400, help="every arm's expert budget (routing at K=8 holds 1.27 GiB "
+                    "of it: layer 0 resident, K slots for each of the other 47 layers)")
     ap.add_argument('--head-steps', type=int, default=60, help='phase-1 steps for the 30B shape\'s heads (0: warm start only)')
     ap.add_argument('--skip-big', action='store_true'); ap.add_argument('--skip-small', action='store_true')
     ap.add_argument('--out', default=str(ROOT / 'build' / 'bench'))
     ap.add_argument('--json', default=str(ROOT / 'bench' / 'results' / 'cpu_kernels.json'))
     ap.add_argument('--make-heads', nargs=3, metavar=('MLX_DIR', 'TORCH_DIR', 'K'), help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.make_heads: return make_heads(a.make_heads[0], a.make_heads[1], int(a.make_heads[2]))
+    if a.make_heads: return make_heads(a.make_heads[0], a.make_heads[1], int(a.make_heads[2]), steps=a.head_steps)
     a.ks = [int(k) for k in a.ks.split(',')]
     Path(a.out).mkdir(parents=True, exist_ok=True)
     out = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{os.uname().machine}, {os.cpu_count()} cores", rounds=a.rounds)

@@ -52,8 +52,9 @@ def arm(a):
         model.set_dtype(B.compute_dtype())
         dec = Decoder(model, spec_for(json.loads((Path(a.model) / 'config.json').read_text())), mode='off', k=a.k)
     else:
-        # the layers `routing` keeps resident come out of the same budget as the pool: they are added, so every arm's pool is a.pool_mb
-        budget = int(a.pool_mb * 2**20) + (resident_bytes(a.model, a.k) if a.arm == 'routing' else 0)
+        # what `routing` and `oracle` hold outside the pool's LRU (resident layers, planned slots) comes out of the same
+        # budget: it is added, so every arm's LRU is a.pool_mb, unless --total-budget makes a.pool_mb every arm's whole budget
+        budget = int(a.pool_mb * 2**20) + (0 if a.total_budget else held_bytes(a.model, a.arm, a.k))
         handle = load(a.model, a.arm, a.k, trace=a.trace if a.arm == 'oracle' else None, record_trace=bool(a.record),
                       pool_bytes=budget, prefill_path='exact', kernels=a.kernels)
         model, dec = handle.model, handle.decoder
@@ -85,17 +86,21 @@ def arm(a):
         save_trace(dec.trace, a.record, dec.spec, dec.k)
     print('RESULT ' + json.dumps(out), flush=True)
 
-def resident_bytes(model, k):
-    "Bytes of the layers `routing` keeps resident: those no head of `prerouter[-kK].safetensors` predicts"
+def held_bytes(model, mode, k):
+    "Bytes `mode` holds outside the pool's LRU: the layers no head predicts, kept resident, and K slots a planned layer"
     from edge0.prerouter import prerouter_file
     from edge0.store import read_header, ExpertStore
     from edge0.streaming import model_spec
+    if mode not in ('routing', 'oracle'): return 0
     spec = model_spec(model)
     moe = list(spec.moe_layers)
-    owners = json.loads(read_header(Path(model) / prerouter_file(spec, k))[1]['owners'])
-    predicted = {moe[moe.index(n) + 1] for n in owners}
+    if mode == 'oracle': predicted = set(moe)  # every layer replays the trace from K slots
+    else:
+        owners = json.loads(read_header(Path(model) / prerouter_file(spec, k))[1]['owners'])
+        predicted = {moe[moe.index(n) + 1] for n in owners}
     store = ExpertStore(model, spec, residency=False)
-    try: return sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+    try: return (sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+                 + len(predicted) * k * store.expert_nbytes)
     finally: store.close()
 
 def run_arm(name, k, a, key, seq, trace=None, record=None, cap=None, cold_steps=False):
@@ -241,6 +246,7 @@ def main():
     ap.add_argument('--make-heads')
     ap.add_argument('--kernels', choices=('mlx', 'torch'), help="what computes the quantized products (default: edge0's)")
     ap.add_argument('--trace'); ap.add_argument('--record'); ap.add_argument('--pool-mb', type=float); ap.add_argument('--cold-steps', action='store_true')
+    ap.add_argument('--total-budget', action='store_true', help="--pool-mb bounds the arm's resident layers and slots too")
     a = ap.parse_args()
     if a.arm: return arm(a)
     if a.make_heads: return make_heads(a.make_heads, a.k)

@@ -30,7 +30,14 @@ def arm(a):
         model, tok = mlx_lm.load(a.model); model.set_dtype(B.compute_dtype())
     else:
         o = dict(decode_path=a.arm.rstrip('1'), prefill_path='exact', pool_bytes=int(a.pool_mb * 2**20))
-        if a.arm.startswith('staged'): o.update(slots=a.slots, pool_bytes=int(a.staged_pool_mb * 2**20), buffers=1 if a.arm == 'staged1' else 2)
+        if a.arm.startswith('staged'):  # the slots are reserved from the budget: added, so the LRU is --staged-pool-mb
+            from edge0.streaming import model_spec
+            from edge0.store import ExpertStore
+            buffers, spec = 1 if a.arm == 'staged1' else 2, model_spec(a.model)
+            st = ExpertStore(a.model, spec, residency=False)
+            slots = len(spec.moe_layers) * a.slots * buffers * st.expert_nbytes
+            st.close()
+            o.update(slots=a.slots, pool_bytes=int(a.staged_pool_mb * 2**20) + slots, buffers=buffers)
         handle = load(a.model, **o)
         model, tok = handle.model, handle.tokenizer
     load_s = time.perf_counter() - t0

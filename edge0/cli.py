@@ -106,8 +106,8 @@ def format_stats(s:dict) -> str:
     p = s['pool']
     budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / 2**20:.2f} MiB"
     lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 2**20:.2f} MiB held, {p['evictions']} evictions | "
-                 f"budget {budget}, of it {p['resident_bytes'] / 2**20:.2f} MiB for resident layers "
-                 f"{p['resident_layers']} | "
+                 f"budget {budget}, of it {p['reserved_bytes'] / 2**20:.2f} MiB reserved (resident layers "
+                 f"{p['resident_layers']}, slots, hot sets) | "
                  f"slots {s['slot_bytes'] / 2**20:.2f} MiB | "
                  f"peak active memory {s['peak_active_bytes'] / 2**20:.1f} MiB")
     if 'decoder' in s:

@@ -610,7 +610,8 @@ def stats(engine:StreamEngine) -> dict:
     return dict(layers={layer: _row(s) for layer, s in engine.stats.items()}, total=_row(total),
                 pool=dict(bundles=len(pool.lru), bytes_held=pool.bytes_held, evictions=pool.evictions,
                           budget_bytes=pool.budget_bytes,
-                          resident_layers=sorted(engine.resident), resident_bytes=pool.bytes_reserved),
+                          reserved_bytes=pool.bytes_reserved, resident_layers=sorted(engine.resident),
+                          resident_bytes=_stack_bytes(engine.resident.values())),
                 slot_bytes=_stack_bytes(slot_stacks), peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
                 staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())))
 

@@ -8,10 +8,12 @@ import edge0.decode as D
 
 PROMPT = "Elizabeth said to her sister that"
 
-RESIDENT = 2 * 64  # bundles of the two layers `routing` keeps resident, out of the same budget as the pool
+def held(mode, k):
+    "Bundles `mode` holds outside the pool's LRU on edge0-tiny (same budget): 2 resident layers, K slots a planned layer"
+    return {'routing': 2 * 64 + 4 * k, 'oracle': 6 * k}.get(mode, 0)
 
 def run(mode, k, n=20, trace=None, record=False, pool=40):
-    pool += RESIDENT if mode == 'routing' else 0
+    pool += held(mode, k)
     with D.load(teacher_path('edge0-tiny'), mode, k, trace=trace, record_trace=record, pool_bundles=pool, pool_bytes=None) as h:
         ids = [t for t, _ in D.generate_ids(h.model, h.tokenizer.encode(PROMPT), n, decoder=h.decoder)]
         return ids, h.decoder

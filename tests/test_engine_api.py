@@ -76,7 +76,8 @@ def test_resident_layers_and_slots_share_the_pool_budget():
         use(h, 8)
         s = decode_stats(h)
         expert = h.engine.store.expert_nbytes
-        assert s['pool']['resident_layers'] == [0, 1] and s['pool']['resident_bytes'] == (resident + planned) * expert
+        assert s['pool']['resident_layers'] == [0, 1] and s['pool']['resident_bytes'] == resident * expert
+        assert s['pool']['reserved_bytes'] == (resident + planned) * expert
         assert s['pool']['budget_bytes'] == (48 + resident + planned) * expert and h.engine.pool.max_bundles == 48
         assert s['pool']['bundles'] <= 48 and s['slot_bytes'] == 4 * 4 * expert  # K slots for each of the 4 planned layers
     with pytest.raises(InputError, match='the engine serves K=8, the decoder K=4'):
