@@ -141,7 +141,7 @@ def _generate_parser(sub):
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='auto')
     g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_positive(float), default=256,
-                   help='budget of all expert memory in MiB (2**20 bytes): the pool plus resident layers')
+                   help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot sets, resident layers')
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
     g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
