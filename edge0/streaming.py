@@ -582,7 +582,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
         cast_params(handle.model, spec, dtype)
         if handle.kernels == 'torch':  # MLX's copies of the swapped weights are freed (read back only by close)
-            handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(sorted(d.glob('model*.safetensors'))))
+            shards = sorted({t.path for t in store.tensors.values()})  # the store's index of the checkpoint
+            handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(shards))
             B.clear_cache()
     except BaseException:
         handle.close()
