@@ -19,15 +19,16 @@ from .store import model_spec
 from .teachers import CORPUS, blas_in_use, lr_schedule, prepare
 
 # %% auto #0
-__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'StudentPath', 'student_generate', 'grouped_experts', 'load_teacher',
-           'sample_prompts', 'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax', 'reverse_kl_topk',
+__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'StudentPath', 'keep_heaviest', 'student_generate', 'grouped_experts',
+           'load_teacher', 'sample_prompts', 'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax', 'reverse_kl_topk',
            'dequantized_base', 'stage_file', 'Recovery', 'train_adapter']
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b
 class StudentPath:
     "`model` routed as `routing` mode serves it (prompt: own routers; after it: the heads' predictions), batched"
-    def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None, grouped:bool=False):
-        self.model, self.spec, self.prerouter, self.k = model, spec, prerouter, k or prerouter.k
+    def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None, grouped:bool=False,
+                 keep:int=0): # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
+        self.model, self.spec, self.prerouter, self.k, self.keep = model, spec, prerouter, k or prerouter.k, keep
         self.grouped = grouped and spec.layout == 'separate'  # training: `grouped_experts` (below)
         if prerouter.k != self.k: raise InputError(f"the heads were trained for K={prerouter.k}, not K={self.k}")
         self.owners = dict(prerouter.next_layer)
@@ -55,6 +56,14 @@ class StudentPath:
 # %% ../nbs/04d_recovery.ipynb #e0b6175d
 from fastcore.basics import patch
 
+def keep_heaviest(pred, inds, w, m:int):
+    "`pred` (..., K) with the `m` experts of `inds` (..., K) weighing most in `w` in its first slots, then its own"
+    pred, inds, w = np.array(pred), np.array(inds), np.array(w.astype(B.float32))
+    kept = np.take_along_axis(inds, np.argsort(-w, axis=-1, kind='stable')[..., :m], axis=-1)
+    taken = (pred[..., :, None] == kept[..., None, :]).any(-1)  # predicted experts already kept
+    rest = np.take_along_axis(pred, np.argsort(taken, axis=-1, kind='stable'), axis=-1)[..., :pred.shape[-1] - m]
+    return B.array(np.concatenate([kept, rest], axis=-1))
+
 @patch
 def moe_block(self:StudentPath, layer:int, blk, x):
     spec, n = self.spec, x.shape[1]
@@ -62,7 +71,9 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     inds = route(spec.routing, logits, self.k, self.bias[layer])[0]
     if layer in self.preds:  # a planned layer: the prediction rules after the prompt
         after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
-        inds = B.where(after_prompt, self.preds.pop(layer), inds)
+        pred = self.preds.pop(layer)
+        if self.keep: pred = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep)
+        inds = B.where(after_prompt, pred, inds)
     y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)
     out = combine(spec, blk, x, y, weigh(spec.routing, logits, inds))
     if layer in self.owners:
