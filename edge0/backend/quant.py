@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['GROUP_SIZE', 'BITS', 'MODES', 'KERNELS', 'TORCH_GROUPS', 'REFINE', 'TORCH_PARTS', 'quantize', 'dequantize',
            'quantized_matmul', 'gather_qmm', 'torch_available', 'default_kernels', 'check_kernels', 'torch_int4',
-           'nibbles', 'torch_pack', 'to_torch', 'from_torch', 'int4_mm', 'TorchLinear', 'use_torch_kernels',
-           'torch_pack_experts', 'torch_expert_mlp']
+           'nibbles', 'torch_pack', 'to_torch', 'torch_view', 'from_torch', 'int4_mm', 'TorchLinear',
+           'use_torch_kernels', 'torch_pack_experts', 'torch_expert_mlp']
 
 # %% ../../nbs/00_backend_quant.ipynb #4aa47dbc
 import mlx.core as mx
@@ -86,8 +86,34 @@ def torch_pack(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
 def to_torch(x):
     "A torch view of the MLX array `x` (evaluated first; no copy)"
     import torch
-    if x.dtype == B.bfloat16: return torch.from_numpy(np.asarray(x.view(B.uint16))).view(torch.bfloat16)
-    return torch.from_numpy(np.asarray(x))
+    if x.dtype != B.bfloat16: return torch.from_numpy(np.asarray(x))
+    m = memoryview(x)  # numpy has no bfloat16: torch reads the buffer itself (a view through MLX would cost 4x more)
+    if m.c_contiguous and m.nbytes and x.ndim: return torch.frombuffer(m, dtype=torch.bfloat16).view(tuple(x.shape))
+    return torch.from_numpy(np.asarray(x.view(B.uint16))).view(torch.bfloat16)
+
+_VIEWS, _REFS = {}, {}
+_TORCH_DTYPES = {'uint8': 'uint8', 'bfloat16': 'bfloat16', 'float32': 'float32', 'float16': 'float16'}
+
+def _forget(key:int):
+    _VIEWS.pop(key, None)
+    _REFS.pop(key, None)
+
+import weakref
+
+def torch_view(a):
+    """`to_torch(a)` for a weight array used again and again (a pooled expert's): made once, kept while `a` lives.
+    The view reads `a`'s memory by address and holds no reference to `a`, so caching it keeps nothing alive"""
+    hit = _VIEWS.get(id(a))
+    if hit is not None: return hit
+    import ctypes, torch
+    name = str(a.dtype).rsplit('.', 1)[-1]
+    m = memoryview(a)  # evaluates `a`
+    if name not in _TORCH_DTYPES or not (m.c_contiguous and m.nbytes and a.ndim): return to_torch(a)
+    raw = (ctypes.c_uint8 * m.nbytes).from_address(np.frombuffer(m, np.uint8).ctypes.data)
+    t = _VIEWS[id(a)] = torch.frombuffer(raw, dtype=getattr(torch, _TORCH_DTYPES[name])).view(tuple(a.shape))
+    key = id(a)  # forgotten when `a` goes, before its id can be reused
+    _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))
+    return t
 
 def from_torch(t, dtype=None):
     "An MLX array of the torch tensor `t`, in `dtype` (default: float32)"
@@ -192,11 +218,11 @@ def torch_expert_mlp(x, # (..., D) hidden states
                      group_size:int=GROUP_SIZE):
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
     import torch
-    B.eval(x, *[a for v in w.values() for a in (v if isinstance(v, list) else [v])])
+    B.eval(x, *[a for v in w.values() for a in (v if isinstance(v, list) else [v]) if id(a) not in _VIEWS])
     shape, k = x.shape, idx.shape[-1]
     xt = to_torch(x).reshape(-1, shape[-1]).to(torch.bfloat16)
     ids = np.asarray(idx).reshape(xt.shape[0], k)
-    tw = {key: [to_torch(a) for a in v] if isinstance(v, list) else to_torch(v) for key, v in w.items()}
+    tw = {key: [torch_view(a) for a in v] if isinstance(v, list) else torch_view(v) for key, v in w.items()}
     def mm(h, proj, e):
         y = int4_mm(h, tw[proj, 'packed'][e], tw[proj, 'sz'][e], group_size)
         return y if (proj, 'bias') not in tw else y + tw[proj, 'bias'][e].to(y.dtype)
