@@ -79,6 +79,38 @@ class MemoryCap:
             try: self.path.rmdir()
             except OSError: pass
 
+def disk_of(path) -> str:
+    "`MAJ:MIN` of the whole disk that holds `path` (a partition's parent disk)"
+    d = os.stat(path).st_dev
+    dev = Path(f'/sys/dev/block/{os.major(d)}:{os.minor(d)}')
+    if (dev / 'partition').exists(): dev = dev.resolve().parent
+    return (dev / 'dev').read_text().strip() if (dev / 'dev').exists() else f'{os.major(d)}:{os.minor(d)}'
+
+class ReadThrottle:
+    "A child blkio (v1) or io (v2) cgroup of this process's own limiting reads from the disk under `path` to `mb_s` MB/s"
+    def __init__(self, path, mb_s:float):
+        self.path, self.dev, bps = None, disk_of(path), int(mb_s * 1e6)
+        for line in Path('/proc/self/cgroup').read_text().splitlines():
+            hid, ctrl, rel = line.split(':', 2)
+            if 'blkio' in ctrl.split(','):
+                base, knob, value = Path('/sys/fs/cgroup/blkio') / rel.lstrip('/'), 'blkio.throttle.read_bps_device', f'{self.dev} {bps}'
+            elif hid == '0' and ctrl == '' and Path('/sys/fs/cgroup/cgroup.controllers').exists():
+                base, knob, value = Path('/sys/fs/cgroup') / rel.lstrip('/'), 'io.max', f'{self.dev} rbps={bps}'
+            else: continue
+            p = base / f'edge0-read-{uuid.uuid4().hex[:6]}'
+            try:
+                p.mkdir(); (p / knob).write_text(value)
+                self.path = p; break
+            except OSError as e:
+                if p.exists(): p.rmdir()
+                raise SystemExit(f"cannot throttle reads of {self.dev} under {base} ({e}); run as root on Linux with cgroups")
+        if self.path is None: raise SystemExit("no blkio (v1) or io (v2) cgroup controller here: cannot throttle reads")
+    def preexec(self): (self.path / 'cgroup.procs').write_text(str(os.getpid()))
+    def close(self):
+        if self.path:
+            try: self.path.rmdir()
+            except OSError: pass
+
 def run_arm(name, a, cap=None):
     cmd = [sys.executable, __file__, '--arm', name, '--model', str(a.model), '--tokens', str(a.tokens), '--pool-mb', str(a.pool_mb),
            '--staged-pool-mb', str(a.staged_pool_mb), '--slots', str(a.slots)]
