@@ -11,8 +11,9 @@ the quality ladder's verdict (04e_ladder), in one run.
    layer's own `keep` heaviest experts (`StudentPath(keep=...)`), keep = 0 (the heads as they are) .. K (own routing):
    what heads that never miss those experts would serve.
 3. Recovery against damage (`--recovery-steps`, default the phase-2 recipe's steps). Phase 2 of edge0-tiny at K=8, run
-   from scratch twice in this process's work folder: on the heads as they are (keep 0) and on heads that never miss the
-   two heaviest experts (keep 2); the KL before and after each, and the share recovered.
+   from scratch three times in this process's work folder: on the heads as they are (keep 0), on heads that never miss
+   the two heaviest experts (keep 2), and on perfect heads (keep 8: int4 under its own routing, the floor any heads
+   reach); the KL before and after each (8 held-out windows), and the share recovered.
 """
 import argparse, json, os, platform, shutil, sys, time
 from pathlib import Path
@@ -149,7 +150,7 @@ def main(argv=None):
         if not Path(args.corpus).is_dir(): sys.exit(f"corpus folder {args.corpus} does not exist (--corpus)")
         work = Path(args.work)
         results['recovery'] = [dict(teacher='edge0-tiny', k=8, **recovery('edge0-tiny', 8, keep, args.recovery_steps,
-                                                                           work, args.corpus, 8)) for keep in (0, 2)]
+                                                                           work, args.corpus, 8)) for keep in (0, 2, 8)]
     results['header'] = (f"routing damage, {time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, BLAS "
                          f"{blas_in_use()}: {args.windows} held-out windows x 256 tokens; {time.time() - t0:.0f} s")
     Path(args.out).with_suffix('.json').write_text(json.dumps(results, indent=1))
