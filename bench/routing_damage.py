@@ -25,27 +25,34 @@ BINS = (0.0, 0.1, 0.2, 0.4, 0.6, 1.01)
 
 def _bin_label(lo, hi): return f"[{lo:.1f},{min(hi, 1):.1f}{']' if hi > 1 else ')'}"
 
-def confidence(name:str, k:int, windows:int) -> dict:
-    "Per owner layer: head recall and heaviest-expert capture, overall and per bin of the teacher's next-token probability"
+def _load(name:str, k:int):
+    "The committed int4 base of teacher `name` (as served, MLX kernels), its spec, tokenizer, heads at `k`, bf16 teacher"
     import mlx_lm
     from edge0.backend import core as B
     from edge0.files import teacher_path
-    from edge0.prerouter import capture, load_prerouter, pairs, route, router_bias_of
-    from edge0.recovery import load_teacher, log_softmax
-    from edge0.routing import weigh
+    from edge0.prerouter import load_prerouter
+    from edge0.recovery import load_teacher
     from edge0.store import model_spec
-    from edge0.teachers import excerpt_ids
     base = teacher_path(name)
     spec = model_spec(base)
     model, tok = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
-    heads, teacher, seq = load_prerouter(base, spec, k), load_teacher(name), 256
+    return model, spec, tok, load_prerouter(base, spec, k), load_teacher(name)
+
+def confidence(loaded:tuple, k:int, windows:int) -> dict:
+    "Per owner layer: head recall and heaviest-expert capture, overall and per bin of the teacher's next-token probability"
+    from edge0.backend import core as B
+    from edge0.prerouter import capture, pairs, pair_positions, route, router_bias_of
+    from edge0.recovery import log_softmax
+    from edge0.routing import weigh
+    from edge0.teachers import excerpt_ids
+    model, spec, tok, heads, teacher = loaded
+    seq = 256
     ids = excerpt_ids(tok, dtype=np.int64)[:windows * seq]
     cap = capture(spec, model, ids, k, seq)
     conf = np.concatenate([np.array(B.exp(log_softmax(teacher(B.array(ids[None, i:i + seq].astype(np.int32)))
                                                       .astype(B.float32))[0]).max(-1)) for i in range(0, len(ids), seq)])
-    t = np.array([i for i in range(len(ids) - 1) if i % seq != 0 and (i + 1) % seq != 0])  # as `pairs` picks them
-    c = conf[t]
+    c = conf[pair_positions(len(ids), seq)]
     masks = [(c >= lo) & (c < hi) for lo, hi in zip(BINS[:-1], BINS[1:])]
     out = dict(bins=[_bin_label(lo, hi) for lo, hi in zip(BINS[:-1], BINS[1:])],
                share=[float(m.mean()) for m in masks], layers={})
@@ -61,34 +68,22 @@ def confidence(name:str, k:int, windows:int) -> dict:
                                      heaviest_by_bin=[float(heaviest[m].mean()) if m.any() else None for m in masks])
     return out
 
-def keep_curve(name:str, k:int, windows:int) -> list:
+def keep_curve(name:str, loaded:tuple, k:int, windows:int) -> list:
     "Rows `dict(keep, kl, agreement, ppl)` of the served path with each predicted set holding the `keep` heaviest experts"
-    import mlx_lm
-    from edge0.backend import core as B
-    from edge0.files import teacher_path
     from edge0.ladder import rung_metrics, _windows
-    from edge0.prerouter import load_prerouter
-    from edge0.recovery import StudentPath, load_teacher
-    from edge0.store import model_spec
-    base = teacher_path(name)
-    spec = model_spec(base)
-    model, tok = mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
-    teacher, data, rows = load_teacher(name), _windows(tok, 256, windows), []
-    with StudentPath(model, spec, load_prerouter(base, spec, k), k) as student:
-        def served(x):
-            student.reset(1)
-            return student(x)
+    from edge0.recovery import StudentPath
+    model, spec, tok, heads, teacher = loaded
+    data, rows = _windows(tok, 256, windows), []
+    with StudentPath(model, spec, heads, k) as student:
         for keep in range(k + 1):
             student.keep = keep
-            m = rung_metrics(served, teacher, data)
+            m = rung_metrics(student.from_start, teacher, data)
             rows.append(dict(keep=keep, kl=m['kl'], agreement=m['agreement'], ppl=m['ppl']))
             print(f"{name} K={k} keep {keep}: KL {m['kl']:.4f}", flush=True)
     return rows
 
 def recovery(name:str, k:int, keep:int, steps:int|None, work:Path, corpus, windows:int) -> dict:
     "Phase 2 from scratch on the path whose predicted sets hold the `keep` heaviest experts; KL before and after"
-    from edge0.backend import core as B
     from edge0.ladder import rung_metrics, _windows
     from edge0.recovery import Recovery, load_teacher
     run = Recovery(name, 2, k, corpus, work, show=False, **({'steps': steps} if steps else {}))
@@ -96,14 +91,11 @@ def recovery(name:str, k:int, keep:int, steps:int|None, work:Path, corpus, windo
     if run.out.exists(): shutil.rmtree(run.out)
     run.student.keep = keep
     teacher, data = load_teacher(name), _windows(run.tokenizer, 256, windows)
-    def served(x):
-        run.student.reset(1)
-        return run.student(x)
-    before = rung_metrics(served, teacher, data)
+    before = rung_metrics(run.student.from_start, teacher, data)
     t0 = time.time()
     run.run(ckpt_every=10 ** 9)
     seconds = time.time() - t0
-    after = rung_metrics(served, teacher, data)
+    after = rung_metrics(run.student.from_start, teacher, data)
     shutil.rmtree(run.out, ignore_errors=True)
     out = dict(keep=keep, steps=run.step, seconds=round(seconds), kl_before=before['kl'], kl_after=after['kl'],
                recovered=(before['kl'] - after['kl']) / before['kl'])
@@ -143,8 +135,9 @@ def main(argv=None):
     from edge0.teachers import blas_in_use
     t0, runs = time.time(), []
     for name, k in RUNS:
-        runs.append(dict(teacher=name, k=k, confidence=confidence(name, k, args.windows),
-                         keep=keep_curve(name, k, args.windows)))
+        loaded = _load(name, k)  # the base, its heads and the teacher, once for both measurements
+        runs.append(dict(teacher=name, k=k, confidence=confidence(loaded, k, args.windows),
+                         keep=keep_curve(name, loaded, k, args.windows)))
     results = dict(runs=runs)
     if args.recovery_steps != 0:
         if not Path(args.corpus).is_dir(): sys.exit(f"corpus folder {args.corpus} does not exist (--corpus)")

@@ -79,11 +79,7 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     rung('bf16 teacher', teacher, _greedy(teacher))
     rung(f'int4 (K={spec.k})', model, _greedy(model))
     student = StudentPath(model, spec, load_prerouter(base, spec, k), k)
-    def served(prefill):
-        def run(x):
-            student.reset(prefill)
-            return student(x)
-        return run
+    served = lambda prefill: lambda x: student.from_start(x, prefill)
     generate = lambda prompts, n: student_generate(student, prompts, n, temp=0)
     own = lambda prompts, n: student_generate(student, prompts, n, temp=0, prefill=10 ** 9)  # no token after the prompt
     if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own)

@@ -14,9 +14,9 @@ from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture', 'pairs',
-           'recall', 'recall_report', 'phase1', 'fingerprint', 'base_fingerprints', 'prerouter_file', 'save_prerouter',
-           'load_prerouter']
+__all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
+           'pair_positions', 'pairs', 'recall', 'recall_report', 'phase1', 'fingerprint', 'base_fingerprints',
+           'prerouter_file', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -97,10 +97,13 @@ def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
     return {l: {n: np.concatenate(v) for n, v in d.items()} for l, d in out.items()}
 
 # %% ../nbs/02a_prerouter.ipynb #2f3843af
+def pair_positions(T:int, seq:int=256) -> np.ndarray:
+    "Positions `t` of `T` captured tokens (windows of `seq`) with a token before and after them in the same window"
+    return np.array([i for i in range(T - 1) if i % seq != 0 and (i + 1) % seq != 0])
+
 def pairs(cap:dict, n:int, n_next:int, seq:int=256):
     "`(h, routed, routed_prev, target_logits, target_routed, prev_routed_next)` for owner `n` over a capture"
-    T = len(cap[n]['h'])
-    t = np.array([i for i in range(T - 1) if i % seq != 0 and (i + 1) % seq != 0])
+    t = pair_positions(len(cap[n]['h']), seq)
     a, b = cap[n], cap[n_next]
     return a['h'][t], a['routed'][t], a['routed'][t - 1], b['logits'][t + 1], b['routed'][t + 1], b['routed'][t]
 

@@ -47,6 +47,11 @@ class StudentPath:
         self.pos += tokens.shape[1]
         return out
 
+    def from_start(self, tokens, prefill:int=1):
+        "Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill` positions a prompt"
+        self.reset(prefill)
+        return self(tokens)
+
     def close(self):
         "Give the model its own blocks back"
         unshadow(self.installed)
@@ -271,8 +276,7 @@ def batch(self:Recovery, step:int):
 
 @patch
 def _loss(self:Recovery, model, x, prefill:int, teacher_logits=None):
-    self.student.reset(prefill)
-    logits = self.student(x[:, :-1])
+    logits = self.student.from_start(x[:, :-1], prefill)
     if teacher_logits is None: return sft_loss(logits, x[:, 1:], prefill)
     return reverse_kl_topk(logits[:, prefill - 1:], teacher_logits, self.recipe['top']).mean()
 
