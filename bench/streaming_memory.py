@@ -58,26 +58,40 @@ def arm(a):
                    peak_active_mb=max(out['peak_active_mb'], stats(handle.engine)['peak_active_bytes'] / 2**20))
     print('RESULT ' + json.dumps(out), flush=True)
 
-class MemoryCap:
-    "A child memory cgroup of this process's own (v1 or v2) with a hard limit; processes started with `preexec` join it"
-    def __init__(self, nbytes):
-        self.path = None
+class ChildCgroup:
+    """A child of this process's own cgroup with `v1` knobs written (the `controller` hierarchy of cgroup v1) or `v2`
+    knobs (the unified hierarchy); knobs in `optional` are written only where the kernel has them. Processes started with
+    `preexec` join it. `path` is None where none could be made (`errors` says why)"""
+    def __init__(self, controller:str, v1:dict, v2:dict, optional=(), prefix:str='edge0-bench'):
+        self.path, self.errors = None, []
         for line in Path('/proc/self/cgroup').read_text().splitlines():
-            hid, ctrl, rel = line.split(':', 2)
-            if ctrl == 'memory': base, lim = Path('/sys/fs/cgroup/memory') / rel.lstrip('/'), 'memory.limit_in_bytes'
-            elif hid == '0' and ctrl == '' and Path('/sys/fs/cgroup/cgroup.controllers').exists(): base, lim = Path('/sys/fs/cgroup') / rel.lstrip('/'), 'memory.max'
+            hid, ctrls, rel = line.split(':', 2)
+            if controller in ctrls.split(','): base, knobs = Path('/sys/fs/cgroup') / ctrls / rel.lstrip('/'), v1
+            elif hid == '0' and ctrls == '' and Path('/sys/fs/cgroup/cgroup.controllers').exists():
+                base, knobs = Path('/sys/fs/cgroup') / rel.lstrip('/'), v2
             else: continue
-            p = base / f'edge0-bench-{uuid.uuid4().hex[:6]}'
+            p = base / f'{prefix}-{uuid.uuid4().hex[:6]}'
             try:
-                p.mkdir(); (p / lim).write_text(str(int(nbytes)))
-                if (p / 'memory.memsw.limit_in_bytes').exists(): (p / 'memory.memsw.limit_in_bytes').write_text(str(int(nbytes)))
+                p.mkdir()
+                for knob, value in knobs.items():
+                    if knob not in optional or (p / knob).exists(): (p / knob).write_text(str(value))
                 self.path = p; break
-            except OSError as e: print(f'cannot create a memory cgroup under {base}: {e}', file=sys.stderr)
+            except OSError as e:
+                self.errors.append(f'cannot create a {controller} cgroup under {base}: {e}')
+                if p.exists(): p.rmdir()
     def preexec(self): (self.path / 'cgroup.procs').write_text(str(os.getpid()))
     def close(self):
         if self.path:
             try: self.path.rmdir()
             except OSError: pass
+
+class MemoryCap(ChildCgroup):
+    "A child memory cgroup of this process's own (v1 or v2) with a hard limit; processes started with `preexec` join it"
+    def __init__(self, nbytes):
+        n = int(nbytes)
+        super().__init__('memory', {'memory.limit_in_bytes': n, 'memory.memsw.limit_in_bytes': n}, {'memory.max': n},
+                         optional=('memory.memsw.limit_in_bytes',))
+        for e in self.errors: print(e, file=sys.stderr)
 
 def disk_of(path) -> str:
     "`MAJ:MIN` of the whole disk that holds `path` (a partition's parent disk)"
@@ -86,30 +100,14 @@ def disk_of(path) -> str:
     if (dev / 'partition').exists(): dev = dev.resolve().parent
     return (dev / 'dev').read_text().strip() if (dev / 'dev').exists() else f'{os.major(d)}:{os.minor(d)}'
 
-class ReadThrottle:
+class ReadThrottle(ChildCgroup):
     "A child blkio (v1) or io (v2) cgroup of this process's own limiting reads from the disk under `path` to `mb_s` MB/s"
     def __init__(self, path, mb_s:float):
-        self.path, self.dev, bps = None, disk_of(path), int(mb_s * 1e6)
-        for line in Path('/proc/self/cgroup').read_text().splitlines():
-            hid, ctrl, rel = line.split(':', 2)
-            if 'blkio' in ctrl.split(','):
-                base, knob, value = Path('/sys/fs/cgroup/blkio') / rel.lstrip('/'), 'blkio.throttle.read_bps_device', f'{self.dev} {bps}'
-            elif hid == '0' and ctrl == '' and Path('/sys/fs/cgroup/cgroup.controllers').exists():
-                base, knob, value = Path('/sys/fs/cgroup') / rel.lstrip('/'), 'io.max', f'{self.dev} rbps={bps}'
-            else: continue
-            p = base / f'edge0-read-{uuid.uuid4().hex[:6]}'
-            try:
-                p.mkdir(); (p / knob).write_text(value)
-                self.path = p; break
-            except OSError as e:
-                if p.exists(): p.rmdir()
-                raise SystemExit(f"cannot throttle reads of {self.dev} under {base} ({e}); run as root on Linux with cgroups")
+        self.dev, bps = disk_of(path), int(mb_s * 1e6)
+        super().__init__('blkio', {'blkio.throttle.read_bps_device': f'{self.dev} {bps}'},
+                         {'io.max': f'{self.dev} rbps={bps}'}, prefix='edge0-read')
+        if self.errors: raise SystemExit(f"{self.errors[0]}; throttling reads needs root on Linux with cgroups")
         if self.path is None: raise SystemExit("no blkio (v1) or io (v2) cgroup controller here: cannot throttle reads")
-    def preexec(self): (self.path / 'cgroup.procs').write_text(str(os.getpid()))
-    def close(self):
-        if self.path:
-            try: self.path.rmdir()
-            except OSError: pass
 
 def run_arm(name, a, cap=None):
     cmd = [sys.executable, __file__, '--arm', name, '--model', str(a.model), '--tokens', str(a.tokens), '--pool-mb', str(a.pool_mb),
