@@ -603,8 +603,7 @@ def _row(s:LayerStats) -> dict: return dict(asdict(s), cold_fraction=s.cold_frac
 
 def _stack_bytes(stacks) -> int:
     "Bytes of stacks `{key: array or list of arrays}`"
-    arrays = [a for stack in stacks if stack for v in stack.values() for a in (v if isinstance(v, list) else [v])]
-    return sum(a.nbytes for a in arrays)
+    return sum(a.nbytes for stack in stacks if stack for a in bq.weight_arrays(stack))
 
 def stats(engine:StreamEngine) -> dict:
     "Per-layer and total streaming counters of an engine, with the pool's and the slots' memory"

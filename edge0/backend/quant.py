@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['GROUP_SIZE', 'BITS', 'MODES', 'KERNELS', 'TORCH_GROUPS', 'REFINE', 'TORCH_PARTS', 'quantize', 'dequantize',
            'quantized_matmul', 'gather_qmm', 'torch_available', 'default_kernels', 'check_kernels', 'torch_int4',
-           'nibbles', 'torch_pack', 'to_torch', 'torch_view', 'from_torch', 'int4_mm', 'TorchLinear',
+           'nibbles', 'torch_pack', 'to_torch', 'torch_view', 'weight_arrays', 'from_torch', 'int4_mm', 'TorchLinear',
            'use_torch_kernels', 'torch_pack_experts', 'torch_expert_mlp']
 
 # %% ../../nbs/00_backend_quant.ipynb #4aa47dbc
@@ -92,7 +92,7 @@ def to_torch(x):
     return torch.from_numpy(np.asarray(x.view(B.uint16))).view(torch.bfloat16)
 
 _VIEWS, _REFS = {}, {}
-_TORCH_DTYPES = {'uint8': 'uint8', 'bfloat16': 'bfloat16', 'float32': 'float32', 'float16': 'float16'}
+_TORCH_DTYPES = ('uint8', 'bfloat16', 'float32', 'float16')  # the same names in MLX and torch
 
 def _forget(key:int):
     _VIEWS.pop(key, None)
@@ -103,17 +103,21 @@ import weakref
 def torch_view(a):
     """`to_torch(a)` for a weight array used again and again (a pooled expert's): made once, kept while `a` lives.
     The view reads `a`'s memory by address and holds no reference to `a`, so caching it keeps nothing alive"""
-    hit = _VIEWS.get(id(a))
+    key = id(a)
+    hit = _VIEWS.get(key)
     if hit is not None: return hit
     import ctypes, torch
     name = str(a.dtype).rsplit('.', 1)[-1]
     m = memoryview(a)  # evaluates `a`
     if name not in _TORCH_DTYPES or not (m.c_contiguous and m.nbytes and a.ndim): return to_torch(a)
     raw = (ctypes.c_uint8 * m.nbytes).from_address(np.frombuffer(m, np.uint8).ctypes.data)
-    t = _VIEWS[id(a)] = torch.frombuffer(raw, dtype=getattr(torch, _TORCH_DTYPES[name])).view(tuple(a.shape))
-    key = id(a)  # forgotten when `a` goes, before its id can be reused
-    _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))
+    t = _VIEWS[key] = torch.frombuffer(raw, dtype=getattr(torch, name)).view(tuple(a.shape))
+    _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))  # forgotten when `a` goes, before its id is reused
     return t
+
+def weight_arrays(w:dict) -> list:
+    "Every array of weights `{key: array, or list of per-expert arrays}`"
+    return [a for v in w.values() for a in (v if isinstance(v, list) else [v])]
 
 def from_torch(t, dtype=None):
     "An MLX array of the torch tensor `t`, in `dtype` (default: float32)"
@@ -218,7 +222,7 @@ def torch_expert_mlp(x, # (..., D) hidden states
                      group_size:int=GROUP_SIZE):
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
     import torch
-    B.eval(x, *[a for v in w.values() for a in (v if isinstance(v, list) else [v]) if id(a) not in _VIEWS])
+    B.eval(x, *[a for a in weight_arrays(w) if id(a) not in _VIEWS])
     shape, k = x.shape, idx.shape[-1]
     xt = to_torch(x).reshape(-1, shape[-1]).to(torch.bfloat16)
     ids = np.asarray(idx).reshape(xt.shape[0], k)
