@@ -23,7 +23,7 @@ import argparse, json, os, shutil, statistics, subprocess, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from streaming_memory import MemoryCap  # noqa: E402
+from edge0.eval import Cgroup, memory_cap  # noqa: E402
 from prerouter_ab import sequence, evict, read_bandwidth, med, shards, OPENBLAS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,8 +129,7 @@ def big(a):
     size = sum(f.stat().st_size for f in shards(mlx_dir))
     seq = Path(a.out) / '30b-sequence.json'
     seq.write_text(json.dumps(sequence(mlx_dir, a.prompt + a.tokens + 1)))
-    cap = MemoryCap(int(a.cap_gb * 2**30))
-    if cap.path is None: raise SystemExit('no child memory cgroup can be made here: the capped benchmark needs one (run as root)')
+    cap = Cgroup(memory_cap(int(a.cap_gb * 2**30)), optional=('memory.memsw.limit_in_bytes', 'memory.swap.max'))
     print(f"\n=== 30B shape, {size / 2**30:.1f} GiB, under a {a.cap_gb:g} GiB memory cap; expert budget {a.pool_mb:g} MiB; "
           f"{a.tokens} forced decode steps after a {a.prompt}-token prompt; {a.rounds} rounds", flush=True)
     probe = {str(k): read_bandwidth(torch_dir, k) for k in a.ks}

@@ -6,7 +6,7 @@ bare disk and on disks of known speed made with a read throttle.
 
 This machine's disk is virtual and the host caches it, so an unthrottled "cold" read is as fast as the host's cache
 happens to be that minute (runs disagree by 3x). A read throttle (a child blkio v1 / io v2 cgroup on the checkpoint's disk,
-`ReadThrottle` of bench/streaming_memory.py) caps what leaves the disk at a known rate whatever the host caches, so
+`read_throttle` of edge0.eval) caps what leaves the disk at a known rate whatever the host caches, so
 throttled figures repeat. Each throttle runs in its own process inside its cgroup; the measured sequential rate is printed
 beside the asked one. Rows (MiB/s): the disk read sequentially in 16 MiB reads (a whole shard); for one expert at a time and
 for a layer's K experts at a time, plain `os.pread` of the store's byte ranges against the store's `read_expert` /
@@ -67,10 +67,10 @@ def main():
     model = Path(a.model)
     if not (model / 'config.json').exists(): sys.exit(f"{model}: no config.json (build it with bench/cpu_kernels.py)")
     if a.measure: return print('RESULT ' + json.dumps(measure(model, a.draws)))
-    from streaming_memory import ReadThrottle
+    from edge0.eval import Cgroup, read_throttle
     results = dict(model=model.name, date=time.strftime('%Y-%m-%d %H:%M'), tiers=[])
     for mb_s in a.mb_s:
-        throttle = ReadThrottle(model, mb_s) if mb_s else None
+        throttle = Cgroup(read_throttle(model, mb_s)) if mb_s else None
         try:
             r = subprocess.run([sys.executable, __file__, str(model), '--measure', '--draws', str(a.draws)], text=True,
                                capture_output=True, preexec_fn=throttle.preexec if throttle else None, timeout=1800)

@@ -121,6 +121,45 @@ def format_stats(s:dict) -> str:
 
 
 # %% ../nbs/09_cli.ipynb #a6e30afe
+def _list(kind, choices=None):
+    "A comma-separated list of `kind`, each in `choices` where given"
+    def parse(text):
+        out = []
+        for item in text.split(','):
+            try: v = kind(item)
+            except ValueError: raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+            if choices and v not in choices:
+                raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(map(str, choices))}")
+            out.append(v)
+        return out
+    return parse
+
+def _bench_parser(sub):
+    from edge0.eval import ARM_MODES, TIERS
+    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
+                       'storage tiers')
+    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
+    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'], help=f"comma-separated: {', '.join(ARM_MODES)}")
+    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per token (default: native)')
+    b.add_argument('--tier', type=_list(str), default=['nvme'], help=f"comma-separated storage tiers: "
+                   f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
+                   "or a read rate in MB/s")
+    b.add_argument('--cap-mb', type=_positive(float), help='memory cap of every arm (MiB), a child memory cgroup')
+    b.add_argument('--cache', choices=('cold', 'warm'), default='cold', help='page cache before each arm\'s decode: '
+                   'dropped (cold) or after one untimed read of the checkpoint (warm)')
+    b.add_argument('--rounds', type=_positive(int), default=3)
+    b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
+    b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
+    b.add_argument('--pool-mb', type=_positive(float), default=256, help='expert pool (MiB) of every arm')
+    b.add_argument('--total-budget', action='store_true', help='--pool-mb bounds resident layers and slots too')
+    b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
+    b.add_argument('--kernels', choices=KERNELS)
+    b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
+    b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
+    b.add_argument('--out', default='build/eval', help='sequences and traces')
+    b.add_argument('--json', help='write the report here')
+    b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
+
 def _positive(kind):
     def parse(text):
         try: v = kind(text)
@@ -188,6 +227,7 @@ def _parser() -> argparse.ArgumentParser:
                    'its committed int4 base; 2, 3: its recovery LoRA (SFT, then on-policy distillation); 1-3 write '
                    'beside a copy of the base in DST/<teacher>-int4')
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
+    _bench_parser(sub)
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
     z.add_argument('family', choices=SUPPORTED)
     z.add_argument('dst', help='directory to create')
@@ -212,6 +252,15 @@ def _cmd_generate(a):
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
           f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "
           f"peak memory {f['peak_memory_bytes'] / 2**20:.1f} MiB")
+
+def _cmd_bench(a):
+    from edge0.eval import arms_for, bench, tier_rate
+    for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
+    arms = arms_for(a.model, a.modes, a.k, a.pool_mb, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
+                    cold_steps=a.cold_steps, total_budget=a.total_budget)
+    bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, cache=a.cache,
+          cap_mb=a.cap_mb, out=a.out)
+    if a.json: print(f"wrote {a.json}")
 
 def _cmd_train(a):
     from edge0.teachers import TEACHERS, reproduce
@@ -240,6 +289,7 @@ def _run(a):
         print(convert(a.src, a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits, group_size=a.group_size,
                       overwrite=a.overwrite, layout=a.layout))
     elif a.cmd == 'train': _cmd_train(a)
+    elif a.cmd == 'bench': _cmd_bench(a)
     elif a.cmd == 'zoo':
         from edge0.zoo import build_tiny
         if Path(a.dst).exists() and not a.overwrite: raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")

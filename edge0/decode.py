@@ -143,6 +143,13 @@ class Decoder:
             engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
+    def reset(self):
+        "Start a new sequence: wait for the reads in flight, forget the plan, restart the step count (and the trace)"
+        for f in self.pending.values(): f.result()
+        self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
+        self.step, self.beyond = -1, False
+        if self.trace is not None: self.trace = []
+
     def close(self):
         "Give the model its own blocks back and stop the background reader"
         unshadow(self.installed)

@@ -89,6 +89,7 @@ class LayerStats:
     pages:int = 0
     hits:int = 0           # bundles served from the pool or resident slots
     blocked_s:float = 0.0  # main thread waiting for reads
+    read_s:float = 0.0     # seconds the reads took (summed over reads, in whichever thread ran them)
     peak_active:int = 0    # most backend memory held after this layer's calls
     def add(self, other:LayerStats):
         for name, v in asdict(other).items():
@@ -101,6 +102,7 @@ class LayerStats:
         self.bytes_read += cost.nbytes
         self.cold_pages += cost.cold
         self.pages += cost.pages
+        self.read_s += cost.seconds
 
 
 # %% ../nbs/01b_streaming.ipynb #70b4bd03
