@@ -34,7 +34,9 @@ def checkpoints(a):
             m = Path(a.synthetic)
             if not (m / 'config.json').exists(): raise SystemExit(f"{m} is missing: run bench/prerouter_ab.py once to build it")
             size = sum(f.stat().st_size for f in m.glob('*.safetensors'))
-            out.append((f"synthetic {size / 2**30:.1f} GiB", m, dict(pool_mb=256), dict(cap_mb=size / 2 / 2**20)))
+            # its prompt's experts are most of the checkpoint: the tiers throttle its decode, not its prefill
+            out.append((f"synthetic {size / 2**30:.1f} GiB", m, dict(pool_mb=256),
+                        dict(cap_mb=size / 2 / 2**20, throttle_prefill=False)))
         else: raise SystemExit(f"--models: unknown checkpoint {name!r}; expected tiny and/or synthetic")
     return out
 
