@@ -70,7 +70,7 @@ def confidence(loaded:tuple, k:int, windows:int) -> dict:
 
 def keep_curve(name:str, loaded:tuple, k:int, windows:int) -> list:
     "Rows `dict(keep, kl, agreement, ppl)` of the served path with each predicted set holding the `keep` heaviest experts"
-    from edge0.ladder import rung_metrics, _windows
+    from edge0.quality import rung_metrics, heldout_windows as _windows
     from edge0.recovery import StudentPath
     model, spec, tok, heads, teacher = loaded
     data, rows = _windows(tok, 256, windows), []
@@ -84,7 +84,7 @@ def keep_curve(name:str, loaded:tuple, k:int, windows:int) -> list:
 
 def recovery(name:str, k:int, keep:int, steps:int|None, work:Path, corpus, windows:int) -> dict:
     "Phase 2 from scratch on the path whose predicted sets hold the `keep` heaviest experts; KL before and after"
-    from edge0.ladder import rung_metrics, _windows
+    from edge0.quality import rung_metrics, heldout_windows as _windows
     from edge0.recovery import Recovery, load_teacher
     run = Recovery(name, 2, k, corpus, work, show=False, **({'steps': steps} if steps else {}))
     run.out = work / f"{name}-k{k}-keep{keep}-phase2-ckpt"

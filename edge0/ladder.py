@@ -11,39 +11,15 @@ from .backend import core as B
 from .files import teacher_path
 from .prerouter import load_prerouter, prerouter_file
 from .lora import load_adapter
-from .recovery import StudentPath, load_teacher, log_softmax, stage_file, student_generate
+from .recovery import StudentPath, load_teacher, stage_file, student_generate
 from .store import model_spec
-from .teachers import excerpt_ids
+from .quality import heldout_windows, repetition, rung_metrics
 
 # %% auto #0
-__all__ = ['PROMPT', 'rung_metrics', 'repetition', 'ladder']
-
-# %% ../nbs/04e_ladder.ipynb #4066eeda
-def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4) -> dict:
-    "Perplexity, top-1 agreement with `teacher` and mean KL(teacher || served) of `served` over `windows` (N, L)"
-    kl, agree, nll = [], [], []
-    for i in range(0, len(windows), batch):
-        x = B.array(windows[i:i + batch].astype(np.int32))
-        lp, lq = log_softmax(teacher(x).astype(B.float32)), log_softmax(served(x).astype(B.float32))
-        kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
-        agree.append(np.array(B.argmax(lp, axis=-1) == B.argmax(lq, axis=-1))[:, :-1])
-        targets = windows[i:i + batch, 1:, None].astype(np.int64)
-        nll.append(-np.take_along_axis(np.array(lq[:, :-1]), targets, -1)[..., 0])
-    kl, agree, nll = (np.concatenate(a).ravel() for a in (kl, agree, nll))
-    return dict(ppl=float(np.exp(nll.mean())), agreement=float(agree.mean()), kl=float(kl.mean()), tokens=int(kl.size))
-
-def repetition(ids:list, n:int=4) -> float:
-    "Share of a sample's `n`-grams that repeat an earlier one (0: no loop; near 1: one phrase over and over)"
-    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+__all__ = ['PROMPT', 'ladder']
 
 # %% ../nbs/04e_ladder.ipynb #86bac6f7
 PROMPT = "The history of the city"
-
-def _windows(tokenizer, seq:int, n:int) -> np.ndarray:
-    ids = excerpt_ids(tokenizer, dtype=np.int64)
-    n = min(n, len(ids) // seq)
-    return ids[:n * seq].reshape(n, seq)
 
 def _sample(fn, tokenizer, n:int) -> dict:
     ids = fn(np.array([tokenizer.encode(PROMPT)]), n)[0].tolist()
@@ -70,7 +46,7 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     teacher = load_teacher(name)
     model, tokenizer = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
-    data = _windows(tokenizer, seq, windows)
+    data = heldout_windows(tokenizer, seq, windows)
     rows = []
     def rung(label, served, sampler):
         t0 = time.time()
