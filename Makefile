@@ -52,10 +52,12 @@ adapters: setup
 ladder: setup
 	$(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/python bench/quality_ladder.py
 
-# The benchmarks: streaming memory (issue 3) and the prerouter A/B (issue 5); each prints its table.
+# The benchmarks, each through the harness (edge0.eval): streaming memory, the prerouter A/B, and the prerouter across
+# storage tiers (needs root for the cgroups; about an hour); each prints its tables.
 bench: setup
 	$(BIN)/python bench/streaming_memory.py
 	$(BIN)/python bench/prerouter_ab.py
+	$(BIN)/python bench/tiers.py
 
 export: setup
 	$(BIN)/nbdev_export

@@ -139,7 +139,8 @@ def _bench_parser(sub):
     b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
                        'storage tiers')
     b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
-    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'], help=f"comma-separated: {', '.join(ARM_MODES)}")
+    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
+                   help=f"comma-separated: {', '.join(ARM_MODES)}")
     b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per token (default: native)')
     b.add_argument('--tier', type=_list(str), default=['nvme'], help=f"comma-separated storage tiers: "
                    f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
@@ -156,6 +157,8 @@ def _bench_parser(sub):
     b.add_argument('--kernels', choices=KERNELS)
     b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
     b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
+    b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
+                   'v1): for checkpoints whose prompt alone reads most of their experts')
     b.add_argument('--out', default='build/eval', help='sequences and traces')
     b.add_argument('--json', help='write the report here')
     b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
@@ -259,7 +262,7 @@ def _cmd_bench(a):
     arms = arms_for(a.model, a.modes, a.k, a.pool_mb, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
     bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, cache=a.cache,
-          cap_mb=a.cap_mb, out=a.out)
+          cap_mb=a.cap_mb, out=a.out, throttle_prefill=not a.throttle_after_prefill)
     if a.json: print(f"wrote {a.json}")
 
 def _cmd_train(a):

@@ -48,6 +48,10 @@ def local_links(text: str) -> str:
     "Links to notebooks (`x.ipynb`, `x.ipynb#part`) made links to their pages (`x.html`)"
     return re.sub(r'href="([\w.-]+)\.ipynb(#[^"]*)?"', lambda m: f'href="{m[1]}.html{m[2] or ""}"', text)
 
+WIDGET = 'application/vnd.jupyter.widget-view+json'
+WIDGET_NOTE = {'output_type': 'display_data', 'metadata': {}, 'data': {'text/html': '<p><em>An interactive widget: it '
+               'runs in Jupyter (open this notebook there); the static figures below show the same view.</em></p>'}}
+
 def to_html(nb, title: str) -> str:
     "The notebook's cells as HTML (a whole page from nbconvert's classic template), nbdev directives and hidden cells left out"
     import nbformat
@@ -58,6 +62,7 @@ def to_html(nb, title: str) -> str:
             lines = c.source.splitlines()
             if any(l.strip().replace(' ', '') in ('#|hide',) for l in lines[:3]): c.source, c.outputs = '', []
             c.source = '\n'.join(l for l in c.source.splitlines() if not l.lstrip().startswith('#|'))
+            c.outputs = [nbformat.from_dict(WIDGET_NOTE) if WIDGET in o.get('data', {}) else o for o in c.outputs]
     node.cells = [c for c in node.cells if c.cell_type != 'code' or c.source.strip() or c.outputs]
     body, _ = HTMLExporter(template_name='classic').from_notebook_node(node, resources={'metadata': {'name': title}})
     return local_links(body)
