@@ -57,7 +57,7 @@ def find_model(model) -> Path:
     return teacher_path(str(model))
 
 class Served:
-    "One way of serving the int4 model `model_dir`, resident or streamed: routing `mode` at `k`, heads, recovery adapter"
+    "One way of serving the int4 model `model_dir`, resident or streamed: `mode` at `k`, heads, recovery adapter"
     def __init__(self, model_dir, # a model directory or a committed teacher's name ('edge0-tiny')
                  mode:str='off', # 'off': each layer's own router; 'routing': the heads' prediction after the prompt
                  k:int|None=None, # experts per token (default: the model's own K)
