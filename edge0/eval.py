@@ -5,7 +5,7 @@
 # %% ../nbs/05_eval.ipynb #a4df99db
 from __future__ import annotations
 import json, os, resource, statistics, subprocess, sys, time, uuid
-from dataclasses import dataclass, asdict, fields
+from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
 from .files import InputError
@@ -630,11 +630,17 @@ class ColdLoad:
     expert_bytes:int     # one expert bundle
     compute_ms:float     # compute-only step at this K
     load_ms:float = 0.0  # per-load cost with warm pages (the fit's `a`)
+    _misses:dict = field(default_factory=dict, repr=False)  # {pool bundles: misses per token}: bandwidth-independent
+
+    def misses(self, bundles:int) -> float:
+        "Misses per token of a pool of `bundles` (the trace replayed once per size)"
+        if bundles not in self._misses: self._misses[bundles] = float(lru_misses(self.trace, [bundles])[0])
+        return self._misses[bundles]
 
     def predict(self, pool_mb:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
         "Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and prefetch"
         per = self.expert_bytes / 2**20
-        m, m2 = lru_misses(self.trace, [max(int(pool_mb / per), 1), max(int((pool_mb + cache_mb) / per), 1)])
+        m, m2 = self.misses(max(int(pool_mb / per), 1)), self.misses(max(int((pool_mb + cache_mb) / per), 1))
         c = m2 / m if m else 0.0
         t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
         steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
