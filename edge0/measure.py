@@ -220,6 +220,13 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
     return [dt for _, dt in gen]
 
 # %% ../nbs/06b_measure.ipynb #c0028
+def _rss_mb() -> float:
+    "This process's resident memory (MiB): its current size where /proc tells it, else its peak"
+    try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+    except OSError:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 1024)
+
 def _profile(arm, prompt:int, steps:int) -> dict:
     "Measure the compute profile of `arm` (an `edge0.eval.Arm` whose pool holds every expert) in this process"
     from edge0.eval import _open_arm, sequence
@@ -229,7 +236,7 @@ def _profile(arm, prompt:int, steps:int) -> dict:
         if eng is not None:
             for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
         ids = sequence(arm.model, prompt + steps)
-        _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
+        _steps(h, ids, prompt, 3)  # warm-up: kernels, caches
         plain = _steps(h, ids, prompt, steps)
         logs = {(i, part): [] for i in range(spec.num_layers) for part in ('attention', 'moe')}
         layers = _decoder_layers(spec, h.model)
@@ -238,7 +245,10 @@ def _profile(arm, prompt:int, steps:int) -> dict:
         try: synced = _steps(h, ids, prompt, steps)
         finally:
             for u in reversed(undo): _unshadow(*u)
+        plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
+        pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
+        rss = _rss_mb()
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
     part = {key: med(v[-steps:]) for key, v in logs.items()}
@@ -247,7 +257,8 @@ def _profile(arm, prompt:int, steps:int) -> dict:
     att = [part[i, 'attention'] * scale for i in range(spec.num_layers)]
     moe = [part[i, 'moe'] * scale for i in range(spec.num_layers)]
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
-                rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads)
+                rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads,
+                rss_mb=rss, pooled_mb=pooled)
 
 # %% ../nbs/06b_measure.ipynb #c0030
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
