@@ -284,16 +284,19 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
                        wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
                        mib_per_token=r['bytes'] / 2**20, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
                        binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'))
+    views = {'no prediction': mb['per_class']}
+    if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                pool_mb=pool, compute=c_of('off').source, per_class={c.name: v for c, v in mb['per_class'].items()},
-                rows=rows)
+                pool_mb=pool, compute=c_of('off').source, rows=rows,
+                per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
 # %% ../nbs/06c_plan.ipynb #c0033
 def plan_table(p:dict) -> str:
     "A plan as a table"
-    per = ', '.join(f"{c} {v / 2**20:.2f}" for c, v in p['per_class'].items())
+    per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / 2**20:.2f}" for c, v in by.items())
+                    for view, by in p['per_class'].items())
     lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
-             f"MiB a token by address class: {per}",
+             f"MiB a token by address class ({per})",
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}  binds"]
     for s, r in p['rows'].items():
         tps = f"{r['tps']:.2f}" if r['tps'] else '-'
