@@ -6,7 +6,8 @@
 For each configuration (checkpoint x memory cap x storage tier x K x mode) this script
   1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the store's
      expert reads at batch 1 and K, cold and warm, in a child cgroup; the mode's compute profile with every expert pooled,
-     no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and the heads' recorded recall;
+     no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and the sets its heads
+     predict over it (teacher-forced);
   2. predicts decode tok/s with edge0.plan.plan from those alone;
   3. runs the arm by the harness's protocol (edge0.eval.run: own process, rotated rounds, page cache dropped, the same forced
      sequence) and sets its measured decode tok/s beside the prediction.
@@ -14,7 +15,7 @@ It also measures the read-size curve (eta) of this disk on the synthetic checkpo
 sizes. Checkpoints and conditions are those of bench/tiers.py: edge0-tiny evicts its experts before every step with a pool of 1/8
 of its experts; the 2.2 GB synthetic runs capped at half its size with a 256 MiB pool, its prefill outside the throttle.
 """
-import argparse, json, sys, time
+import argparse, os, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,7 @@ from edge0.eval import Arm, run, save, table, tier_name  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
 from edge0.plan import (calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
-                        plot_calibration, this_machine)
+                        plot_calibration, served_by_heads, this_machine)
 from edge0.store import ExpertStore  # noqa: E402
 
 # (checkpoint, K, mode, tier): grouped by checkpoint and tier, one harness run per group
@@ -52,6 +53,7 @@ def main():
     ap.add_argument('--prompt', type=int, default=16)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'plan_calibration'))
     a = ap.parse_args()
+    os.environ['EDGE0_CACHE'] = tempfile.mkdtemp(prefix='edge0-calibration-')  # every input measured in this run
     lines, rows, t0 = [], [], time.time()
     def say(s=''): print(s, flush=True); lines.append(s)
     import matplotlib; matplotlib.use('Agg')
@@ -73,7 +75,8 @@ def main():
             trace = model_trace(m, k, a.prompt + a.tokens)
             recall = head_recall(m, k) if mode == 'routing' else None
             planned = heads_planned(m, k) if mode == 'routing' else None
-            p = plan(m, dev, k, arm_kw['pool_mb'], (mode,), trace, compute, recall, planned, prompt=a.prompt)
+            served = served_by_heads(m, k, a.prompt + a.tokens) if mode == 'routing' else None
+            p = plan(m, dev, k, arm_kw['pool_mb'], (mode,), trace, compute, recall, planned, a.prompt, served)
             say(f"  K={k} {mode}: {dev.name}; runtime {dev.runtime_mb:.0f} MiB; expert reads cold "
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['cold'].items()) + ' ms, warm '
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['warm'].items())

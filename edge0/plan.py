@@ -16,8 +16,8 @@ from .roofline import AddressClass, Job, bytes_by_class, checkpoint_groups, conf
 # %% auto #0
 __all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
            'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'plan', 'plan_table', 'model_trace',
-           'head_recall', 'fingerprint_file', 'heads_planned', 'this_machine', 'calibration_table', 'plot_calibration',
-           'public_plans', 'attention_window', 'window_table', 'resolve_model', 'plan_for']
+           'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned', 'this_machine', 'calibration_table',
+           'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model', 'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -225,20 +225,27 @@ def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float) -> dict:
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
 # %% ../nbs/06c_plan.ipynb #c0030
+def _new_in_slots(ids, prompt:int) -> list:
+    "Per token, the experts a layer's K planned slots did not hold: they held the step before's set"
+    rows = [list(r) for r in np.asarray(ids).tolist()]
+    new = [[e for e in now if e not in before] for before, now in zip(rows[prompt:], rows[prompt + 1:])]
+    return rows[:prompt + 1] + new
+
 def _deadlines(c:Compute, layers:list) -> list:
     "ms from the step's start until each of `layers` needs its experts (its attention done)"
     start = np.concatenate([[0.0], np.cumsum(np.array(c.attention_ms) + np.array(c.moe_ms))])
     return [start[l] + c.attention_ms[l] for l in layers]
 
-def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute) -> dict:
-    "Predicted layers' reads as jobs of one token's window; the unpredicted layers resident"
+def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
+             served:dict|None=None) -> dict:
+    "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
     spec = mb['spec']
     held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
     used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
     cache = 0 if dev.cold_steps else _cache_bundles(dev, used, mb['bundle'])
-    served = served_trace(trace, planned, recall, spec.num_experts)
-    r = replay({l: served[l] for l in sorted(planned)}, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), cache,
-               prompt, dev.cold_steps)
+    served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
+    r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)},
+               max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), cache, prompt, dev.cold_steps)
     ms = _read_ms(mb, dev, r)
     due = _deadlines(c, r['layers'])
     exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d, float(t)) for l, d, t in zip(r['layers'], due, row)],
@@ -246,7 +253,7 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
-# %% ../nbs/06c_plan.ipynb #c0032
+# %% ../nbs/06c_plan.ipynb #c0033
 def _check_strategies(strategies):
     bad = [s for s in strategies if s not in STRATEGIES]
     if bad: raise InputError(f"strategy {bad[0]!r}: expected one of {', '.join(STRATEGIES)}")
@@ -255,8 +262,8 @@ def _binds(compute_ms:float, read_ms:float, cls:str) -> str:
     return f"{cls} reads ({read_ms:.1f} ms a token)" if read_ms > 0.05 * compute_ms else 'compute'
 
 def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
-         compute:dict|None=None, recall=None, planned=None, prompt:int=0) -> dict:
-    "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k`"
+         compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None) -> dict:
+    "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
     _check_strategies(strategies)
     mb = model_bytes(model, k)
     spec, k = mb['spec'], mb['k']
@@ -277,7 +284,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
                            binds='compute' if fits else f"memory: {peak:.0f} MiB needed, {dev.ram_mb:.0f} MiB there")
             continue
         r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool) if s == 'off'
-             else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c))
+             else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
@@ -287,10 +294,10 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                pool_mb=pool, compute=c_of('off').source, rows=rows,
+                pool_mb=pool, compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
-# %% ../nbs/06c_plan.ipynb #c0033
+# %% ../nbs/06c_plan.ipynb #c0034
 def plan_table(p:dict) -> str:
     "A plan as a table"
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / 2**20:.2f}" for c, v in by.items())
@@ -304,7 +311,7 @@ def plan_table(p:dict) -> str:
                      f"{r['mib_per_token']:>9.2f}{r['peak_mb']:>10.0f}  {r['binds']}")
     return '\n'.join(lines)
 
-# %% ../nbs/06c_plan.ipynb #c0037
+# %% ../nbs/06c_plan.ipynb #c0038
 def _child_json(code:str, what:str, timeout:float=3600) -> dict:
     "Run `code` (which prints one `JSON ` line) in a child process; its result"
     import subprocess, sys
@@ -326,7 +333,7 @@ def _trace_main(model_dir:str, k:int, tokens:int):
     t = routing_trace(m, spec, np.array(sequence(model_dir, tokens)), k, seq=tokens)
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in t.items()}))
 
-# %% ../nbs/06c_plan.ipynb #c0038
+# %% ../nbs/06c_plan.ipynb #c0039
 def model_trace(model_dir, k:int|None=None, tokens:int=256) -> dict:
     "`{layer: (tokens, k) ids}`: how the model routes the first `tokens` tokens of the held-out excerpt (cached)"
     from edge0.measure import cached
@@ -338,7 +345,7 @@ def model_trace(model_dir, k:int|None=None, tokens:int=256) -> dict:
                lambda: _child_json(code, f"tracing the routing of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
-# %% ../nbs/06c_plan.ipynb #c0040
+# %% ../nbs/06c_plan.ipynb #c0041
 def _recall_main(model_dir:str, k:int, tokens:int):
     import mlx_lm
     from edge0.backend import core as B
@@ -375,7 +382,44 @@ def fingerprint_file(model_dir, spec, k:int) -> str:
     return hashlib.sha256(json.dumps(read_header(Path(model_dir) / prerouter_file(spec, k)),
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-# %% ../nbs/06c_plan.ipynb #c0042
+# %% ../nbs/06c_plan.ipynb #c0043
+def _served_main(model_dir:str, k:int, tokens:int):
+    import mlx_lm
+    from edge0.backend import core as B
+    from edge0.eval import sequence
+    from edge0.prerouter import capture, load_prerouter
+    from edge0.routing import route
+    from edge0.store import model_spec
+    spec, (m, _) = model_spec(model_dir), mlx_lm.load(model_dir)
+    m.set_dtype(B.compute_dtype())
+    pr = load_prerouter(model_dir, spec, k)
+    cap = capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens)
+    out = {}
+    for n, nxt in pr.next_layer.items():
+        c, rows = cap[n], cap[nxt]['routed'].copy()
+        prev = np.concatenate([c['routed'][:1], c['routed'][:-1]])
+        lg = pr.predict(n, c['h'][:-1], c['routed'][:-1], prev[:-1])
+        rows[1:] = np.array(route(spec.routing, lg, k, _bias(spec, m, nxt))[0])
+        out[str(nxt)] = rows.tolist()
+    print('JSON ' + json.dumps(out))
+
+def _bias(spec, model, layer:int):
+    from edge0.routing import block, router_bias
+    return router_bias(spec, block(spec, model, layer))
+
+def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
+    "`{predicted layer: (tokens, k) ids}`: the sets the heads beside `model_dir` serve over the excerpt (cached)"
+    from edge0.measure import cached
+    from edge0.prerouter import fingerprint
+    from edge0.store import model_spec
+    spec = model_spec(model_dir)
+    k = k or spec.k
+    code = f"from edge0.plan import _served_main; _served_main({str(model_dir)!r}, {k}, {tokens})"
+    t = cached('served', dict(model=fingerprint(model_dir), heads=fingerprint_file(model_dir, spec, k), k=k,
+                              tokens=tokens), lambda: _child_json(code, f"running the heads of {model_dir}"))
+    return {int(l): np.array(v) for l, v in t.items()}
+
+# %% ../nbs/06c_plan.ipynb #c0046
 def heads_planned(model_dir, k:int|None=None) -> set:
     "The MoE layers the heads beside `model_dir` predict (their owners' next MoE layers)"
     from edge0.prerouter import prerouter_file
@@ -392,7 +436,7 @@ def _available_mb() -> float:
         return int(info['MemAvailable'].split()[0]) / 1024
     except (OSError, KeyError, ValueError): return float(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')) / 2**20
 
-# %% ../nbs/06c_plan.ipynb #c0044
+# %% ../nbs/06c_plan.ipynb #c0048
 def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, cold_steps:bool=False,
                  modes=('off', 'routing'), eta:Eta|None=None) -> tuple:
     "`(Device, {mode: Compute})` of this machine for `model_dir` at `k`, measured inside `tier` and `cap_mb`"
@@ -411,7 +455,7 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, max(runtime, 0.0), cold_steps=cold_steps)
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
 
-# %% ../nbs/06c_plan.ipynb #c0046
+# %% ../nbs/06c_plan.ipynb #c0050
 def calibration_table(report:dict) -> str:
     "The calibration report of `bench/plan_calibration.py` as a table"
     head = (f"{'configuration':44}{'predicted':>10}{'measured':>10}{'error':>8}{'MiB/step p/m':>15}"
@@ -448,7 +492,7 @@ def plot_calibration(report:dict, ax=None):
     ax.legend(fontsize=7)
     return ax
 
-# %% ../nbs/06c_plan.ipynb #c0050
+# %% ../nbs/06c_plan.ipynb #c0054
 SHAPES = {
     'qwen3-30b-a3b': dict(model_type='qwen3_moe', hidden_size=2048, num_hidden_layers=48, num_experts=128,
                           num_experts_per_tok=8, moe_intermediate_size=768, intermediate_size=6144,
@@ -465,7 +509,7 @@ SHAPES = {
                             decoder_sparse_step=1, mlp_only_layers=[]),
 }
 
-# %% ../nbs/06c_plan.ipynb #c0051
+# %% ../nbs/06c_plan.ipynb #c0055
 PAPERS = {
     ('qwen3-30b-a3b', 'edge-8gb-emmc', 8): dict(
         source='Budgeting Bytes (arXiv 2609.04238), abstract',
@@ -489,7 +533,7 @@ def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3) -> li
         out.append(dict(p, shape=shape, paper=paper))
     return out
 
-# %% ../nbs/06c_plan.ipynb #c0054
+# %% ../nbs/06c_plan.ipynb #c0058
 def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> list:
     "Per MoE layer and tier (`{name: MB/s}`): `s_l`, `B * C_attn_l`, whether it hides, and the ms added with/without"
     rows = []
@@ -515,7 +559,7 @@ def window_table(rows:list) -> str:
         lines.append(f"{r['layer']:>5}{r['s_bytes'] / 1024:>9.1f}{r['attention_ms']:>8.3f}{r['recall']:>7.2f}{cells}")
     return '\n'.join(lines)
 
-# %% ../nbs/06c_plan.ipynb #c0057
+# %% ../nbs/06c_plan.ipynb #c0061
 def resolve_model(name):
     "A model directory (also a bundled model's name), or the config dict of a config.json or a public shape"
     from edge0.quality import find_model
@@ -527,7 +571,7 @@ def resolve_model(name):
     try: return find_model(name)
     except InputError as e: raise InputError(f"{e}; or a config.json, or a public shape: {', '.join(SHAPES)}") from None
 
-# %% ../nbs/06c_plan.ipynb #c0059
+# %% ../nbs/06c_plan.ipynb #c0063
 def _measured_eta(model_dir) -> Eta:
     "The read curve of the disk under `model_dir`, measured on its shards once per host (cached)"
     from edge0.measure import cached, eta_curve
@@ -554,7 +598,8 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
         dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
         dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s)) if v})
         return plan(src, dev, k, pool_mb, strategies, model_trace(src, k), compute,
-                    recall or (head_recall(src, k) if routing else None), heads_planned(src, k) if routing else None)
+                    recall or (head_recall(src, k) if routing else None), heads_planned(src, k) if routing else None,
+                    served=served_by_heads(src, k) if routing and recall is None else None)
     if device not in DEVICES: raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
     over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s)
