@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.edge0-installed
 DEMO   := edge0/models/edge0-tiny-int4
 UNAME  := $(shell uname -s)
 
-.PHONY: setup test demo docs docs-html export teachers prerouters adapters ladder bench
+.PHONY: setup test demo docs docs-html export teachers prerouters adapters ladder bench probes
 
 setup: $(STAMP)
 
@@ -52,12 +52,18 @@ adapters: setup
 ladder: setup
 	$(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/python bench/quality_ladder.py
 
-# The benchmarks, each through the harness (edge0.eval): streaming memory, the prerouter A/B, and the prerouter across
-# storage tiers (needs root for the cgroups; about an hour); each prints its tables.
+# The benchmarks, each through the harness (edge0.eval): streaming memory, the prerouter A/B, the prerouter across
+# storage tiers, and the planner's predictions against the harness (needs root for the cgroups; about 90 min); each
+# prints its tables.
 bench: setup
 	$(BIN)/python bench/streaming_memory.py
 	$(BIN)/python bench/prerouter_ab.py
 	$(BIN)/python bench/tiers.py
+	$(BIN)/python bench/plan_calibration.py
+
+# The pre-attention probes of edge0-tiny and edge0-tiny-ds, trained on ../shared/data/corpus (about 10 min with OpenBLAS)
+probes: setup
+	$(BIN)/python bench/probes.py
 
 export: setup
 	$(BIN)/nbdev_export

@@ -74,7 +74,7 @@ def bench_model(name, ks, tokens, a, say):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--corpus', default='/work/shared/data/corpus')
+    ap.add_argument('--corpus', default=str(ROOT.parent / 'shared' / 'data' / 'corpus'))
     ap.add_argument('--work', default=str(ROOT / 'build' / 'teachers'), help='tokenizer and token cache (prepare)')
     ap.add_argument('--tokens', type=int, default=49_152, help='training tokens per base (phase 1 uses 120,000)')
     ap.add_argument('--seq', type=int, default=256)

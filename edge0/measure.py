@@ -108,7 +108,7 @@ def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
     ax.legend(fontsize=7)
     return ax
 
-# %% ../nbs/06b_measure.ipynb #c0017
+# %% ../nbs/06b_measure.ipynb #c0019
 def cache_dir() -> Path:
     "Where measurements are kept: `$EDGE0_CACHE`, else `~/.cache/edge0`"
     return Path(os.environ.get('EDGE0_CACHE') or Path.home() / '.cache' / 'edge0')
@@ -140,7 +140,7 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
     tmp.replace(p)
     return result
 
-# %% ../nbs/06b_measure.ipynb #c0020
+# %% ../nbs/06b_measure.ipynb #c0022
 def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0) -> dict:
     "Per-expert ms and MB/s of reading `batch` random experts of a random layer at a time through the store"
     from edge0.eval import evict_experts
@@ -161,7 +161,7 @@ def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:in
                     max(sum(g.pages for g in got), 1), expert_bytes=st.expert_nbytes, ranges=ranges, cold=cold)
     finally: st.close()
 
-# %% ../nbs/06b_measure.ipynb #c0023
+# %% ../nbs/06b_measure.ipynb #c0025
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
     "`{'cold': {batch: row}, 'warm': {batch: row}}` of `expert_reads`, measured in a child process in `cgroup`"
     from edge0.eval import BenchError
@@ -174,7 +174,7 @@ def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict
         raise BenchError(f"measuring expert reads of {model_dir} failed: {last}")
     return {t: {int(b): row for b, row in rows.items()} for t, rows in json.loads(r.stdout).items()}
 
-# %% ../nbs/06b_measure.ipynb #c0026
+# %% ../nbs/06b_measure.ipynb #c0028
 ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a decoder layer's attention child
 
 def _timed(fn, log:list):
@@ -198,7 +198,7 @@ def _unshadow(obj, name:str, before):
     if before is None: obj.__dict__.pop(name, None)
     else: object.__setattr__(obj, name, before)
 
-# %% ../nbs/06b_measure.ipynb #c0027
+# %% ../nbs/06b_measure.ipynb #c0029
 def _decoder_layers(spec, model) -> list:
     "`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of `model`"
     from edge0.routing import _attr
@@ -219,7 +219,27 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
     next(gen)  # the prefill
     return [dt for _, dt in gen]
 
-# %% ../nbs/06b_measure.ipynb #c0028
+# %% ../nbs/06b_measure.ipynb #c0030
+def _missing_steps(h, ids:list, prompt:int, steps:int) -> tuple:
+    "`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached)"
+    from edge0.decode import generate_ids
+    from edge0.streaming import reset_stats
+    dec, eng = h.decoder, h.engine
+    flush = dec.flush
+    def emptied(*xs):
+        flush(*xs)
+        with eng.pool.lock: eng.pool.lru.clear()  # the bundles, not the reservations (slots, resident layers)
+    dec.flush = emptied
+    try:
+        _steps(h, ids, prompt, 2)
+        dec.reset()
+        gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec, force=ids[prompt:prompt + steps])
+        next(gen)  # the prefill
+        reset_stats(eng)
+        out = [dt for _, dt in gen]
+    finally: dec.flush = flush
+    return out, sum(s.loads for s in eng.stats.values()) / steps
+
 def _rss_mb() -> float:
     "This process's resident memory (MiB): its current size where /proc tells it, else its peak"
     try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
@@ -249,6 +269,7 @@ def _profile(arm, prompt:int, steps:int) -> dict:
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
         rss = _rss_mb()
+        missing = _missing_steps(h, ids, prompt, steps) if eng is not None else None
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
     part = {key: med(v[-steps:]) for key, v in logs.items()}
@@ -256,11 +277,12 @@ def _profile(arm, prompt:int, steps:int) -> dict:
     scale = step / sync
     att = [part[i, 'attention'] * scale for i in range(spec.num_layers)]
     moe = [part[i, 'moe'] * scale for i in range(spec.num_layers)]
+    miss = dict(miss_ms=(med(missing[0]) - step) / missing[1], miss_loads=missing[1]) if missing and missing[1] else {}
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
                 rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads,
-                rss_mb=rss, pooled_mb=pooled)
+                rss_mb=rss, pooled_mb=pooled, **miss)
 
-# %% ../nbs/06b_measure.ipynb #c0030
+# %% ../nbs/06b_measure.ipynb #c0032
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
     "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"

@@ -4,9 +4,9 @@
 
 # %% ../nbs/06c_plan.ipynb #c0002
 from __future__ import annotations
-import json, math
+import json, math, os
 from collections import OrderedDict
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 from .files import InputError
@@ -16,8 +16,9 @@ from .roofline import AddressClass, Job, bytes_by_class, checkpoint_groups, conf
 # %% auto #0
 __all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
            'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'plan', 'plan_table', 'model_trace',
-           'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned', 'this_machine', 'calibration_table',
-           'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model', 'plan_for']
+           'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
+           'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
+           'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -33,6 +34,7 @@ class Device:
     layer_ms:float = 0.0           # fixed cost per layer in that estimate (kernel launches, syncs)
     readahead_kb:float = 128.0     # what one page fault of a mapped file reads (static offload)
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
+    cache_share:float = 0.5        # of the memory left, what the page cache keeps of pages read once (see below)
     note:str = ''
 
 # %% ../nbs/06c_plan.ipynb #c0007
@@ -90,11 +92,13 @@ class Compute:
     moe_ms:list
     rest_ms:float
     source:str = 'measured'
+    miss_ms:float|None = None      # what one miss read from the page cache adds to the step, measured in place
     @property
     def step_ms(self) -> float: return sum(self.attention_ms) + sum(self.moe_ms) + self.rest_ms
 
     @classmethod
-    def of_profile(cls, p:dict) -> Compute: return cls(p['attention_ms'], p['moe_ms'], p['rest_ms'])
+    def of_profile(cls, p:dict) -> Compute:
+        return cls(p['attention_ms'], p['moe_ms'], p['rest_ms'], miss_ms=p.get('miss_ms'))
 
 def shape_compute(mb:dict, dev:Device) -> Compute:
     "Compute estimated from the shape: every active byte streamed at `dev.mem_gb_s`, plus `dev.layer_ms` a layer"
@@ -195,15 +199,16 @@ def miss_ms(mb:dict, dev:Device, batch:int, cold:bool) -> float:
 STRATEGIES = ('ram', 'static', 'off', 'routing')
 _BIG = 1 << 40  # bundles: memory that never evicts
 
-def _cache_bundles(dev:Device, used_mb:float, bundle:float) -> int:
-    "Bundles the page cache holds in what `dev` leaves after `used_mb`"
-    return max(int((dev.ram_mb - used_mb) * 2**20 / bundle), 0)
+def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> int:
+    "Bundles the page cache holds of `share` of what `dev` leaves after `used_mb`"
+    return max(int(share * (dev.ram_mb - used_mb) * 2**20 / bundle), 0)
 
-def _read_ms(mb:dict, dev:Device, r:dict) -> np.ndarray:
-    "(steps, layers) ms of reading each layer's misses of replay `r`, cold ones at the disk's cost"
+def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None) -> tuple:
+    "(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`"
     m, c = r['misses'], r['cold']
     cost = np.vectorize(lambda n, cold: miss_ms(mb, dev, max(int(n), 1), cold))
-    return c * cost(m, True) + (m - c) * cost(m, False)
+    warm = cost(m, False)
+    return m * (warm if warm_ms is None else warm_ms), c * np.maximum(cost(m, True) - warm, 0)
 
 # %% ../nbs/06c_plan.ipynb #c0028
 def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
@@ -216,12 +221,17 @@ def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
         mb['experts'].values()) / 2**20), bytes=r['misses'].sum(1).mean() * sum(
         math.ceil(n / ra) * ra for n in mb['ranges']))
 
-def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float) -> dict:
+def _expert_cache(mb:dict, dev:Device, used:float) -> int:
+    "Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too)"
+    return 0 if dev.cold_steps else _cache_bundles(dev, used + mb['resident'] / 2**20, mb['bundle'], dev.cache_share)
+
+def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute) -> dict:
     "Pool misses, cold where the page cache behind the pool had dropped them"
     used = dev.runtime_mb + mb['resident'] / 2**20 + pool_mb
-    cache = 0 if dev.cold_steps else _cache_bundles(dev, used, mb['bundle'])
-    r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), cache, prompt, dev.cold_steps)
-    return dict(read_ms=_read_ms(mb, dev, r), misses=r['misses'], cold=r['cold'], peak_mb=used,
+    r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
+               dev.cold_steps)
+    warm, cold = _read_ms(mb, dev, r, c.miss_ms)
+    return dict(read_ms=warm + cold, misses=r['misses'], cold=r['cold'], peak_mb=used,
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
 # %% ../nbs/06c_plan.ipynb #c0030
@@ -242,14 +252,17 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     spec = mb['spec']
     held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
     used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
-    cache = 0 if dev.cold_steps else _cache_bundles(dev, used, mb['bundle'])
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
     r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)},
-               max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), cache, prompt, dev.cold_steps)
-    ms = _read_ms(mb, dev, r)
+               max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
+               dev.cold_steps)
+    store_warm, cold = _read_ms(mb, dev, r)
+    ms = store_warm + cold  # the background reader's time per layer
     due = _deadlines(c, r['layers'])
     exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d, float(t)) for l, d, t in zip(r['layers'], due, row)],
                                         1.0) for row in ms])
+    if c.miss_ms is not None:  # what warm misses cost the step in place (the reader's work on the same cores)
+        exposed = exposed + r['misses'].sum(1) * c.miss_ms
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
@@ -283,7 +296,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
                            mib_per_token=0.0, peak_mb=peak, fits=fits,
                            binds='compute' if fits else f"memory: {peak:.0f} MiB needed, {dev.ram_mb:.0f} MiB there")
             continue
-        r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool) if s == 'off'
+        r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool, c) if s == 'off'
              else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
@@ -304,7 +317,8 @@ def plan_table(p:dict) -> str:
                     for view, by in p['per_class'].items())
     lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
              f"MiB a token by address class ({per})",
-             f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}  binds"]
+             f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
+             "  binds"]
     for s, r in p['rows'].items():
         tps = f"{r['tps']:.2f}" if r['tps'] else '-'
         lines.append(f"{s:10}{tps:>8}{r['step_ms']:>10.1f}{r['compute_ms']:>9.1f}{r['wait_ms']:>9.1f}"
@@ -395,13 +409,13 @@ def _served_main(model_dir:str, k:int, tokens:int):
     pr = load_prerouter(model_dir, spec, k)
     cap = capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens)
     out = {}
-    for n, nxt in pr.next_layer.items():
-        c, rows = cap[n], cap[nxt]['routed'].copy()
-        prev = np.concatenate([c['routed'][:1], c['routed'][:-1]])
-        lg = pr.predict(n, c['h'][:-1], c['routed'][:-1], prev[:-1])
-        rows[1:] = np.array(route(spec.routing, lg, k, _bias(spec, m, nxt))[0])
-        out[str(nxt)] = rows.tolist()
-    print('JSON ' + json.dumps(out))
+    for n in sorted(pr.next_layer):  # a predicted owner's features are the sets it was served, as at decode
+        nxt, now = pr.next_layer[n], out.get(n, cap[n]['routed'])
+        prev = np.concatenate([now[:1], now[:-1]])
+        lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
+        out[nxt] = cap[nxt]['routed'].copy()
+        out[nxt][1:] = np.array(route(spec.routing, lg, k, _bias(spec, m, nxt))[0])
+    print('JSON ' + json.dumps({str(l): v.tolist() for l, v in out.items()}))
 
 def _bias(spec, model, layer:int):
     from edge0.routing import block, router_bias
@@ -434,7 +448,7 @@ def _available_mb() -> float:
     try:
         info = dict(l.split(':', 1) for l in Path('/proc/meminfo').read_text().splitlines())
         return int(info['MemAvailable'].split()[0]) / 1024
-    except (OSError, KeyError, ValueError): return float(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')) / 2**20
+    except (OSError, KeyError, ValueError): return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**20
 
 # %% ../nbs/06c_plan.ipynb #c0048
 def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, cold_steps:bool=False,
@@ -456,8 +470,18 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0050
+def why_missed(r:dict) -> str:
+    "Which part of the step the prediction of calibration row `r` got most wrong, in ms per step"
+    p, m = r['predicted'], r['measured']
+    step = 1e3 / m['decode_tps']
+    rest = {'reads waited for': (p['wait_ms'], m['blocked_ms_per_step']),
+            'compute beside them': (p['step_ms'] - p['wait_ms'], step - m['blocked_ms_per_step'])}
+    part, (a, b) = max(rest.items(), key=lambda kv: abs(kv[1][0] - kv[1][1]))
+    nbytes = f"; bytes read {100 * (p['mib_per_token'] / m['mb_per_step'] - 1):+.0f}%" if m['mb_per_step'] else ''
+    return f"{part}: {a:.1f} predicted, {b:.1f} measured ms{nbytes}"
+
 def calibration_table(report:dict) -> str:
-    "The calibration report of `bench/plan_calibration.py` as a table"
+    "The calibration report of `bench/plan_calibration.py` as a table; misses over 10% say where they come from"
     head = (f"{'configuration':44}{'predicted':>10}{'measured':>10}{'error':>8}{'MiB/step p/m':>15}"
             f"{'waits ms p/m':>15}  binds")
     lines = [head]
@@ -470,6 +494,7 @@ def calibration_table(report:dict) -> str:
         lines.append(f"{r['name']:44}{r['predicted']['tps']:>10.2f}{m['decode_tps']:>10.2f}{100 * err:>+7.1f}%"
                      f"{r['predicted']['mib_per_token']:>8.1f}/{m['mb_per_step']:<6.1f}"
                      f"{r['predicted']['wait_ms']:>8.1f}/{m['blocked_ms_per_step']:<6.1f}  {r['predicted']['binds']}")
+        if abs(err) > 0.10: lines.append(f"{'':8}missed: {why_missed(r)}")
     ok = [r for r in report['rows'] if r.get('measured')]
     within = sum(abs(r['predicted']['tps'] / r['measured']['decode_tps'] - 1) <= 0.10 for r in ok)
     lines.append(f"{within} of {len(ok)} configurations within 10% (target: at least 5)")
@@ -492,7 +517,7 @@ def plot_calibration(report:dict, ax=None):
     ax.legend(fontsize=7)
     return ax
 
-# %% ../nbs/06c_plan.ipynb #c0054
+# %% ../nbs/06c_plan.ipynb #c0056
 SHAPES = {
     'qwen3-30b-a3b': dict(model_type='qwen3_moe', hidden_size=2048, num_hidden_layers=48, num_experts=128,
                           num_experts_per_tok=8, moe_intermediate_size=768, intermediate_size=6144,
@@ -509,7 +534,7 @@ SHAPES = {
                             decoder_sparse_step=1, mlp_only_layers=[]),
 }
 
-# %% ../nbs/06c_plan.ipynb #c0055
+# %% ../nbs/06c_plan.ipynb #c0057
 PAPERS = {
     ('qwen3-30b-a3b', 'edge-8gb-emmc', 8): dict(
         source='Budgeting Bytes (arXiv 2609.04238), abstract',
@@ -533,7 +558,7 @@ def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3) -> li
         out.append(dict(p, shape=shape, paper=paper))
     return out
 
-# %% ../nbs/06c_plan.ipynb #c0058
+# %% ../nbs/06c_plan.ipynb #c0060
 def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> list:
     "Per MoE layer and tier (`{name: MB/s}`): `s_l`, `B * C_attn_l`, whether it hides, and the ms added with/without"
     rows = []
@@ -551,15 +576,15 @@ def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> l
 def window_table(rows:list) -> str:
     "`attention_window` rows: per layer, KiB to hide, the window's KiB per tier, and ms added with / without the probe"
     tiers = list(rows[0]['tiers'])
-    lines = [f"{'layer':>5}{'s_l KiB':>9}{'attn ms':>8}{'recall':>7}" + ''.join(f"{t + ' window KiB, ms +probe/-':>30}"
-                                                                         for t in tiers)]
+    head = ''.join(f"  {t + ' window KiB, ms +probe/-':>29}" for t in tiers)
+    lines = [f"{'layer':>5}{'s_l KiB':>9}{'attn ms':>8}{'recall':>7}{head}"]
     for r in rows:
-        cells = ''.join(f"{v['window'] / 1024:>12.1f} {'hides' if v['hides'] else 'short':>5} "
+        cells = ''.join(f"  {v['window'] / 1024:>10.1f} {'hides' if v['hides'] else 'short':>5} "
                         f"{v['with_probe_ms']:>5.2f}/{v['without_ms']:<5.2f}" for v in r['tiers'].values())
         lines.append(f"{r['layer']:>5}{r['s_bytes'] / 1024:>9.1f}{r['attention_ms']:>8.3f}{r['recall']:>7.2f}{cells}")
     return '\n'.join(lines)
 
-# %% ../nbs/06c_plan.ipynb #c0061
+# %% ../nbs/06c_plan.ipynb #c0063
 def resolve_model(name):
     "A model directory (also a bundled model's name), or the config dict of a config.json or a public shape"
     from edge0.quality import find_model
@@ -571,7 +596,7 @@ def resolve_model(name):
     try: return find_model(name)
     except InputError as e: raise InputError(f"{e}; or a config.json, or a public shape: {', '.join(SHAPES)}") from None
 
-# %% ../nbs/06c_plan.ipynb #c0063
+# %% ../nbs/06c_plan.ipynb #c0065
 def _measured_eta(model_dir) -> Eta:
     "The read curve of the disk under `model_dir`, measured on its shards once per host (cached)"
     from edge0.measure import cached, eta_curve
