@@ -81,7 +81,7 @@ def _ranges(spec, d, bundle:float) -> list:
         st = ExpertStore(d, spec, residency=False)
         try: return [n for *_, n in st.ranges(spec.moe_layers[0], 0)]
         finally: st.close()
-    w = bundle / (1 + 2 * 2 * 2 / (64 * 0.5))  # weight part of a 4-bit g64 bundle (scales and biases are the rest)
+    w = bundle / (1 + 2 * 2 / (64 * 0.5))  # weight part of a 4-bit g64 bundle: 2-byte scale and bias per 64 weights
     return [w / 3] * 3 + [(bundle - w) / 6] * 6
 
 # %% ../nbs/06c_plan.ipynb #c0012
