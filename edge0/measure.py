@@ -12,7 +12,7 @@ from .files import InputError
 
 # %% auto #0
 __all__ = ['SIZES', 'PATTERNS', 'ATTENTION', 'read_files', 'read_rate', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id',
-           'cached', 'expert_reads', 'measure_expert_reads', 'compute_profile']
+           'cached', 'expert_reads', 'child_json', 'measure_expert_reads', 'compute_profile']
 
 # %% ../nbs/06b_measure.ipynb #c0005
 SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
@@ -162,17 +162,21 @@ def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:in
     finally: st.close()
 
 # %% ../nbs/06b_measure.ipynb #c0025
+def child_json(code:str, what:str, cgroup=None, timeout:float=3600):
+    "The result of `code` run in a child process (in `cgroup`), which prints it as one `JSON ` line"
+    from edge0.eval import BenchError, _last_line
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout,
+                       preexec_fn=cgroup.preexec if cgroup else None)
+    out = [l for l in r.stdout.splitlines() if l.startswith('JSON ')]
+    if r.returncode or not out: raise BenchError(f"{what} failed: {_last_line(r.stderr)}")
+    return json.loads(out[-1][5:])
+
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
     "`{'cold': {batch: row}, 'warm': {batch: row}}` of `expert_reads`, measured in a child process in `cgroup`"
-    from edge0.eval import BenchError
-    code = ("import json; from edge0.measure import expert_reads; print(json.dumps({t: {b: expert_reads("
+    code = ("import json; from edge0.measure import expert_reads; print('JSON ' + json.dumps({t: {b: expert_reads("
             f"{str(model_dir)!r}, b, {n}, t == 'cold') for b in {list(batches)!r}}} for t in ('cold', 'warm')}}))")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=1800,
-                       preexec_fn=cgroup.preexec if cgroup else None)
-    if r.returncode:
-        last = (r.stderr.strip().splitlines() or ['(no output)'])[-1]
-        raise BenchError(f"measuring expert reads of {model_dir} failed: {last}")
-    return {t: {int(b): row for b, row in rows.items()} for t, rows in json.loads(r.stdout).items()}
+    rows = child_json(code, f"measuring expert reads of {model_dir}", cgroup, 1800)
+    return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
 
 # %% ../nbs/06b_measure.ipynb #c0028
 ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a decoder layer's attention child
@@ -286,8 +290,7 @@ def _profile(arm, prompt:int, steps:int) -> dict:
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
     "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
-    from dataclasses import asdict
-    from edge0.eval import Arm, BenchError
+    from edge0.eval import Arm
     from edge0.prerouter import fingerprint
     from edge0.store import ExpertStore
     st = ExpertStore(model_dir, residency=False)
@@ -295,13 +298,6 @@ def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None
     st.close()
     arm = Arm(str(model_dir), mode, k, pool_mb=experts_mb * 1.05 + 1, kernels=kernels)
     key = dict(model=fingerprint(model_dir), mode=mode, k=k or st.spec.k, kernels=kernels, prompt=prompt, steps=steps)
-    def make():
-        code = (f"import json; from edge0.eval import Arm; from edge0.measure import _profile; "
-                f"print('PROFILE ' + json.dumps(_profile(Arm(**{asdict(arm)!r}), {prompt}, {steps})))")
-        r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=3600)
-        out = [l for l in r.stdout.splitlines() if l.startswith('PROFILE ')]
-        if r.returncode or not out:
-            last = (r.stderr.strip().splitlines() or ['(no output)'])[-1]
-            raise BenchError(f"profiling {model_dir} ({mode}, K={k}) failed: {last}")
-        return json.loads(out[0][8:])
-    return cached('compute', key, make, refresh)
+    code = (f"import json; from edge0.eval import Arm; from edge0.measure import _profile; "
+            f"print('JSON ' + json.dumps(_profile(Arm(**{asdict(arm)!r}), {prompt}, {steps})))")
+    return cached('compute', key, lambda: child_json(code, f"profiling {model_dir} ({mode}, K={k})"), refresh)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 from .files import InputError
-from .measure import Eta
+from .measure import Eta, child_json
 from .roofline import AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency
 
 # %% auto #0
@@ -326,16 +326,6 @@ def plan_table(p:dict) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/06c_plan.ipynb #c0038
-def _child_json(code:str, what:str, timeout:float=3600) -> dict:
-    "Run `code` (which prints one `JSON ` line) in a child process; its result"
-    import subprocess, sys
-    from edge0.eval import BenchError
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout)
-    out = [l for l in r.stdout.splitlines() if l.startswith('JSON ')]
-    if r.returncode or not out:
-        raise BenchError(f"{what} failed: {(r.stderr.strip().splitlines() or ['(no output)'])[-1]}")
-    return json.loads(out[-1][5:])
-
 def _trace_main(model_dir:str, k:int, tokens:int):
     import mlx_lm
     from edge0.backend import core as B
@@ -356,7 +346,7 @@ def model_trace(model_dir, k:int|None=None, tokens:int=256) -> dict:
     k = k or model_spec(model_dir).k
     code = f"from edge0.plan import _trace_main; _trace_main({str(model_dir)!r}, {k}, {tokens})"
     t = cached('trace', dict(model=fingerprint(model_dir), k=k, tokens=tokens),
-               lambda: _child_json(code, f"tracing the routing of {model_dir}"))
+               lambda: child_json(code, f"tracing the routing of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0041
@@ -385,7 +375,7 @@ def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
         return {moe[moe.index(int(n)) + 1]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
     code = f"from edge0.plan import _recall_main; _recall_main({str(model_dir)!r}, {k}, {tokens})"
     r = cached('recall', dict(model=fingerprint(model_dir), heads=fingerprint_file(model_dir, spec, k), k=k),
-               lambda: _child_json(code, f"measuring the heads' recall of {model_dir}"))
+               lambda: child_json(code, f"measuring the heads' recall of {model_dir}"))
     return {int(l): v for l, v in r.items()}
 
 def fingerprint_file(model_dir, spec, k:int) -> str:
@@ -430,7 +420,7 @@ def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
     k = k or spec.k
     code = f"from edge0.plan import _served_main; _served_main({str(model_dir)!r}, {k}, {tokens})"
     t = cached('served', dict(model=fingerprint(model_dir), heads=fingerprint_file(model_dir, spec, k), k=k,
-                              tokens=tokens), lambda: _child_json(code, f"running the heads of {model_dir}"))
+                              tokens=tokens), lambda: child_json(code, f"running the heads of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0046
