@@ -391,7 +391,7 @@ def _served_main(model_dir:str, k:int, tokens:int):
     import mlx_lm
     from edge0.backend import core as B
     from edge0.eval import sequence
-    from edge0.prerouter import capture, load_prerouter
+    from edge0.prerouter import capture, load_prerouter, router_bias_of
     from edge0.routing import route
     from edge0.store import model_spec
     spec, (m, _) = model_spec(model_dir), mlx_lm.load(model_dir)
@@ -404,12 +404,8 @@ def _served_main(model_dir:str, k:int, tokens:int):
         prev = np.concatenate([now[:1], now[:-1]])
         lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
         out[nxt] = cap[nxt]['routed'].copy()
-        out[nxt][1:] = np.array(route(spec.routing, lg, k, _bias(spec, m, nxt))[0])
+        out[nxt][1:] = np.array(route(spec.routing, lg, k, router_bias_of(spec, m, nxt))[0])
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in out.items()}))
-
-def _bias(spec, model, layer:int):
-    from edge0.routing import block, router_bias
-    return router_bias(spec, block(spec, model, layer))
 
 def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
     "`{predicted layer: (tokens, k) ids}`: the sets the heads beside `model_dir` serve over the excerpt (cached)"
