@@ -262,32 +262,41 @@ def flush(self:Decoder, *arrays):
 
 
 # %% ../nbs/02b_decode.ipynb #d0000020
-def _sample(logits, temp:float):
-    if temp == 0: return B.argmax(logits, axis=-1)
-    return B.categorical(logits * (1 / temp))
-
-def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), decoder:Decoder|None=None,
-                 force:list|None=None, vocab_size:int|None=None):
-    "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
-    from mlx_lm.models.cache import make_prompt_cache
+def _check_prompt(prompt:list, vocab_size:int|None):
     if len(prompt) == 0: raise InputError("the prompt is empty: generation needs at least one prompt token")
     if vocab_size is not None and not all(0 <= t < vocab_size for t in prompt):
         bad = next(t for t in prompt if not 0 <= t < vocab_size)
         raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
+
+def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), decoder:Decoder|None=None,
+                 force:list|None=None, vocab_size:int|None=None,
+                 sampler=None, # mlx-lm sampler of log-probabilities (default: `make_sampler(temp)`)
+                 logits_processors=(), # mlx-lm logits processors `(tokens, logits) -> logits`
+                 cache:list|None=None, # a prompt cache holding `history` (default: a new one)
+                 history:list|None=None): # the tokens `cache` already holds
+    "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.sample_utils import make_sampler
+    _check_prompt(prompt, vocab_size)
     if force is not None and len(force) < max_tokens - 1:
         raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
-    cache = make_prompt_cache(model)
+    sampler = sampler or make_sampler(temp)
+    cache = make_prompt_cache(model) if cache is None else cache
+    seen = B.array(np.array([*(history or ()), *prompt], np.int32))  # what the logits processors look back on
     x = B.array(np.array(prompt, np.int32)[None])
     for i in range(max_tokens):
         t0 = time.perf_counter()
-        tok = _sample(model(x, cache=cache)[:, -1, :], temp)
+        logits = model(x, cache=cache)[:, -1, :]
+        for process in logits_processors: logits = process(seen, logits)
+        tok = sampler(logits - B.logsumexp(logits, keepdims=True))  # log-probabilities, as mlx-lm samples them
         if decoder is not None: decoder.flush(tok)
         else: B.eval(tok)
         t = int(tok.item())
         yield t, time.perf_counter() - t0
         if force is None and t in eos: break
-        x = B.array([[t if force is None or i >= len(force) else int(force[i])]], B.int32)
-
+        nxt = t if force is None or i >= len(force) else int(force[i])
+        x = B.array([[nxt]], B.int32)
+        if logits_processors: seen = B.concatenate([seen, B.array([nxt], B.int32)])
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,

@@ -564,7 +564,7 @@ def speedup_table(tiers:dict, ks, compute:dict) -> str:
 # %% ../nbs/05_eval.ipynb #36234306
 def model_dir(name) -> str:
     "A model directory, or the directory of a bundled model named `name` (e.g. `edge0-tiny`)"
-    from edge0.quality import find_model
+    from edge0.files import find_model
     return str(find_model(name))
 
 def arms_for(models, modes=('off',), ks=(None,), pool_mb:float=256, **kw) -> list:

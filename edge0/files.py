@@ -4,15 +4,16 @@
 
 # %% ../nbs/00_files.ipynb #d0dbf737
 from __future__ import annotations
-import json, os, shutil, uuid
+import json, os, re, shutil, uuid
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 import edge0
 
 
 # %% auto #0
-__all__ = ['PKG', 'MODELS', 'DATA', 'PARTS', 'InputError', 'teacher_path', 'line_cut', 'heldout_excerpt', 'read_json',
-           'clear_stale', 'atomic_dir']
+__all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'InputError', 'teachers', 'teacher_path',
+           'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'read_json', 'clear_stale', 'atomic_dir']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -21,18 +22,70 @@ class InputError(ValueError):
 
 # %% ../nbs/00_files.ipynb #1391d121
 PKG = Path(edge0.__file__).resolve().parent  # package data, also when a notebook runs
-MODELS = PKG / 'models'  # the committed tiny teachers (bf16 and int4)
+MODELS = PKG / 'models'  # the committed tiny teachers: int4 bases (always) and bf16 teachers (in a clone)
 DATA = PKG / 'data'      # the held-out corpus excerpt
+REPO = 'https://github.com/edge0-ai/edge0'
 
-def teacher_path(name:str='edge0-tiny', int4:bool=True) -> Path:
-    "Directory of a committed teacher (`int4`: its int4 g64 base)"
-    p = MODELS / (f"{name}-int4" if int4 else name)
-    if not (p / 'config.json').is_file():
-        known = sorted(d.name for d in MODELS.iterdir()
-                       if (d / 'config.json').is_file() and not d.name.endswith('-int4'))
-        raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(known)})")
-    return p
+def teachers() -> list:
+    "Names of the committed teachers (from their int4 bases, which every installation ships)"
+    return sorted(d.name[:-len('-int4')] for d in MODELS.glob('*-int4') if (d / 'config.json').is_file())
 
+def _bf16_roots() -> list:
+    return [MODELS] + ([Path(os.environ['EDGE0_MODELS'])] if os.environ.get('EDGE0_MODELS') else [])
+
+def teacher_path(name:str='edge0-tiny', int4:bool=True,
+                 roots:list|None=None) -> Path: # where bf16 teachers are looked for (default: package, `$EDGE0_MODELS`)
+    "Directory of a committed teacher (`int4`: its int4 g64 base, else the bf16 teacher)"
+    if name not in teachers(): raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(teachers())})")
+    if int4: return MODELS / f"{name}-int4"
+    for root in _bf16_roots() if roots is None else roots:
+        if (Path(root) / name / 'config.json').is_file(): return Path(root) / name
+    raise InputError(f"the bf16 teacher {name!r} is not in this installation (the wheel ships the int4 demo models "
+                     f"only): set EDGE0_MODELS to the edge0/models folder of a clone of {REPO}, install a clone "
+                     f"with `pip install -e .`, or reproduce it with `edge0 train {name}`")
+
+# %% ../nbs/00_files.ipynb #9a1c0002
+HUB_FILES = ['*.json', '*.safetensors', '*.py', '*.txt', '*.jsonl', '*.jinja', 'tokenizer.model', '*.tiktoken']
+REPO_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+')  # org/name, as the hub spells repo ids
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+    return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE')
+
+def hub_snapshot(repo:str, cache_dir=None) -> Path:
+    "The local snapshot of the Hugging Face repo `repo`: from the hub cache, else downloaded unless offline"
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    where = cache_dir or constants.HF_HUB_CACHE
+    fetch = partial(snapshot_download, repo, allow_patterns=HUB_FILES, cache_dir=cache_dir)
+    try: return Path(fetch(local_files_only=True))
+    except LocalEntryNotFoundError: pass
+    if _offline():
+        raise InputError(f"{repo} is not in the Hugging Face cache {where} and HF_HUB_OFFLINE is set: download it "
+                         f"where there is a network (`hf download {repo}`) or name a model directory")
+    try: return Path(fetch())
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise InputError(f"{repo}: no such model on the Hugging Face hub, or it is private or gated "
+                         "(`hf auth login` gives access)") from None
+    except LocalEntryNotFoundError:
+        raise InputError(f"{repo} is not in the Hugging Face cache {where} and the hub cannot be reached") from None
+    except (HfHubHTTPError, OSError) as e:
+        raise InputError(f"{repo}: the download from the Hugging Face hub failed ({str(e).splitlines()[0]})") from None
+
+def find_model(model, cache_dir=None) -> Path:
+    "The directory of `model`: a model directory, a bundled model's name (its int4 base) or a Hugging Face repo id"
+    p = Path(model).expanduser()
+    if (p / 'config.json').is_file(): return p
+    if p.exists(): raise InputError(f"{p} is not a model directory (it has no config.json)")
+    name = str(model)
+    if name in teachers(): return teacher_path(name)
+    if len(p.parts) == 1 and (MODELS / name / 'config.json').is_file(): return MODELS / name
+    if REPO_ID.fullmatch(name):
+        d = hub_snapshot(name, cache_dir)
+        if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no config.json")
+        return d
+    raise InputError(f"{name} is not a model directory, a bundled model ({', '.join(teachers())}) "
+                     "or a Hugging Face repo id (org/name)")
 
 # %% ../nbs/00_files.ipynb #212423ca
 PARTS = ('wiki', 'austen', 'shakespeare')  # the excerpt's parts, in the order of the corpus files

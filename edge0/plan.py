@@ -573,7 +573,7 @@ def window_table(rows:list) -> str:
 # %% ../nbs/06c_plan.ipynb #c0063
 def resolve_model(name):
     "A model directory (also a bundled model's name), or the config dict of a config.json or a public shape"
-    from edge0.quality import find_model
+    from edge0.files import find_model
     if str(name) in SHAPES: return SHAPES[str(name)]
     p = Path(name)
     if p.is_file():

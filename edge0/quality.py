@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
 from .backend import core as B
-from .files import InputError, teacher_path
+from .files import InputError, find_model, teacher_path
 from .store import model_spec
 from .prerouter import load_prerouter, prerouter_file
 from .lora import load_adapter
@@ -18,7 +18,7 @@ from .recovery import StudentPath, log_softmax
 from .teachers import excerpt_ids
 
 # %% auto #0
-__all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'find_model', 'Served', 'quality']
+__all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
 
 # %% ../nbs/05b_quality.ipynb #448e7bad
 def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4) -> dict:
@@ -48,13 +48,6 @@ def heldout_windows(tokenizer, seq:int, n:int) -> np.ndarray:
 
 # %% ../nbs/05b_quality.ipynb #de4924b0
 SERVED_MODES = ('off', 'routing')
-
-def find_model(model) -> Path:
-    "The directory of `model`: a model directory, or the name of a committed teacher (its int4 base)"
-    p = Path(model)
-    if (p / 'config.json').is_file(): return p
-    if p.exists() or len(p.parts) > 1: raise InputError(f"{p} is not a model directory (it has no config.json)")
-    return teacher_path(str(model))
 
 class Served:
     "One way of serving the int4 model `model_dir`, resident or streamed: `mode` at `k`, heads, recovery adapter"
