@@ -74,18 +74,19 @@ def hub_snapshot(repo:str, cache_dir=None) -> Path:
 
 def find_model(model, cache_dir=None) -> Path:
     "The directory of `model`: a model directory, a bundled model's name (its int4 base) or a Hugging Face repo id"
-    p = Path(model).expanduser()
+    p, name = Path(model).expanduser(), str(model)
     if (p / 'config.json').is_file(): return p
-    if p.exists(): raise InputError(f"{p} is not a model directory (it has no config.json)")
-    name = str(model)
+    if p.exists(): raise InputError(f"{p} is not a model directory: {p / 'config.json'} is missing")
     if name in teachers(): return teacher_path(name)
     if len(p.parts) == 1 and (MODELS / name / 'config.json').is_file(): return MODELS / name
-    if REPO_ID.fullmatch(name):
-        d = hub_snapshot(name, cache_dir)
-        if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no config.json")
-        return d
-    raise InputError(f"{name} is not a model directory, a bundled model ({', '.join(teachers())}) "
-                     "or a Hugging Face repo id (org/name)")
+    if not REPO_ID.fullmatch(name):
+        raise InputError(f"{name} does not exist (expected a model directory, a bundled model: "
+                         f"{', '.join(teachers())}, or a Hugging Face repo id: org/name)")
+    try: d = hub_snapshot(name, cache_dir)
+    except InputError as e: raise InputError(f"no directory {name} here; {e}") from None
+    if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no config.json")
+    return d
+
 
 # %% ../nbs/00_files.ipynb #212423ca
 PARTS = ('wiki', 'austen', 'shakespeare')  # the excerpt's parts, in the order of the corpus files

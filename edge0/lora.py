@@ -90,7 +90,7 @@ def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, s
            weights:dict|None=None) -> Adapter:
     "Wrap `model`'s target projections in `LoRALinear`s (fresh: A random, B zero; or the given `weights`)"
     dtype = dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
-    B.seed(seed)
+    if weights is None: B.seed(seed)  # a fresh A is drawn; loading leaves the caller's random state alone
     adapter = Adapter(spec, rank, alpha, tuple(targets), {})
     for path in target_modules(spec, model, targets):
         parent_path, name = path.rsplit('.', 1)

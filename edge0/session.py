@@ -14,7 +14,7 @@ from .decode import generate_ids, decode_stats, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
-__all__ = ['ROLES', 'Sampling', 'Session', 'Piece']
+__all__ = ['ROLES', 'Sampling', 'Session', 'Piece', 'format_stats']
 
 # %% ../nbs/07a_session.ipynb #c0005
 @dataclass
@@ -258,3 +258,28 @@ def reset(self:Session):
     "Forget the prompt cache (a new conversation)"
     self.cache, self.tokens = None, []
     if self.handle.decoder is not None: self.handle.decoder.reset()
+
+# %% ../nbs/07a_session.ipynb #c0028
+def format_stats(s:dict) -> str:
+    "The streaming counters as a table (MiB = 2**20 bytes)"
+    head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
+            f"{'blocked ms':>10} {'peak MiB':>8}")
+    def row(name, r):
+        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / 2**20:>8.2f} "
+                f"{r['cold_fraction']:>5.2f} {r['blocked_ms']:>10.1f} {r['peak_active'] / 2**20:>8.1f}")
+    lines = [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
+    p = s['pool']
+    budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / 2**20:.2f} MiB"
+    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 2**20:.2f} MiB held, {p['evictions']} evictions | "
+                 f"budget {budget}, of it {p['reserved_bytes'] / 2**20:.2f} MiB reserved (resident layers "
+                 f"{p['resident_layers']}, slots, hot sets) | "
+                 f"slots {s['slot_bytes'] / 2**20:.2f} MiB | "
+                 f"peak active memory {s['peak_active_bytes'] / 2**20:.1f} MiB")
+    if 'decoder' in s:
+        d = s['decoder']
+        lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, "
+                     f"{s['syncs_per_step']:.1f} host syncs/step, "
+                     f"{d['planned']} planned layer-steps, "
+                     f"{d['experts_computed']}/{d['experts_planned']} planned experts "
+                     f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
+    return '\n'.join(lines)

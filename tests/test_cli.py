@@ -22,7 +22,7 @@ def test_generate_is_deterministic_when_greedy(edge0_cmd, tiny_qwen):
 
 def test_errors_name_the_fault(edge0_cmd, tmp_path, tiny_qwen):
     r = run(edge0_cmd, 'generate', '--model', tmp_path / 'missing', '--prompt', 'x')
-    assert r.returncode == 2 and 'missing does not exist' in r.stderr
+    assert r.returncode == 2 and 'missing does not exist' in r.stderr, r.stderr
     (tmp_path / 'notamodel').mkdir()
     r = run(edge0_cmd, 'spec', tmp_path / 'notamodel')
     assert r.returncode == 2 and 'config.json is missing' in r.stderr
@@ -34,3 +34,63 @@ def test_errors_name_the_fault(edge0_cmd, tmp_path, tiny_qwen):
     assert (tiny_qwen / 'config.json').exists()  # the refused build left the model alone
     r = run(edge0_cmd, 'generate', '--model', tiny_qwen, '--prompt', 'x', '--max-tokens', 0)
     assert r.returncode == 2 and '--max-tokens' in r.stderr
+
+def test_version_and_python_m(edge0_cmd):
+    import edge0, sys
+    r = run(edge0_cmd, '--version')
+    assert r.returncode == 0 and r.stdout.strip() == f"edge0 {edge0.__version__}"
+    r = run(sys.executable, '-m', 'edge0', '--version')
+    assert r.returncode == 0 and r.stdout.strip() == f"edge0 {edge0.__version__}"
+
+def test_bundled_model_by_name_from_anywhere(edge0_cmd, tmp_path):
+    "`--model edge0-tiny` names the bundled model whatever the working directory"
+    r = subprocess.run([edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'The history of the city', '--max-tokens', '6',
+                        '--ignore-chat-template'], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert 'decode 6 tokens' in r.stdout
+
+def test_hugging_face_repo_id_from_a_populated_cache_offline(edge0_cmd, tmp_path):
+    "A repo id resolves through the hub cache (the layout huggingface_hub writes), with the network off"
+    import os, shutil
+    from edge0.files import teacher_path
+    repo = tmp_path / 'hub' / 'models--edge0-ai--edge0-tiny-int4'
+    shutil.copytree(teacher_path(), repo / 'snapshots' / ('a' * 40))
+    (repo / 'refs').mkdir()
+    (repo / 'refs' / 'main').write_text('a' * 40)
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / 'hub'), HF_HUB_OFFLINE='1')
+    def edge0(*args):
+        return subprocess.run([edge0_cmd, *args], capture_output=True, text=True, timeout=300, env=env)
+    r = edge0('generate', '-m', 'edge0-ai/edge0-tiny-int4', '-p', 'The history of the city', '--max-tokens', '6',
+              '--ignore-chat-template', '--verbose', 'False')
+    local = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'The history of the city', '--max-tokens', '6',
+                '--ignore-chat-template', '--verbose', 'False')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == local.stdout
+    r = edge0('generate', '-m', 'edge0-ai/not-there', '-p', 'x')
+    assert r.returncode == 2 and 'HF_HUB_OFFLINE is set' in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+def test_generate_flags_as_mlx_lm_names_them(edge0_cmd):
+    base = ('generate', '-m', 'edge0-tiny', '--max-tokens', '8', '--verbose', 'False')
+    piped = subprocess.run([edge0_cmd, *base, '-p', '-', '--ignore-chat-template'], input='The history of the city',
+                           capture_output=True, text=True, timeout=300)
+    direct = run(edge0_cmd, *base, '-p', 'The history of the city', '--ignore-chat-template')
+    assert piped.returncode == 0 and piped.stdout == direct.stdout
+    sampled = [run(edge0_cmd, *base, '-p', 'Hello', '--temp', '1.0', '--top-p', '0.9', '--min-p', '0.05',
+                   '--top-k', '50').stdout for _ in range(3)]
+    assert len(set(sampled)) > 1  # no seed: the draw differs run to run
+    r = run(edge0_cmd, *base, '-p', 'Hello', '--prerouter', 'routing', '--k', '4', '--temp', '3', '--top-k', '1',
+            '--extra-eos-token', '<|im_start|>', '--max-kv-size', '64', '--system-prompt', 'Be brief.')
+    greedy = run(edge0_cmd, *base, '-p', 'Hello', '--prerouter', 'routing', '--k', '4', '--system-prompt', 'Be brief.')
+    assert r.returncode == 0 and r.stdout == greedy.stdout, r.stderr  # top-k 1 is greedy on the prerouted path
+    for args, word in ((('--min-p', '2'), '--min-p must be in [0, 1]'), (('--top-k', '-1'), '--top-k must be'),
+                       (('--verbose', 'maybe'), 'expected True or False'), (('--temp', 'hot'), 'invalid float')):
+        r = run(edge0_cmd, *base, '-p', 'x', *args)
+        assert r.returncode == 2 and word in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+def test_chat_over_a_pipe(edge0_cmd):
+    r = subprocess.run([edge0_cmd, 'chat', '-m', 'edge0-tiny', '--max-tokens', '6'], timeout=300, capture_output=True,
+                       text=True, input="Tell me about the river.\nAnd the bridge?\n/stats\n/reset\n/quit\n")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].startswith('edge0 chat with edge0-tiny') and len(out[1]) > 0 and len(out[2]) > 0
+    assert '2 replies' in r.stdout and 'from the cache' in r.stdout and 'forgotten' in r.stdout
