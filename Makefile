@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.edge0-installed
-DEMO   := edge0/models/edge0-tiny-int4
 UNAME  := $(shell uname -s)
 
 .PHONY: setup test demo docs docs-html export teachers prerouters adapters ladder bench probes
@@ -25,8 +24,8 @@ test: setup
 	$(BIN)/python -m pytest -q tests
 
 demo: setup
-	$(BIN)/edge0 spec $(DEMO)
-	$(BIN)/edge0 generate --model $(DEMO) --prompt "The history of the city" --max-tokens 48 --prerouter routing --k 4 --stats
+	$(BIN)/edge0 spec edge0-tiny
+	$(BIN)/edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --max-tokens 48 --prerouter routing --k 4 --stats
 
 # Reproduce the committed tiny teachers from ../shared/data/corpus (about 40 min on 2 cores). The mlx[cpu] wheel links
 # the reference BLAS; Debian's OpenBLAS, when installed, is preloaded (5x faster training; recorded in the provenance).

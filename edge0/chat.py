@@ -5,7 +5,8 @@
 # %% ../nbs/07b_chat.ipynb #c0002
 from __future__ import annotations
 import sys
-from .session import Sampling, Session, format_stats
+from .decode import Sampling
+from .session import Session, format_stats
 
 # %% auto #0
 __all__ = ['HELP', 'repl']

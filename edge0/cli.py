@@ -14,7 +14,8 @@ from .streaming import PATHS, StreamOptions, model_spec
 from .decode import MODES
 from .backend.quant import KERNELS
 from .convert import LAYOUTS
-from .session import Sampling, Session, format_stats
+from .decode import Sampling
+from .session import Session, format_stats
 
 # %% auto #0
 __all__ = ['CLIError', 'describe', 'generate', 'main']

@@ -16,11 +16,12 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from .backend import core as B
 from .files import InputError, read_json
+from .decode import Sampling
 from .quality import Served
 from .recovery import log_softmax
 
 # %% auto #0
-__all__ = ['score', 'rolling_pairs', 'generate_text', 'Edge0LM', 'main']
+__all__ = ['SAMPLED', 'score', 'rolling_pairs', 'sampling_of', 'generate_text', 'Edge0LM', 'main']
 
 # %% ../nbs/05c_lmeval.ipynb #7890c9c8
 def _batches(rows:list, batch:int) -> list:
@@ -55,14 +56,22 @@ def rolling_pairs(ids:list, prefix:int, max_length:int) -> list:
     "`(context, continuation)` windows that predict every token of `ids` once, the first after `prefix`"
     return [make_disjoint_window(w) for w in get_rolling_token_windows(ids, prefix, max_length, 1)]
 
+SAMPLED = ('temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed')  # the harness's names that edge0's Sampling serves
+
+def sampling_of(kw:dict) -> Sampling:
+    "The `Sampling` of the harness's normalized `gen_kwargs` (greedy unless `do_sample`)"
+    if not kw['do_sample']: return Sampling()
+    ignored = sorted(set(kw) - {'until', 'max_gen_toks', 'do_sample', *SAMPLED})
+    if ignored: warnings.warn(f"edge0 does not serve {', '.join(ignored)}; ignoring it")
+    got = {k: kw[k] for k in SAMPLED if kw.get(k) is not None}
+    return Sampling(float(got.pop('temperature', 1.0)), **got)
+
 def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int, max_gen_toks:int=256) -> str:
     "The continuation of the ids `context` under the harness's `gen_kwargs`, cut at the first stop string"
     kw = normalize_gen_kwargs(gen_kwargs, max_gen_toks)
     until, n = handle_stop_sequences(kw['until'], eos=served.tokenizer.eos_token), kw['max_gen_toks']
     if n >= max_length: raise InputError(f"max_gen_toks={n} leaves no room for a prompt within max_length={max_length}")
-    ignored = sorted(set(kw) - {'until', 'max_gen_toks', 'do_sample', 'temperature'})
-    if ignored and kw['do_sample']: warnings.warn(f"edge0 samples by temperature only; ignoring {', '.join(ignored)}")
-    ids = served.generate(context[-(max_length - n):], n, float(kw.get('temperature') or 0.0), until)
+    ids = served.generate(context[-(max_length - n):], n, until=until, sampling=sampling_of(kw))
     return postprocess_generated_text(served.tokenizer.decode(ids), until, None)
 
 # %% ../nbs/05c_lmeval.ipynb #94bb550f

@@ -13,7 +13,7 @@ from .files import InputError, find_model, teacher_path
 from .store import model_spec
 from .prerouter import load_prerouter, prerouter_file
 from .lora import load_adapter
-from .decode import Decoder, generate_ids, moe_forward, shadow_blocks, unshadow
+from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
 from .teachers import excerpt_ids
 
@@ -109,13 +109,17 @@ def logits(self:Served, ids, # (B, L) token ids
 @patch
 def generate(self:Served, prompt_ids, # token ids of the prompt
              max_tokens:int, temp:float=0.0, # sampling temperature (0: greedy)
-             until=()) -> list: # stop once the decoded text contains one of these strings
+             until=(), # stop once the decoded text contains one of these strings
+             sampling:Sampling|None=None) -> list: # mlx-lm's sampler settings (instead of `temp` alone)
     "Token ids decoded after `prompt_ids` as the decoder serves them (the end-of-sequence token left out)"
     engine = self.handle.engine if self.handle is not None else None
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:
-        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, temp, eos, decoder):
+        sampling = sampling or Sampling(temp)
+        if sampling.seed is not None: B.seed(sampling.seed)
+        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder,
+                                 sampler=sampling.sampler(), logits_processors=sampling.processors()):
             if t in eos: break
             out.append(t)
             if until and any(s in self.tokenizer.decode(out) for s in until): break

@@ -4,71 +4,36 @@
 
 # %% ../nbs/07a_session.ipynb #c0002
 from __future__ import annotations
-import math, time
+import math
 from dataclasses import dataclass
 from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError, find_model
 from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
-from .decode import generate_ids, decode_stats, load as decode_load
+from .decode import Sampling, generate_ids, decode_stats, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
-__all__ = ['ROLES', 'Sampling', 'Session', 'Piece', 'format_stats']
+__all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
 
-# %% ../nbs/07a_session.ipynb #c0005
-@dataclass
-class Sampling:
-    "How the next token is drawn, in mlx-lm's names and with its defaults (`temp=0`: the most likely token)"
-    temp:float = 0.0                      # temperature (0: greedy)
-    top_p:float = 1.0                     # keep the most likely tokens whose probabilities sum to top_p (1: all)
-    top_k:int = 0                         # keep the top_k most likely tokens (0: all)
-    min_p:float = 0.0                     # drop tokens below min_p times the top token's probability (0: none)
-    min_tokens_to_keep:int = 1            # min_p keeps at least this many
-    repetition_penalty:float|None = None  # mlx-lm's sign-aware penalty on recently seen tokens (None: off)
-    repetition_context_size:int = 20      # how many recent tokens the penalty looks at
-    logit_bias:dict|None = None           # {token id: logit added}
-    seed:int|None = None                  # seed the draw before each generation (None: it differs run to run)
-
-    def __post_init__(self):
-        checks = [('temp', self.temp, 0 <= self.temp < math.inf, 'a number >= 0'),
-                  ('top_p', self.top_p, 0 < self.top_p <= 1, 'in (0, 1]'),
-                  ('top_k', self.top_k, self.top_k >= 0, 'an integer >= 0'),
-                  ('min_p', self.min_p, 0 <= self.min_p <= 1, 'in [0, 1]'),
-                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1, 'at least 1'),
-                  ('repetition_penalty', self.repetition_penalty,
-                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf, 'a number > 0'),
-                  ('repetition_context_size', self.repetition_context_size, self.repetition_context_size >= 1,
-                   'at least 1')]
-        for name, value, ok, want in checks:
-            if not ok: raise InputError(f"{name} must be {want}, got {value!r}")
-
-    def sampler(self):
-        "mlx-lm's sampler of log-probabilities for these settings"
-        from mlx_lm.sample_utils import make_sampler
-        return make_sampler(self.temp, self.top_p, self.min_p, self.min_tokens_to_keep, self.top_k)
-
-    def processors(self) -> list:
-        "mlx-lm's logits processors for these settings"
-        from mlx_lm.sample_utils import make_logits_processors
-        return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
-
-# %% ../nbs/07a_session.ipynb #c0008
-def _open(model_dir, spec, resident, options, mode, k, trace, record_trace):
+# %% ../nbs/07a_session.ipynb #c0006
+def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtype):
     if mode is None and k is None and trace is None and not record_trace:
-        return load_resident(model_dir, spec) if resident else stream_load(model_dir, options, spec=spec)
+        if resident: return load_resident(model_dir, spec, dtype)
+        return stream_load(model_dir, options, spec=spec, dtype=dtype)
     if resident: raise InputError("a decode mode, K and traces apply to streamed models, not to a resident one")
     mode = mode or 'off'
     if record_trace and mode != 'off': raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
     if trace is not None and mode != 'oracle': raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
     if mode == 'oracle' and trace is None: raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
-    return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec)
+    return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec,
+                       dtype=dtype)
 
 def _add_eos(tokenizer, token):
     try: tokenizer.add_eos_token(str(token))
     except ValueError: raise InputError(f"extra end-of-sequence token {token!r} is not a token of this tokenizer")
 
-# %% ../nbs/07a_session.ipynb #c0009
+# %% ../nbs/07a_session.ipynb #c0007
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
     def __init__(self, model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
@@ -81,13 +46,14 @@ class Session:
                  max_kv_size:int|None=None, # a rotating KV cache of this many tokens (None: it grows)
                  extra_eos=(), # more tokens (strings or ids) that end a generation
                  trace=None, # routing trace replayed by mode 'oracle'
-                 record_trace:bool=False): # record the routing of an 'off' run (`handle.decoder.trace`)
+                 record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
+                 dtype=None): # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
         if k is not None and k < 1: raise InputError(f"k must be at least 1, got {k}")
         if max_kv_size is not None and max_kv_size < 1: raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
         if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
         self.name, self.model_dir = str(model), find_model(model)
         self.spec, self.max_kv_size = model_spec(self.model_dir), max_kv_size
-        self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace)
+        self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace, dtype)
         try:
             self.adapter = None if no_adapter else use_adapter(self.handle, self.model_dir, adapter)
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
@@ -108,7 +74,7 @@ class Session:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
-# %% ../nbs/07a_session.ipynb #c0012
+# %% ../nbs/07a_session.ipynb #c0010
 ROLES = ('system', 'user', 'assistant', 'tool')
 
 def _check_messages(messages) -> list:
@@ -135,7 +101,7 @@ def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` 
     return tok.encode(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
                       add_special_tokens=False)
 
-# %% ../nbs/07a_session.ipynb #c0015
+# %% ../nbs/07a_session.ipynb #c0013
 @dataclass
 class Piece:
     "What one step of a generation adds to the text; the last piece says why it stopped"
@@ -162,7 +128,7 @@ def reuse(self:Session, ids:list) -> int:
     self.cache, self.tokens = make_prompt_cache(self.handle.model, self.max_kv_size), []
     return 0
 
-# %% ../nbs/07a_session.ipynb #c0016
+# %% ../nbs/07a_session.ipynb #c0014
 def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
     if max_tokens < 1: raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
     if not ids: raise InputError("the prompt is empty: give the text to continue")
@@ -177,7 +143,7 @@ def _stop_at(text:str, stop) -> int|None:
     hits = [i for i in (text.find(s) for s in stop) if i >= 0]
     return min(hits) if hits else None
 
-# %% ../nbs/07a_session.ipynb #c0017
+# %% ../nbs/07a_session.ipynb #c0015
 @patch
 def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
            max_tokens:int=256, sampling:Sampling|None=None,
@@ -226,7 +192,7 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         if ok or got: self.tokens = self.tokens + todo + got[:-1]  # the last token drawn was never fed
         if not ok and not got: self.cache, self.tokens = None, []  # the model failed before a token: drop the cache
 
-# %% ../nbs/07a_session.ipynb #c0018
+# %% ../nbs/07a_session.ipynb #c0016
 @patch
 def _account(self:Session, ids, n, got, times, reason):
     done = [t for t in got if t not in self.eos]

@@ -106,8 +106,13 @@ def test_generation_stops_and_refuses_what_cannot_fit(lm):
     assert cut == sample.split(stop)[0] and len(cut) < len(sample)
     with pytest.raises(InputError, match='max_gen_toks=16 leaves no room'):
         generate_text(served, prompt, dict(until=[], max_gen_toks=16), 16)
-    with pytest.warns(UserWarning, match='ignoring top_p'):
-        generate_text(served, prompt, dict(until=[], max_gen_toks=2, do_sample=True, temperature=1.0, top_p=0.9), 64)
+    with pytest.warns(UserWarning, match='does not serve typical_p'):
+        generate_text(served, prompt, dict(until=[], max_gen_toks=2, do_sample=True, temperature=1.0, typical_p=0.9), 64)
+    greedy = generate_text(served, prompt, dict(until=[], max_gen_toks=8), 64)
+    hot = dict(until=[], max_gen_toks=8, do_sample=True, temperature=2.0, top_p=0.9, top_k=1)
+    assert generate_text(served, prompt, hot, 64) == greedy  # top_k=1 is greedy: the sampler's settings are served
+    seeded = dict(until=[], max_gen_toks=8, do_sample=True, temperature=1.0, seed=5)
+    assert generate_text(served, prompt, seeded, 64) == generate_text(served, prompt, seeded, 64)
     with pytest.raises(InputError, match="'prefetch'"): Edge0LM('edge0-tiny', 'prefetch')
 
 def test_simple_evaluate_on_local_tasks_matches_served(tasks, lm):
