@@ -50,7 +50,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     rows = []
     def rung(label, served, sampler):
         t0 = time.time()
-        rows.append(dict(rung=label, **rung_metrics(served, teacher, data), sample=_sample(sampler, tokenizer, sample)))
+        metrics = rung_metrics(served, teacher, data, show=show)
+        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample)))
         if show: print(f"{name} K={k} {label:<28} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} s)")
     rung('bf16 teacher', teacher, _greedy(teacher))
     rung(f'int4 (K={spec.k})', model, _greedy(model))

@@ -8,7 +8,11 @@ import itertools, sys, warnings
 import numpy as np
 from fastcore.imports import in_ipython
 from tqdm.auto import tqdm
-import lm_eval.models  # the harness's own model types stay listed beside `edge0`
+try: import lm_eval.models  # the harness's own model types stay listed beside `edge0`
+except ModuleNotFoundError as e:  # the `eval` extra is not installed: say which, in one line
+    if e.name != 'lm_eval': raise
+    raise ModuleNotFoundError("edge0.lmeval needs the lm-evaluation-harness: pip install 'edge0[eval]'",
+                              name='lm_eval') from None
 from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model

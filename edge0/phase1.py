@@ -33,7 +33,7 @@ def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, 
     base = Path(base_dir or teacher_path(name))
     spec = model_spec(base)
     k = k or spec.k
-    _, tokens, _ = prepare(corpus_dir, work)
+    _, tokens, _ = prepare(corpus_dir, work, show)
     model, tokenizer = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
     seq = params['seq']

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, json, math, time
 from pathlib import Path
 import numpy as np
+from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, block, route, router_bias, RouterTap, _attr
 from .store import read_header, index_checkpoint, model_spec
@@ -142,8 +143,8 @@ def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, 
         q = _probs(pr.spec, pr(n, f))
         return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
     loss_and_grad = bnn.value_and_grad(pr, loss_fn)
-    t0 = time.time()
-    for step in range(steps):
+    bar = tqdm(range(steps), desc='phase 1', unit='step', disable=not show)
+    for step in bar:
         total_loss = 0.0
         for n, (h, r, rp, tl, _, _) in data.items():
             i = rng.integers(0, len(h), batch)
@@ -153,8 +154,7 @@ def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, 
             B.eval(pr.parameters(), opt.state)
             total_loss += loss.item()
         log.append(total_loss / len(data))
-        if show and (step + 1) % 50 == 0:
-            print(f"step {step + 1}/{steps}: mean KL {np.mean(log[-50:]):.4f} ({time.time() - t0:.0f} s)")
+        if (step + 1) % 10 == 0: bar.set_postfix(kl=f"{np.mean(log[-50:]):.4f}")
     return log
 
 # %% ../nbs/02a_prerouter.ipynb #6a697490

@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
+from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
 from .store import model_spec
@@ -21,10 +22,10 @@ from .teachers import excerpt_ids
 __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
 
 # %% ../nbs/05b_quality.ipynb #448e7bad
-def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4) -> dict:
+def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4, show:bool=False) -> dict:
     "Perplexity, top-1 agreement with `teacher` and mean KL(teacher || served) of `served` over `windows` (N, L)"
     kl, agree, nll = [], [], []
-    for i in range(0, len(windows), batch):
+    for i in tqdm(range(0, len(windows), batch), desc='windows', unit='batch', leave=False, disable=not show):
         x = B.array(windows[i:i + batch].astype(np.int32))
         lp, lq = log_softmax(teacher(x).astype(B.float32)), log_softmax(served(x).astype(B.float32))
         kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
@@ -127,7 +128,7 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
     return out
 
 # %% ../nbs/05b_quality.ipynb #94c73d68
-def quality(served:Served, reference, windows:np.ndarray, prefill:int=1, batch:int=4) -> dict:
+def quality(served:Served, reference, windows:np.ndarray, prefill:int=1, batch:int=4, show:bool=False) -> dict:
     "`dict(ppl, agreement, kl, tokens)` of `served` against `reference` (a `Served`, or a function ids -> logits)"
     fn = lambda m: partial(m.logits, prefill=prefill) if isinstance(m, Served) else m
-    return rung_metrics(fn(served), fn(reference), windows, batch)
+    return rung_metrics(fn(served), fn(reference), windows, batch, show)

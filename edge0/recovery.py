@@ -233,7 +233,7 @@ class Recovery:
         self.k = k or spec.k
         self.heads = self.base / prerouter_file(spec, self.k)
         prerouter = load_prerouter(self.base, spec, self.k)
-        _, self.tokens, _ = prepare(corpus_dir, work)
+        _, self.tokens, _ = prepare(corpus_dir, work, show)
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()
         for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)

@@ -4,10 +4,11 @@
 
 # %% ../nbs/04a_teachers.ipynb #a3960108
 from __future__ import annotations
-import gzip, json, math, os, shutil, sys, time, uuid
+import gzip, json, math, os, shutil, time, uuid
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
+from tqdm.auto import tqdm
 from fastcore.basics import patch
 from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
@@ -47,12 +48,12 @@ def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
 
 
 # %% ../nbs/04a_teachers.ipynb #3efe23d4
-def train_tokenizer(texts:list, dst, vocab:int=8192) -> Path:
-    "Train a byte-level BPE of `vocab` tokens on `texts` and save it (HF format) into directory `dst`"
+def train_tokenizer(texts:list, dst, vocab:int=8192, show:bool=False) -> Path:
+    "Train a byte-level BPE of `vocab` tokens on `texts` and save it (HF format) into `dst` (`show`: its progress)"
     tokenizer = Tokenizer(tok_models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    bpe = tok_trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
+    bpe = tok_trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=show,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator((line for text in texts for line in text.splitlines()), bpe)
     dst = Path(dst)
@@ -64,12 +65,12 @@ def train_tokenizer(texts:list, dst, vocab:int=8192) -> Path:
     (dst / 'tokenizer_config.json').write_text(json.dumps(config, indent=1))
     return dst
 
-def encode(tok_dir, texts:list) -> np.ndarray:
-    "Token ids (uint16) of `texts`, each text ended by <|endoftext|>"
+def encode(tok_dir, texts:list, show:bool=False) -> np.ndarray:
+    "Token ids (uint16) of `texts`, each text ended by <|endoftext|> (`show`: a bar over the texts)"
     tokenizer = Tokenizer.from_file(str(Path(tok_dir) / 'tokenizer.json'))
     end_of_text = tokenizer.token_to_id('<|endoftext|>')
     ids = []
-    for text in texts:
+    for text in tqdm(texts, desc='encoding', unit='text', disable=not show):
         for line in tokenizer.encode_batch(text.splitlines(keepends=True)): ids.extend(line.ids)
         ids.append(end_of_text)
     return np.array(ids, np.uint16)
@@ -186,28 +187,22 @@ def train_step(self:Trainer) -> float:
     return ce.item()
 
 # %% ../nbs/04a_teachers.ipynb #eccabd33
-def _progress(step:int, total:int, loss:float, tok_s:float, t0:float) -> str:
-    "A progress bar line (starting with a carriage return, so it rewrites itself)"
-    width = 30
-    done = int(width * step / total)
-    eta_s = (time.time() - t0) / step * (total - step) if step else 0
-    bar = '#' * done + '.' * (width - done)
-    return f"\r[{bar}] {step}/{total} loss {loss:.3f} | {tok_s:,.0f} tok/s | eta {eta_s / 60:.1f} min"
-
 @patch
 def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, file=None):
-    "Train to step `until` (default: all steps), checkpointing every `ckpt_every` steps"
-    until, file, t0 = until or self.teacher.steps, file or sys.stdout, time.time()
+    "Train to step `until` (default: all steps), checkpointing every `ckpt_every` steps; a bar shows loss and tok/s"
+    until = until or self.teacher.steps
+    bar = tqdm(total=self.teacher.steps, initial=self.step, desc=self.teacher.name, unit='step', file=file,
+               disable=not show)
     while self.step < until:
         started = time.perf_counter()
         ce = self.train_step()
         tok_s = self.teacher.batch * self.teacher.seq / (time.perf_counter() - started)
         self.log.append(dict(step=self.step, loss=ce, tok_s=tok_s))
-        if show and (self.step % 10 == 0 or self.step == until):
-            recent_loss = np.mean([entry['loss'] for entry in self.log[-10:]])
-            print(_progress(self.step, self.teacher.steps, recent_loss, tok_s, t0), end='', file=file, flush=True)
+        bar.update()
+        if self.step % 10 == 0 or self.step == until:
+            bar.set_postfix(loss=f"{np.mean([entry['loss'] for entry in self.log[-10:]]):.3f}", tok_s=f"{tok_s:,.0f}")
         if self.out and (self.step % ckpt_every == 0 or self.step == until): self.save()
-    if show: print(file=file)
+    bar.close()
     return self
 
 # %% ../nbs/04a_teachers.ipynb #219778d9
@@ -239,12 +234,12 @@ def resume(self:Trainer, ckpt=None):
     return self
 
 # %% ../nbs/04a_teachers.ipynb #24518f36
-def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8) -> float:
+def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8, show:bool=False) -> float:
     "exp(mean next-token cross-entropy) of `model` over `tokens`, in non-overlapping windows of `seq`"
     n_windows = (len(tokens) - 1) // seq
     windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n_windows)]).astype(np.int32)
     total_ce = 0.0
-    for i in range(0, n_windows, batch):
+    for i in tqdm(range(0, n_windows, batch), desc='perplexity', unit='batch', leave=False, disable=not show):
         x, y = B.array(windows[i:i + batch, :-1]), B.array(windows[i:i + batch, 1:])
         total_ce += bnn.cross_entropy(model(x).astype(B.float32), y).item() * len(x)
     return math.exp(total_ce / n_windows)
@@ -286,24 +281,24 @@ def recipe(name:str, steps:int|None=None) -> TeacherSpec:
     if name not in TEACHERS: raise InputError(f"unknown teacher {name!r}; known: {', '.join(TEACHERS)}")
     return TEACHERS[name] if steps is None else TeacherSpec(**dict(asdict(TEACHERS[name]), steps=steps))
 
-def prepare(corpus_dir, work) -> tuple[Path, np.ndarray, list]:
-    "Tokenizer directory, training token ids and held-out texts, made once under `work` and reused"
+def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
+    "Tokenizer directory, training token ids and held-out texts, made once under `work` and reused (`show`: progress)"
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     train_texts, heldout_texts = corpus_split(corpus_dir)
     tok_dir, token_cache = work / 'tokenizer', work / 'train_tokens.npy'
     if not (tok_dir / 'tokenizer.json').exists():
-        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer(train_texts, tmp)
+        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer(train_texts, tmp, show=show)
     if not token_cache.exists():
         partial = token_cache.with_name(f".{token_cache.name}.tmp-{uuid.uuid4().hex[:8]}")
-        with open(partial, 'wb') as f: np.save(f, encode(tok_dir, train_texts))
+        with open(partial, 'wb') as f: np.save(f, encode(tok_dir, train_texts, show))
         os.replace(partial, token_cache)
     return tok_dir, np.load(token_cache), heldout_texts
 
 def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:bool=True) -> tuple[Path, Path]:
     "Train teacher `name` of `TEACHERS` from the corpus and write its bf16 and int4 checkpoints into `dst_dir`"
     teacher = recipe(name, steps)
-    tok_dir, tokens, heldout_texts = prepare(corpus_dir, work)
+    tok_dir, tokens, heldout_texts = prepare(corpus_dir, work, show)
     trainer = Trainer(teacher, tokens, Path(work) / f"{name}-ckpt")
     if (trainer.out / 'state.json').exists(): trainer.resume()
     trainer.run(show=show)
@@ -312,7 +307,7 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:boo
     provenance = dict(teacher=name, seed=teacher.seed, steps=teacher.steps, batch=teacher.batch, seq=teacher.seq,
                       lr=teacher.lr, train_tokens=int(len(tokens)), data=data,
                       final_loss=float(np.mean([entry['loss'] for entry in trainer.log[-20:]])),
-                      heldout_ppl=perplexity(trainer.model, heldout_ids[:200_000]), blas=blas_in_use(),
+                      heldout_ppl=perplexity(trainer.model, heldout_ids[:200_000], show=show), blas=blas_in_use(),
                       builder='edge0.teachers.reproduce', date=time.strftime('%Y-%m-%d'))
     return export_teacher(trainer, tok_dir, dst_dir, provenance)
 
