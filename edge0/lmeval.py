@@ -11,8 +11,9 @@ from tqdm.auto import tqdm
 try: import lm_eval.models  # the harness's own model types stay listed beside `edge0`
 except ModuleNotFoundError as e:  # the `eval` extra is not installed: say which, in one line
     if e.name != 'lm_eval': raise
-    raise ModuleNotFoundError("edge0.lmeval needs the lm-evaluation-harness: pip install 'edge0[eval]'",
-                              name='lm_eval') from None
+    MISSING = "edge0.lmeval needs the lm-evaluation-harness: pip install 'edge0[eval]'"
+    if __name__ == '__main__' and not in_ipython(): sys.exit(f"error: {MISSING}")  # `python -m`: one line, exit 1
+    raise ModuleNotFoundError(MISSING, name='lm_eval') from None
 from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model

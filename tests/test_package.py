@@ -99,10 +99,16 @@ def test_the_wheel_works_in_a_fresh_venv(built, tmp_path):
     assert pkg.is_relative_to(venv), f"edge0 came from {where}, not the fresh venv"
     assert kernels == 'mlx'  # no torch: MLX's kernels
     assert not [t for t in TEACHERS if (pkg / 'models' / t).exists()]
-    r = _run(venv, 'edge0', 'spec', str(pkg / 'models' / 'edge0-tiny-int4'), cwd=away)
+    r = _run(venv, 'edge0', '--version', cwd=away)
+    assert r.returncode == 0 and r.stdout.startswith('edge0 '), r.stdout + r.stderr
+    r = _run(venv, 'python', '-m', 'edge0', 'spec', 'edge0-tiny', cwd=away)
     assert r.returncode == 0 and 'qwen3_moe' in r.stdout, r.stdout + r.stderr
-    r = _run(venv, 'edge0', 'generate', '--model', str(pkg / 'models' / 'edge0-tiny-int4'),
-             '--prompt', 'The history of the city', '--max-tokens', '8', cwd=away)
-    assert r.returncode == 0 and r.stdout.strip(), r.stdout + r.stderr
+    r = _run(venv, 'edge0', 'generate', '--model', 'edge0-tiny', '--prompt', 'The history of the city',
+             '--max-tokens', '8', '--ignore-chat-template', cwd=away)
+    assert r.returncode == 0 and 'decode 8 tokens' in r.stdout, r.stdout + r.stderr
     r = _run(venv, 'python', '-m', 'edge0.lmeval', '--help', cwd=away)
-    assert r.returncode != 0 and "pip install 'edge0[eval]'" in r.stderr.strip().splitlines()[-1], r.stderr
+    assert r.returncode != 0 and r.stderr.strip() == "error: edge0.lmeval needs the lm-evaluation-harness: pip install "\
+        "'edge0[eval]'", r.stderr
+    teacher = "from edge0.files import teacher_path\nprint(teacher_path('edge0-tiny', int4=False))"
+    r = _run(venv, 'python', '-c', teacher, cwd=away)
+    assert r.returncode != 0 and 'EDGE0_MODELS' in r.stderr and 'edge0 train edge0-tiny' in r.stderr, r.stderr
