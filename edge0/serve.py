@@ -203,6 +203,7 @@ class Worker:
             raise InputError(f"max_queue must be at least 1, got {max_queue!r}")
         self.model, self.session_kw, self.session, self.failed = model, session_kw, None, None
         self.jobs, self.arrivals, self.busy = queue.Queue(max_queue), 0, False
+        self.current, self.stopping = None, False  # the job being served; whether `stop` was called
         self.recent = deque(maxlen=64)  # the last jobs served, in the order they finished
         self.loaded = threading.Event()
         self.thread = threading.Thread(target=self._run, name='edge0-serve-worker', daemon=True)
@@ -216,20 +217,29 @@ class Worker:
 
     def submit(self, job:Job):
         "Queue `job`, from the event loop; a 503 when `max_queue` requests are waiting already"
+        if self.stopping: raise _stopping()
         job.loop, job.inbox, job.seq = asyncio.get_running_loop(), asyncio.Queue(), self.arrivals
         job.times['arrived'], self.arrivals = time.monotonic(), self.arrivals + 1
         try: self.jobs.put_nowait(job)
         except queue.Full: raise ApiError(503, f"the server is busy: {self.jobs.maxsize} requests are waiting already; "
                                           "retry later", type='server_busy', code='server_busy') from None
 
+    def stop(self):
+        "Refuse new requests, and end the one being served and the waiting ones with a 503"
+        self.stopping = True
+        job = self.current
+        if job is not None: job.cancel.set()
+
     def close(self):
-        "Serve what is queued, then stop the thread and close the session (twice is harmless)"
+        "Stop, end the thread and close the session (twice is harmless)"
+        self.stop()
         if self.thread.is_alive():
             self.jobs.put(None)
             self.thread.join()
 
 # %% ../nbs/07c_serve.ipynb #c0029
 def _gone(): return ApiError(499, 'the client closed the request', type='client_closed')
+def _stopping(): return ApiError(503, 'the server is stopping', type='server_busy', code='server_stopping')
 
 @patch
 def _run(self:Worker):
@@ -242,23 +252,24 @@ def _run(self:Worker):
 
 @patch
 def _serve(self:Worker, job:Job):
-    job.times['started'], self.busy = time.monotonic(), True
+    job.times['started'], self.busy, self.current = time.monotonic(), True, job
     try: last = self._generate(job)
     except Exception as e: last = api_error(e)
     job.status = last.status if isinstance(last, ApiError) else 200
-    job.times['finished'], self.busy = time.monotonic(), False
+    job.times['finished'], self.busy, self.current = time.monotonic(), False, None
     self.recent.append(job)  # before the last event, so that a client that has its answer finds its job here
     job.send(last)
 
 @patch
 def _generate(self:Worker, job:Job) -> dict:
     "Send the job's pieces as they come; the usage counts"
+    if self.stopping: raise _stopping()
     if job.cancel.is_set(): raise _gone()
     ids, n = self._budget(job)
     pieces = self.session.stream(ids, n, job.sampling, job.stop)
     try:
         for p in pieces:
-            if job.cancel.is_set(): raise _gone()
+            if job.cancel.is_set(): raise _stopping() if self.stopping else _gone()
             job.send(p)
     finally: pieces.close()
     done = self.session.last['completion_tokens']
@@ -326,6 +337,7 @@ async def _stream(reply:Reply, events, first, state):
             if ev.finish_reason: yield sse(reply.chunk(reason=ev.finish_reason))
             ev, sent = await anext(events), sent + 1
     except ApiError as e:
+        state.note = f"{e.status} after {sent} pieces: {e}"
         yield sse(e.body)
         return
     except (asyncio.CancelledError, GeneratorExit):
@@ -505,6 +517,7 @@ def serving(model, # a model directory, a bundled model's name or a Hugging Face
             bound = server.servers[0].sockets[0].getsockname()
             yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker, server, thread)
         finally:
+            worker.stop()  # answers under way end now, so uvicorn's shutdown has nothing to wait for
             server.should_exit = True
             thread.join()
     finally: worker.close()

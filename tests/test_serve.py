@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import openai
 from edge0.serve import serving
-from edge0.session import Session
+from edge0.session import Piece, Session
 
 MODEL, RIVER, CITY = 'edge0-tiny', [dict(role='user', content='Tell me about the river.')], 'The history of the city'
 MAX_QUEUE, LIMIT, BODY = 3, 256, 2**16
@@ -181,8 +181,10 @@ def test_a_path_as_model_is_refused_and_never_read(srv, tmp_path):
             status, body, _ = call(srv, '/v1/chat/completions', dict(model=model, messages=RIVER, max_tokens=2))
             assert (status, body['error']['code']) == (404, 'model_not_found')
             assert f"The model {model!r} does not exist: this server serves 'edge0-tiny'" in body['error']['message']
+        assert touched == []
+        (other / 'config.json').read_text()  # what reading it would look like
+        assert touched == [('open', str(other / 'config.json'))]
     finally: watching.clear()
-    assert touched == []
 
 def test_an_internal_error_is_a_500_and_the_server_goes_on(srv, expected):
     def boom(*a, **kw): raise RuntimeError('the disk went away')
@@ -191,4 +193,13 @@ def test_an_internal_error_is_a_500_and_the_server_goes_on(srv, expected):
     finally: del srv.worker.session.stream
     assert (status, body['error']['type']) == (500, 'server_error')
     assert body['error']['message'] == 'internal error: RuntimeError: the disk went away'
+    def midway(*a, **kw):
+        yield Piece('The', 1)
+        raise RuntimeError('the disk went away')
+    srv.worker.session.stream = midway
+    try:
+        stream = iter(chat(srv, stream=True))
+        assert next(stream).choices[0].delta.role == 'assistant' and next(stream).choices[0].delta.content == 'The'
+        with pytest.raises(openai.APIError, match='the disk went away'): next(stream)  # an error event: the status was sent
+    finally: del srv.worker.session.stream
     assert chat(srv).choices[0].message.content == expected['chat']
