@@ -1,7 +1,7 @@
 """`edge0 serve` over real HTTP, driven by OpenAI's own client: whole and streamed answers equal to the session's,
 usage counts, FIFO order, a full queue, bad requests, a path as the model, an internal error and a client that
 hangs up. One server over the streamed bundled model serves the whole file."""
-import contextlib, json, sys, threading, time, urllib.error, urllib.request
+import contextlib, http.client, json, sys, threading, time, urllib.error, urllib.request
 from pathlib import Path
 import pytest
 import openai
@@ -41,18 +41,23 @@ def wait_for(cond, what, timeout=60):
         assert time.monotonic() - t0 < timeout, f"waited {timeout} s for {what}"
         time.sleep(0.02)
 
+def endless(expected) -> dict:
+    "A logit bias without an end of sequence: the text runs to max_tokens unless cancelled"
+    return {str(t): -100 for t in expected['eos']}
+
+def finished(srv, seq, status) -> bool: return any(j.seq == seq and j.status == status for j in list(srv.worker.recent))
+
 @contextlib.contextmanager
 def holding(srv, expected):
     "A long streamed completion that keeps the worker busy until the block ends, then hangs up"
-    bias = {str(t): -100 for t in expected['eos']}  # no end of sequence: it runs to max_tokens unless cancelled
     seq = srv.worker.arrivals
     stream = client(srv).completions.create(model=MODEL, prompt=CITY, max_tokens=LIMIT, temperature=0, stream=True,
-                                            logit_bias=bias)
+                                            logit_bias=endless(expected))
     next(iter(stream))  # it is being served now
     try: yield seq
     finally:
         stream.close()
-        wait_for(lambda: any(j.seq == seq and j.status == 499 for j in list(srv.worker.recent)), 'the held stream to stop')
+        wait_for(lambda: finished(srv, seq, 499), 'the held stream to stop')
 
 def test_chat_whole_and_streamed_is_the_sessions_text(srv, expected):
     a, b = chat(srv), chat(srv)
@@ -126,12 +131,36 @@ def test_a_client_that_hangs_up_stops_its_generation(srv, expected):
     assert job.status == 499 and job.usage is None and consumed < LIMIT // 2
     assert chat(srv).choices[0].message.content == expected['chat']  # the next request, from a consistent cache
 
+def test_a_whole_answer_whose_client_hangs_up_waiting_or_midway_is_dropped(srv, expected):
+    def send(prompt):
+        conn = http.client.HTTPConnection(srv.url.removeprefix('http://'), timeout=60)
+        conn.request('POST', '/v1/completions', json.dumps(dict(prompt=prompt, max_tokens=LIMIT, temperature=0,
+                                                                logit_bias=endless(expected))))
+        return conn
+    with holding(srv, expected):
+        left = send('Once upon a time')
+        wait_for(lambda: srv.worker.jobs.qsize() == 1, 'a waiting request')
+        job = srv.worker.jobs.queue[0]
+        left.close()
+        wait_for(job.cancel.is_set, 'the waiting request to be cancelled')
+    wait_for(lambda: job.status == 499, 'the waiting request to be dropped')
+    s = srv.worker.session
+    assert job.usage is None and s.tokenizer.decode(s.tokens).startswith(CITY)  # it was never fed to the model
+    seq = srv.worker.arrivals
+    midway = send(CITY)
+    wait_for(lambda: getattr(srv.worker.current, 'seq', None) == seq, 'the request to be served')
+    midway.close()
+    wait_for(lambda: finished(srv, seq, 499), 'the request to stop')
+    assert len(s.tokens) - expected['text_ids'] < LIMIT // 2
+    assert chat(srv).choices[0].message.content == expected['chat']
+
 BAD = [  # (path, body, status, in the message, param)
     ('/v1/chat/completions', b'{"messages": [', 400, 'the body is not valid JSON', None),
     ('/v1/chat/completions', b'[1, 2]', 400, 'the body must be a JSON object, got list', None),
     ('/v1/chat/completions', b'{"messages": [], "temperature": NaN}', 400, 'NaN is not a JSON number', None),
     ('/v1/chat/completions', dict(messages=RIVER, foo=1), 400, "Unknown parameter: 'foo'", 'foo'),
-    ('/v1/chat/completions', dict(messages=RIVER, adapter='/tmp/lora.safetensors'), 400, "Unknown parameter", 'adapter'),
+    ('/v1/chat/completions', dict(messages=RIVER, adapter='/tmp/lora.safetensors'), 400, 'Unknown parameter',
+     'adapter'),
     ('/v1/completions', dict(messages=RIVER), 400, "Unknown parameter: 'messages'", 'messages'),
     ('/v1/chat/completions', dict(messages=RIVER, temperature=5), 400, 'temperature must be in [0, 2], got 5',
      'temperature'),
@@ -148,7 +177,8 @@ BAD = [  # (path, body, status, in the message, param)
     ('/v1/chat/completions', dict(messages=[dict(role='wizard', content='x')]), 400, 'message 0 must be', None),
     ('/v1/chat/completions', dict(messages=RIVER, logit_bias={'99999': 1}), 400,
      'logit_bias token 99999 is not a token id below 8192', None),
-    ('/v1/completions', dict(prompt='word ' * 5000, max_tokens=8), 400, "tokens; the model's context is 4096", 'prompt'),
+    ('/v1/completions', dict(prompt='word ' * 5000, max_tokens=8), 400, "tokens; the model's context is 4096",
+     'prompt'),
     ('/v1/completions', dict(prompt='word ' * 4000, max_tokens=200), 400, 'max_tokens asks for 200 more', 'max_tokens'),
     ('/v1/completions', dict(prompt='x' * BODY), 413, f"over this server's limit of {BODY} bytes", None),
     ('/v1/chat/completions', dict(model='gpt-4o', messages=RIVER), 404, "serves 'edge0-tiny'", 'model'),
@@ -200,6 +230,6 @@ def test_an_internal_error_is_a_500_and_the_server_goes_on(srv, expected):
     try:
         stream = iter(chat(srv, stream=True))
         assert next(stream).choices[0].delta.role == 'assistant' and next(stream).choices[0].delta.content == 'The'
-        with pytest.raises(openai.APIError, match='the disk went away'): next(stream)  # an error event: the status was sent
+        with pytest.raises(openai.APIError, match='the disk went away'): next(stream)  # an error event after the 200
     finally: del srv.worker.session.stream
     assert chat(srv).choices[0].message.content == expected['chat']
