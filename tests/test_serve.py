@@ -1,0 +1,235 @@
+"""`edge0 serve` over real HTTP, driven by OpenAI's own client: whole and streamed answers equal to the session's,
+usage counts, FIFO order, a full queue, bad requests, a path as the model, an internal error and a client that
+hangs up. One server over the streamed bundled model serves the whole file."""
+import contextlib, http.client, json, sys, threading, time, urllib.error, urllib.request
+from pathlib import Path
+import pytest
+import openai
+from edge0.serve import serving
+from edge0.session import Piece, Session
+
+MODEL, RIVER, CITY = 'edge0-tiny', [dict(role='user', content='Tell me about the river.')], 'The history of the city'
+MAX_QUEUE, LIMIT, BODY = 3, 256, 2**16
+
+@pytest.fixture(scope='module')
+def expected():
+    "The session's own greedy texts, made in this process before any server runs"
+    with Session(MODEL) as s:
+        return dict(chat=s.generate(RIVER, 8), text=s.generate(CITY, 8, chat=False), chat_ids=len(s.prompt_ids(RIVER)),
+                    text_ids=len(s.prompt_ids(CITY, chat=False)), eos=sorted(s.eos))
+
+@pytest.fixture(scope='module')
+def srv(expected):
+    with serving(MODEL, max_queue=MAX_QUEUE, max_tokens_limit=LIMIT, max_body_bytes=BODY) as s: yield s
+
+def client(srv): return openai.OpenAI(base_url=f"{srv.url}/v1", api_key='none', max_retries=0, timeout=60)
+
+def call(srv, path, body=None, method=None) -> tuple:
+    "(status, JSON body, headers) of one plain HTTP request"
+    data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(srv.url + path, data, {'Content-Type': 'application/json'}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r: return r.status, json.load(r), r.headers
+    except urllib.error.HTTPError as e: return e.code, json.load(e), e.headers
+
+def chat(srv, **kw):
+    return client(srv).chat.completions.create(**dict(model=MODEL, messages=RIVER, max_tokens=8, temperature=0) | kw)
+
+def wait_for(cond, what, timeout=60):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, f"waited {timeout} s for {what}"
+        time.sleep(0.02)
+
+def endless(expected) -> dict:
+    "A logit bias without an end of sequence: the text runs to max_tokens unless cancelled"
+    return {str(t): -100 for t in expected['eos']}
+
+def finished(srv, seq, status) -> bool: return any(j.seq == seq and j.status == status for j in list(srv.worker.recent))
+
+@contextlib.contextmanager
+def holding(srv, expected):
+    "A long streamed completion that keeps the worker busy until the block ends, then hangs up"
+    seq = srv.worker.arrivals
+    stream = client(srv).completions.create(model=MODEL, prompt=CITY, max_tokens=LIMIT, temperature=0, stream=True,
+                                            logit_bias=endless(expected))
+    next(iter(stream))  # it is being served now
+    try: yield seq
+    finally:
+        stream.close()
+        wait_for(lambda: finished(srv, seq, 499), 'the held stream to stop')
+
+def test_chat_whole_and_streamed_is_the_sessions_text(srv, expected):
+    a, b = chat(srv), chat(srv)
+    assert a.choices[0].message.content == b.choices[0].message.content == expected['chat']
+    assert (a.object, a.model, a.choices[0].message.role, a.choices[0].finish_reason) == \
+        ('chat.completion', MODEL, 'assistant', 'length')
+    assert (a.usage.prompt_tokens, a.usage.completion_tokens, a.usage.total_tokens) == \
+        (expected['chat_ids'], 8, expected['chat_ids'] + 8)
+    chunks = list(chat(srv, stream=True, stream_options=dict(include_usage=True)))
+    assert {c.object for c in chunks} == {'chat.completion.chunk'} and len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == 'assistant'
+    assert ''.join(c.choices[0].delta.content or '' for c in chunks if c.choices) == expected['chat']
+    assert chunks[-2].choices[0].finish_reason == 'length' and chunks[-1].choices == []
+    assert chunks[-1].usage.model_dump(include={'prompt_tokens', 'completion_tokens', 'total_tokens'}) == \
+        a.usage.model_dump(include={'prompt_tokens', 'completion_tokens', 'total_tokens'})
+    assert all(c.usage is None for c in chat(srv, stream=True, max_tokens=2))
+
+def test_text_completions_whole_streamed_and_stopped(srv, expected):
+    c = client(srv)
+    t = c.completions.create(model=MODEL, prompt=CITY, max_tokens=8, temperature=0)
+    assert (t.object, t.choices[0].text, t.choices[0].finish_reason) == ('text_completion', expected['text'], 'length')
+    assert (t.usage.prompt_tokens, t.usage.completion_tokens) == (expected['text_ids'], 8)
+    chunks = list(c.completions.create(model=MODEL, prompt=[CITY], max_tokens=8, temperature=0, stream=True))
+    assert ''.join(x.choices[0].text for x in chunks) == expected['text']
+    assert {x.object for x in chunks} == {'text_completion'} and chunks[-1].choices[0].finish_reason == 'length'
+    cut = expected['text'].split()[2]
+    s = c.completions.create(model=MODEL, prompt=CITY, max_tokens=8, temperature=0, stop=[cut])
+    assert (s.choices[0].text, s.choices[0].finish_reason) == (expected['text'][:expected['text'].index(cut)], 'stop')
+
+def test_models_and_health(srv):
+    c = client(srv)
+    assert [m.id for m in c.models.list().data] == [MODEL] and c.models.retrieve(MODEL).owned_by == 'edge0'
+    with pytest.raises(openai.NotFoundError, match="serves 'edge0-tiny'") as e: c.models.retrieve('gpt-4o')
+    assert e.value.code == 'model_not_found'
+    status, body, _ = call(srv, '/health')
+    assert status == 200 and body == dict(status='ok', model=MODEL, busy=False, waiting=0)
+
+def test_clients_at_once_are_answered_one_at_a_time_in_arrival_order(srv, expected):
+    prompts, answered, lock = [f"Tell me about the {w}." for w in ('river', 'bridge', 'market')], [], threading.Lock()
+    def ask(p):
+        r = client(srv).chat.completions.create(model=MODEL, messages=[dict(role='user', content=p)], max_tokens=4,
+                                                temperature=0)
+        with lock: answered.append((p, r.choices[0].finish_reason))
+    with holding(srv, expected) as held:  # all three wait in the queue, in the order the server saw them arrive
+        threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
+        for t in threads: t.start()
+        wait_for(lambda: srv.worker.jobs.qsize() == 3, 'three waiting requests')
+    for t in threads: t.join()
+    jobs = [j for j in srv.worker.recent if j.seq > held]
+    assert [j.seq for j in jobs] == sorted(j.seq for j in jobs) and all(j.status == 200 for j in jobs)
+    assert all(a.times['finished'] <= b.times['started'] for a, b in zip(jobs, jobs[1:]))  # one at a time
+    assert [p for p, _ in answered] == [j.prompt[-1]['content'] for j in jobs]  # answered in the order they arrived
+    assert all(r in ('length', 'stop') for _, r in answered)
+
+def test_a_full_queue_is_refused_at_once_with_503(srv, expected):
+    results = []
+    with holding(srv, expected):
+        threads = [threading.Thread(target=lambda: results.append(chat(srv, max_tokens=2))) for _ in range(MAX_QUEUE)]
+        for t in threads: t.start()
+        wait_for(lambda: srv.worker.jobs.qsize() == MAX_QUEUE, 'a full queue')
+        status, body, headers = call(srv, '/v1/chat/completions', dict(model=MODEL, messages=RIVER, max_tokens=2))
+        assert status == 503 and body['error']['type'] == 'server_busy' and headers['Retry-After'] == '1'
+        assert f"{MAX_QUEUE} requests are waiting" in body['error']['message']
+    for t in threads: t.join()
+    assert len(results) == MAX_QUEUE and all(r.usage.completion_tokens == 2 for r in results)
+
+def test_a_client_that_hangs_up_stops_its_generation(srv, expected):
+    with holding(srv, expected) as held: pass
+    job = [j for j in srv.worker.recent if j.seq == held][0]
+    consumed = len(srv.worker.session.tokens) - expected['text_ids']  # the cancelled stream was the last one served
+    assert job.status == 499 and job.usage is None and consumed < LIMIT // 2
+    assert chat(srv).choices[0].message.content == expected['chat']  # the next request, from a consistent cache
+
+def test_a_whole_answer_whose_client_hangs_up_waiting_or_midway_is_dropped(srv, expected):
+    def send(prompt):
+        conn = http.client.HTTPConnection(srv.url.removeprefix('http://'), timeout=60)
+        conn.request('POST', '/v1/completions', json.dumps(dict(prompt=prompt, max_tokens=LIMIT, temperature=0,
+                                                                logit_bias=endless(expected))))
+        return conn
+    with holding(srv, expected):
+        left = send('Once upon a time')
+        wait_for(lambda: srv.worker.jobs.qsize() == 1, 'a waiting request')
+        job = srv.worker.jobs.queue[0]
+        left.close()
+        wait_for(job.cancel.is_set, 'the waiting request to be cancelled')
+    wait_for(lambda: job.status == 499, 'the waiting request to be dropped')
+    s = srv.worker.session
+    assert job.usage is None and s.tokenizer.decode(s.tokens).startswith(CITY)  # it was never fed to the model
+    seq = srv.worker.arrivals
+    midway = send(CITY)
+    wait_for(lambda: getattr(srv.worker.current, 'seq', None) == seq, 'the request to be served')
+    midway.close()
+    wait_for(lambda: finished(srv, seq, 499), 'the request to stop')
+    assert len(s.tokens) - expected['text_ids'] < LIMIT // 2
+    assert chat(srv).choices[0].message.content == expected['chat']
+
+BAD = [  # (path, body, status, in the message, param)
+    ('/v1/chat/completions', b'{"messages": [', 400, 'the body is not valid JSON', None),
+    ('/v1/chat/completions', b'[1, 2]', 400, 'the body must be a JSON object, got list', None),
+    ('/v1/chat/completions', b'{"messages": [], "temperature": NaN}', 400, 'NaN is not a JSON number', None),
+    ('/v1/chat/completions', dict(messages=RIVER, foo=1), 400, "Unknown parameter: 'foo'", 'foo'),
+    ('/v1/chat/completions', dict(messages=RIVER, adapter='/tmp/lora.safetensors'), 400, 'Unknown parameter',
+     'adapter'),
+    ('/v1/completions', dict(messages=RIVER), 400, "Unknown parameter: 'messages'", 'messages'),
+    ('/v1/chat/completions', dict(messages=RIVER, temperature=5), 400, 'temperature must be in [0, 2], got 5',
+     'temperature'),
+    ('/v1/chat/completions', dict(messages=RIVER, top_p=0), 400, 'top_p must be in (0, 1], got 0', 'top_p'),
+    ('/v1/chat/completions', dict(messages=RIVER, max_tokens='8'), 400, "max_tokens must be an integer, got '8'",
+     'max_tokens'),
+    ('/v1/chat/completions', dict(messages=RIVER, max_tokens=100000), 400,
+     f"max_tokens must be in [1, {LIMIT}] (this server's limit), got 100000", 'max_tokens'),
+    ('/v1/chat/completions', dict(messages=RIVER, n=2), 400, 'n 2 is not supported by edge0 serve (only 1)', 'n'),
+    ('/v1/chat/completions', dict(messages=RIVER, frequency_penalty=0.5), 400, 'frequency_penalty 0.5 is not supported',
+     'frequency_penalty'),
+    ('/v1/chat/completions', dict(messages=RIVER, stream_options=dict(include_usage=True)), 400,
+     'stream_options is only allowed when stream is true', 'stream_options'),
+    ('/v1/chat/completions', dict(messages=[dict(role='wizard', content='x')]), 400, 'message 0 must be', None),
+    ('/v1/chat/completions', dict(messages=RIVER, logit_bias={'99999': 1}), 400,
+     'logit_bias token 99999 is not a token id below 8192', None),
+    ('/v1/completions', dict(prompt='word ' * 5000, max_tokens=8), 400, "tokens; the model's context is 4096",
+     'prompt'),
+    ('/v1/completions', dict(prompt='word ' * 4000, max_tokens=200), 400, 'max_tokens asks for 200 more', 'max_tokens'),
+    ('/v1/completions', dict(prompt='x' * BODY), 413, f"over this server's limit of {BODY} bytes", None),
+    ('/v1/chat/completions', dict(model='gpt-4o', messages=RIVER), 404, "serves 'edge0-tiny'", 'model'),
+    ('/v1/nope', dict(messages=RIVER), 404, 'Not Found (POST /v1/nope)', None),
+]
+
+def test_bad_requests_get_4xx_naming_the_fault_and_the_server_goes_on(srv, expected):
+    for path, body, status, message, param in BAD:
+        got, answer, _ = call(srv, path, body)
+        assert (got, set(answer['error'])) == (status, {'message', 'type', 'param', 'code'}), (body, answer)
+        assert message in answer['error']['message'] and answer['error']['param'] == param, (body, answer)
+        assert call(srv, '/health')[0] == 200
+    assert call(srv, '/v1/chat/completions', method='GET')[:2] == \
+        (405, dict(error=dict(message='Method Not Allowed (GET /v1/chat/completions)', type='invalid_request_error',
+                              param=None, code=None)))
+    with pytest.raises(openai.BadRequestError, match='temperature must be in'): chat(srv, temperature=3)
+    assert chat(srv).choices[0].message.content == expected['chat']
+
+def test_a_path_as_model_is_refused_and_never_read(srv, tmp_path):
+    other = tmp_path / 'other-model'
+    other.mkdir()
+    (other / 'config.json').write_text('{}')
+    touched, watching = [], [True]
+    def audit(event, args):
+        if watching and event in ('open', 'os.listdir', 'os.scandir', 'os.stat') and args and str(args[0]).startswith(
+                str(tmp_path)): touched.append((event, args[0]))
+    sys.addaudithook(audit)
+    try:
+        for model in (str(other), str(other / 'config.json'), str(srv.worker.session.model_dir)):
+            status, body, _ = call(srv, '/v1/chat/completions', dict(model=model, messages=RIVER, max_tokens=2))
+            assert (status, body['error']['code']) == (404, 'model_not_found')
+            assert f"The model {model!r} does not exist: this server serves 'edge0-tiny'" in body['error']['message']
+        assert touched == []
+        (other / 'config.json').read_text()  # what reading it would look like
+        assert touched == [('open', str(other / 'config.json'))]
+    finally: watching.clear()
+
+def test_an_internal_error_is_a_500_and_the_server_goes_on(srv, expected):
+    def boom(*a, **kw): raise RuntimeError('the disk went away')
+    srv.worker.session.stream = boom
+    try: status, body, _ = call(srv, '/v1/chat/completions', dict(messages=RIVER, max_tokens=2))
+    finally: del srv.worker.session.stream
+    assert (status, body['error']['type']) == (500, 'server_error')
+    assert body['error']['message'] == 'internal error: RuntimeError: the disk went away'
+    def midway(*a, **kw):
+        yield Piece('The', 1)
+        raise RuntimeError('the disk went away')
+    srv.worker.session.stream = midway
+    try:
+        stream = iter(chat(srv, stream=True))
+        assert next(stream).choices[0].delta.role == 'assistant' and next(stream).choices[0].delta.content == 'The'
+        with pytest.raises(openai.APIError, match='the disk went away'): next(stream)  # an error event after the 200
+    finally: del srv.worker.session.stream
+    assert chat(srv).choices[0].message.content == expected['chat']
