@@ -12,7 +12,7 @@ try: import lm_eval.models  # the harness's own model types stay listed beside `
 except ModuleNotFoundError as e:  # the `eval` extra is not installed: say which, in one line
     if e.name != 'lm_eval': raise
     MISSING = "edge0.lmeval needs the lm-evaluation-harness: pip install 'edge0[eval]'"
-    if __name__ == '__main__' and not in_ipython(): sys.exit(f"error: {MISSING}")  # `python -m`: one line, exit 1
+    if __name__ == '__main__' and not in_ipython(): sys.exit(f"error: {MISSING}")  # `python -m`: one line
     raise ModuleNotFoundError(MISSING, name='lm_eval') from None
 from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
@@ -61,7 +61,7 @@ def rolling_pairs(ids:list, prefix:int, max_length:int) -> list:
     "`(context, continuation)` windows that predict every token of `ids` once, the first after `prefix`"
     return [make_disjoint_window(w) for w in get_rolling_token_windows(ids, prefix, max_length, 1)]
 
-SAMPLED = ('temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed')  # the harness's names that edge0's Sampling serves
+SAMPLED = ('temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed')  # the harness's names it serves
 
 def sampling_of(kw:dict) -> Sampling:
     "The `Sampling` of the harness's normalized `gen_kwargs` (greedy unless `do_sample`)"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07c_serve.ipynb #c0002
 from __future__ import annotations
-import asyncio, json, logging, math, queue, reprlib, threading, time, uuid
+import asyncio, json, logging, math, queue, reprlib, signal, socket, threading, time, uuid
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from fastcore.basics import patch
+from .backend import core as B
 from .files import InputError
 from .session import Piece, Sampling, Session
 
@@ -247,8 +248,10 @@ def _run(self:Worker):
     except Exception as e: self.failed = e
     self.loaded.set()
     if self.session is None: return
-    with self.session:
-        for job in iter(self.jobs.get, None): self._serve(job)
+    try:
+        with self.session:
+            for job in iter(self.jobs.get, None): self._serve(job)
+    finally: B.end_thread()  # else the process can abort at exit ("terminate called without an active exception")
 
 @patch
 def _serve(self:Worker, job:Job):
@@ -487,13 +490,23 @@ def _to_stderr():
         log.addHandler(h)
     log.setLevel(logging.INFO)
 
-def _listen(app, host:str, port:int) -> tuple:
-    server = uvicorn.Server(uvicorn.Config(app, host, port, log_level='warning', access_log=False, lifespan='off',
+def _socket(host:str, port:int) -> socket.socket:
+    "A socket bound to `host:port` here, so that a taken port or a bad address is one clear error"
+    sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+    try: sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+def _listen(app, sock:socket.socket) -> tuple:
+    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False, lifespan='off',
                                            timeout_graceful_shutdown=3))
-    thread = threading.Thread(target=server.run, name='edge0-serve-http', daemon=True)
+    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), name='edge0-serve-http', daemon=True)
     thread.start()
     while not server.started:
-        if not thread.is_alive(): raise InputError(f"could not listen on {host}:{port} (see uvicorn's message above)")
+        if not thread.is_alive(): raise InputError(f"the server on {sock.getsockname()} stopped as it started")
         time.sleep(0.01)
     return server, thread
 
@@ -510,9 +523,13 @@ def serving(model, # a model directory, a bundled model's name or a Hugging Face
     _to_stderr()
     if host not in ('127.0.0.1', 'localhost', '::1'):
         log.warning(f"listening on {host}: beyond this machine, and without authentication")
-    worker = Worker(model, max_queue, **session_kw).start()
+    sock = _socket(host, port)  # before the model loads: a taken port fails at once
+    try: worker = Worker(model, max_queue, **session_kw).start()
+    except BaseException:
+        sock.close()
+        raise
     try:
-        server, thread = _listen(make_app(worker, name or str(model), max_tokens_limit, max_body_bytes), host, port)
+        server, thread = _listen(make_app(worker, name or str(model), max_tokens_limit, max_body_bytes), sock)
         try:
             bound = server.servers[0].sockets[0].getsockname()
             yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker, server, thread)
@@ -523,9 +540,12 @@ def serving(model, # a model directory, a bundled model's name or a Hugging Face
     finally: worker.close()
 
 # %% ../nbs/07c_serve.ipynb #c0050
+def _interrupted(signum, frame): raise KeyboardInterrupt  # SIGTERM (a service manager) stops as Ctrl-C does
+
 def serve(model, host:str='127.0.0.1', port:int=8080, max_queue:int=8, max_tokens_limit:int=2048,
           max_body_bytes:int=2**22, name:str|None=None, **session_kw):
-    "Serve `model` over HTTP until interrupted: what `edge0 serve` runs (arguments as `serving`'s)"
+    "Serve `model` over HTTP until interrupted (Ctrl-C or SIGTERM): what `edge0 serve` runs (arguments as `serving`'s)"
+    if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _interrupted)
     with serving(model, host, port, max_queue, max_tokens_limit, max_body_bytes, name, **session_kw) as s:
         log.info(f"serving {name or model} at {s.url}/v1 (FIFO, {max_queue} waiting at most); Ctrl-C stops")
         try: s.thread.join()

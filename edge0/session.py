@@ -25,7 +25,8 @@ def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtyp
     mode = mode or 'off'
     if record_trace and mode != 'off': raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
     if trace is not None and mode != 'oracle': raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
-    if mode == 'oracle' and trace is None: raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
+    if mode == 'oracle' and trace is None:
+        raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
     return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec,
                        dtype=dtype)
 
@@ -49,7 +50,8 @@ class Session:
                  record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
                  dtype=None): # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
         if k is not None and k < 1: raise InputError(f"k must be at least 1, got {k}")
-        if max_kv_size is not None and max_kv_size < 1: raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
+        if max_kv_size is not None and max_kv_size < 1:
+            raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
         if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
         self.name, self.model_dir = str(model), find_model(model)
         self.spec, self.max_kv_size = model_spec(self.model_dir), max_kv_size

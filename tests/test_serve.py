@@ -233,3 +233,29 @@ def test_an_internal_error_is_a_500_and_the_server_goes_on(srv, expected):
         with pytest.raises(openai.APIError, match='the disk went away'): next(stream)  # an error event after the 200
     finally: del srv.worker.session.stream
     assert chat(srv).choices[0].message.content == expected['chat']
+
+def test_the_edge0_serve_command(expected, tmp_path):
+    "`edge0 serve` as a user starts it: on 127.0.0.1, answering the openai client, stopped by SIGTERM; a taken port fails"
+    import signal, socket, subprocess
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / 'edge0'
+    p = subprocess.Popen([exe, 'serve', '-m', MODEL, '--port', str(port), '--max-queue', '2'], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True)
+    try:
+        line = p.stderr.readline()
+        assert f"serving {MODEL} at http://127.0.0.1:{port}/v1" in line, line
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key='none', max_retries=0, timeout=60)
+        r = c.chat.completions.create(model=MODEL, messages=RIVER, max_tokens=8, temperature=0)
+        assert r.choices[0].message.content == expected['chat'] and r.usage.prompt_tokens == expected['chat_ids']
+        taken = subprocess.run([exe, 'serve', '-m', MODEL, '--port', str(port)], capture_output=True, text=True,
+                               timeout=120)
+        assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+        assert str(port) in taken.stderr, taken.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)  # as a service manager stops it; Ctrl-C takes the same way out
+        assert p.wait(timeout=30) == 0
+        p.stderr.close()
+    bad = subprocess.run([exe, 'serve', '-m', str(tmp_path / 'nothing')], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and 'does not exist' in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

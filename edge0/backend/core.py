@@ -16,9 +16,9 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
     slice_update, log, exp, logsumexp, split, random)
 
 # %% auto #0
-__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'seed', 'normal', 'categorical', 'tree_flatten',
-           'tree_unflatten', 'load_arrays', 'lazy_arrays', 'save_safetensors', 'to_numpy', 'MemoryStats',
-           'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit']
+__all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'end_thread', 'seed', 'normal', 'categorical',
+           'tree_flatten', 'tree_unflatten', 'load_arrays', 'lazy_arrays', 'save_safetensors', 'to_numpy',
+           'MemoryStats', 'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit']
 
 # %% ../../nbs/00_backend_core.ipynb #35633311
 def device_kind() -> str:
@@ -41,6 +41,10 @@ def async_eval(*xs):
 def compile(fn, shapeless:bool=False):
     "Trace and fuse `fn` (a no-op wrapper where the backend cannot compile)"
     return mx.compile(fn, shapeless=shapeless)
+
+def end_thread():
+    "Destroy the backend streams this thread made: a thread that used MLX calls it before it ends (MLX asks for it)"
+    mx.clear_streams()
 
 def seed(n:int):
     "Seed the backend's random generator"
