@@ -58,11 +58,18 @@ def _copy_side_files(src:Path, dst:Path):
 # %% ../nbs/01c_convert.ipynb #13df4b71
 def _quantize_into(src:Path, dst:Path, bits:int, group_size:int):
     from mlx_lm.utils import load_model, quantize_model, save_model, save_config
-    model, config = load_model(src)
-    model, config = quantize_model(model, config, group_size, bits)
-    _copy_side_files(src, dst)
-    save_model(dst, model)
-    save_config(config, dst / 'config.json')
+    with tqdm(total=3, desc=f"quantize {src.name}", unit='step', leave=False) as bar:
+        bar.set_postfix_str('reading')
+        model, config = load_model(src)
+        bar.update()
+        bar.set_postfix_str(f'int{bits} g{group_size}')
+        model, config = quantize_model(model, config, group_size, bits)
+        bar.update()
+        bar.set_postfix_str('writing')  # the quantized weights are computed as they are written
+        _copy_side_files(src, dst)
+        save_model(dst, model)
+        save_config(config, dst / 'config.json')
+        bar.update()
 
 def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
     "`{layer: [TensorInfo]}` of every MoE layer's stacked experts"
