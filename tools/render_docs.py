@@ -11,13 +11,14 @@ through nbconvert's basic template into one page skeleton with inlined styles: a
 home page, the architecture page, then the chapters by name), an API block per exported name (signature, docstring,
 docments table), hidden cells and directive lines left out, plots embedded. Nothing is loaded from the network.
 """
-import argparse, html, inspect, json, os, re, sys
+import argparse, html, importlib, inspect, json, os, re, sys, textwrap
 from enum import EnumMeta
 from functools import partial
 from pathlib import Path
 from execnb.nbio import nb2dict, write_nb
 from execnb.shell import CaptureShell
 from fastcore.docments import DocmentTbl
+from nbdev.config import get_config
 from nbdev.showdoc import BasicMarkdownRenderer, show_doc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,14 +39,14 @@ def title_of(path: Path) -> str:
             if line.startswith('# '): return line[2:].strip()
     return Path(path).stem
 
-def signature(name: str, sig: inspect.Signature, width=100) -> str:
-    "`name(params) -> ret` on one line, or one parameter a line when that is wider than `width`"
-    params = [str(p) for p in sig.parameters.values()]
+def signature(name: str, sig: inspect.Signature, module='__main__', width=100) -> str:
+    "`name(params) -> ret`, wrapped between parameters (never inside one) at `width`, names of `module` unqualified"
     ret = sig.return_annotation
     ret = '' if ret in (sig.empty, None, 'None') else f' -> {inspect.formatannotation(ret)}'
-    line = f"{name}({', '.join(params)}){ret}"
-    text = line if len(line) <= width else f"{name}(\n" + ''.join(f'    {p},\n' for p in params) + f"){ret}"
-    return text.replace('__main__.', '')  # the notebook's own names: it runs as `__main__`
+    text = f"{name}({', '.join(map(str, sig.parameters.values()))}){ret}".replace(f'{module}.', '')
+    glued = re.sub(r'(?<!,) ', '\0', text)  # textwrap breaks only at whitespace: keep only the spaces after commas
+    lines = textwrap.wrap(glued, width, subsequent_indent='    ', break_long_words=False, break_on_hyphens=False)
+    return '\n'.join(lines).replace('\0', ' ')
 
 def _cell(o):
     "A docments table cell as text, a `|` (as in `str | None`) escaped so that the table keeps its columns"
@@ -55,12 +56,22 @@ class DocTable(DocmentTbl):
     "fastcore's docments table (type, default and trailing comment of each parameter), safe for union types"
     def _row(self, nm, props): return list(map(_cell, super()._row(nm, props)))
 
+def library_twin(sym, module: str | None):
+    "The object of library `module` that notebook object `sym` was exported as, else `sym`"
+    # fastcore reads a dataclass's docments from its source file, which a class defined in `__main__` lacks
+    if module is None or getattr(sym, '__module__', None) != '__main__': return sym
+    twin = importlib.import_module(module)
+    for part in sym.__qualname__.split('.'): twin = getattr(twin, part, None)
+    return twin or sym
+
 class ApiBlock(BasicMarkdownRenderer):
     "`show_doc` the way nbdev's site shows it: the name, the signature, the docstring, then the table of docments"
+    def __init__(self, sym, module=None, **kwargs): super().__init__(library_twin(sym, module), **kwargs)
+
     def _repr_markdown_(self):
         parts = [f'### {self.nm}']
         if isinstance(self.sym, EnumMeta): parts.append(f"```python\n{self.nm} = [{', '.join(self.sym.__members__)}]\n```")
-        elif self.sig is not None: parts.append(f'```python\n{signature(self.nm, self.sig)}\n```')
+        elif self.sig is not None: parts.append(f'```python\n{signature(self.nm, self.sig, self.sym.__module__)}\n```')
         if self.docs:
             first, nl, rest = self.docs.partition('\n')
             parts.append(f'*{first.strip()}*{nl}{rest}')
@@ -83,7 +94,9 @@ def run(nb, flags=()):
     os.chdir(Path(nb.path_).parent)
     try:
         shell = CaptureShell()
-        shell.user_ns['show_doc'] = partial(show_doc, renderer=ApiBlock)
+        exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
+        module = f"{get_config().lib_name}.{exp}" if exp else None
+        shell.user_ns['show_doc'] = partial(show_doc, renderer=partial(ApiBlock, module=module))
         shell.run_all(nb, exc_stop=True, preproc=skip)
     finally: os.chdir(here)
     return nb
@@ -172,7 +185,7 @@ pre { margin: 0; padding: 10px 14px; font: 13.5px/1.5 ui-monospace, SFMono-Regul
   margin-bottom: 2px; }
 .output_area pre { margin-left: 0.8rem; border-left: 2px solid lightsalmon; background: none; }
 .output_stderr pre { border-left-color: #dc3545; background: #fff5f5; }
-.output_area img { max-width: 100%; height: auto; display: block; margin: 8px 0 8px 0.8rem; }
+.output_area img { max-width: calc(100% - 0.8rem); height: auto; display: block; margin: 8px 0 8px 0.8rem; }
 .text_cell_render img { max-width: 100%; }
 table { border-collapse: collapse; margin: 12px 0 18px; display: block; max-width: 100%; overflow-x: auto;
   font-size: 14.5px; }
