@@ -1,4 +1,4 @@
-"The offline docs rendering (no quarto here), the architecture page, and the README that is generated from nbs/index.ipynb."
+"The offline docs rendering (no quarto here) checked in a browser, the architecture page, the README from index.ipynb"
 import os, re, subprocess, sys
 from pathlib import Path
 import pytest
@@ -17,7 +17,7 @@ SITE = ('index.ipynb', 'architecture.ipynb', '00_files.ipynb', '00_routing.ipynb
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory) -> Path:
-    "The offline site of the `SITE` pages (the sidebar still lists every page), with its screenshots if chromium is here"
+    "The offline site of the `SITE` pages (its sidebar still lists every page), with screenshots if chromium is here"
     out = tmp_path_factory.mktemp('site')
     r = render(out, *SITE, flags=['--screenshots'])
     assert r.returncode == 0, r.stderr
@@ -33,7 +33,8 @@ def test_architecture_page_renders_with_every_page_in_the_sidebar(site):
     for words in ('The layers', 'whole_layer', 'prerouter-k{K}.safetensors', 'edge0-trace/1', 'Contracts',
                   'Chapters and modules'):
         assert words in html, words
-    sidebar = html[html.index('<nav class="edge0-sidebar">'):html.index('</nav>', html.index('<nav class="edge0-sidebar">'))]
+    start = html.index('<nav class="edge0-sidebar">')
+    sidebar = html[start:html.index('</nav>', start)]
     stems = [p.stem for p in NBS.glob('*.ipynb')]
     assert all(f'href="{s}.html"' in sidebar for s in stems), stems
     order = re.findall(r'href="([\w.-]+)\.html"', sidebar)
@@ -46,7 +47,7 @@ def test_chapter_shows_api_blocks_and_hides_directives(site):
     html = (site / '00_routing.html').read_text()
     block = html[html.index('<h3 id="softmax_topk">'):]
     block = block[:block.index('</table>')]
-    assert 'softmax_topk' in block and '<strong>Details</strong>' in block and 'router logits' in block  # a docments table
+    assert '<strong>Details</strong>' in block and 'router logits' in block  # its docments table
     assert '#|' not in html and 'from fastcore.test import' not in html  # directives, `#| hide` cells
     assert 'In&nbsp;[' not in html and 'Out[' not in html
     assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', html)
@@ -65,16 +66,17 @@ def chromium_or_skip() -> str:
     "The chromium executable; skips without one, except under CI (CI=1), where the browser check must run"
     from browser import chromium_path
     if exe := chromium_path(): return exe
-    if os.environ.get('CI'): pytest.fail('CI is set but there is no chromium: `make test` installs it as root on Debian')
+    if os.environ.get('CI'): pytest.fail('CI is set but chromium is missing: `make test` installs it as root on Debian')
     pytest.skip('no chromium on PATH (apt-get install chromium; `make test` does so as root on Debian)')
 
 def test_browser_check_catches_broken_pages(tmp_path):
     "The checker itself: a script error, a console error, a missing image, a stylesheet from the network, a dead link"
     exe = chromium_or_skip()
     from browser import Browser
-    (tmp_path / 'bad.html').write_text('<!doctype html><html><head><link rel="icon" href="data:,"><link rel="stylesheet" '
-                                       'href="https://cdn.invalid/x.css"></head><body><img src="missing.png">'
-                                       '<script>undefinedFn()</script><script>console.error("boom")</script></body></html>')
+    (tmp_path / 'bad.html').write_text(
+        '<!doctype html><html><head><link rel="icon" href="data:,">'
+        '<link rel="stylesheet" href="https://cdn.invalid/x.css"></head><body><img src="missing.png">'
+        '<script>undefinedFn()</script><script>console.error("boom")</script></body></html>')
     with Browser(exe) as b:
         errors = ' | '.join(b.open((tmp_path / 'bad.html').as_uri()))
         assert 'undefinedFn' in errors and 'boom' in errors and 'missing.png' in errors, errors
@@ -97,6 +99,7 @@ def test_site_in_a_browser(site):
             assert b.eval('document.querySelector("nav.edge0-sidebar a.active").getAttribute("href")') == f'{stem}.html'
             assert b.eval('document.title').startswith(b.eval('document.querySelector("h1.title").textContent'))
             assert b.eval('document.documentElement.scrollWidth <= innerWidth'), stem  # nothing widens the page
+            assert not b.eval('[...document.querySelectorAll(".input_area")].filter(e => !e.textContent.trim()).length')
         b.open((site / '00_routing.html').as_uri())
         wide = b.eval('[...document.querySelectorAll("pre")].filter(p => p.scrollWidth > p.clientWidth)'
                       '.map(p => [getComputedStyle(p).whiteSpace, getComputedStyle(p).overflowX])')

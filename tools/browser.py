@@ -1,7 +1,7 @@
-"""Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`), so no extra package is needed.
+"""Headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`): no extra package needed.
 
     with Browser() as b:
-        errors = b.open('file:///.../index.html')   # JS exceptions, console errors, failed loads, requests to the network
+        errors = b.open('file:///.../index.html')  # JS exceptions, console errors, failed loads, network requests
         b.screenshot('index.png')
 
 The docs renderer takes its screenshots with it and tests/test_docs.py checks the rendered pages with it.

@@ -3,11 +3,11 @@
     python tools/render_docs.py --out html       # offline docs site: html/index.html + one page per notebook
     python tools/render_docs.py --screenshots    # ... and PNGs of a few pages in html/screenshots/ (needs chromium)
     python tools/render_docs.py --inplace        # refresh the outputs stored in nbs/*.ipynb (then run nbdev_clean)
-    python tools/render_docs.py --readme         # README.md from nbs/index.ipynb as stored (what nbdev_readme does with quarto)
+    python tools/render_docs.py --readme         # README.md from the stored nbs/index.ipynb (nbdev_readme, no quarto)
 
-The site is what nbdev_docs makes with quarto, without quarto: the notebooks are read through nbdev's own processors (the
-H1 and `>` line become the page's title block, a `show_doc` cell follows every exported definition) and the cells go
-through nbconvert's basic template into one page skeleton with inlined styles: a sidebar of every page in order (the
+The site is what nbdev_docs makes with quarto, without quarto: the notebooks are read through nbdev's own processors
+(the H1 and `>` line become the page's title block, a `show_doc` cell follows every exported definition) and the cells
+go through nbconvert's basic template into one page skeleton with inlined styles: a sidebar of every page in order (the
 home page, the architecture page, then the chapters by name), an API block per exported name (signature, docstring,
 docments table), hidden cells and directive lines left out, plots embedded. Nothing is loaded from the network.
 """
@@ -70,7 +70,8 @@ class ApiBlock(BasicMarkdownRenderer):
 
     def _repr_markdown_(self):
         parts = [f'### {self.nm}']
-        if isinstance(self.sym, EnumMeta): parts.append(f"```python\n{self.nm} = [{', '.join(self.sym.__members__)}]\n```")
+        members = ', '.join(getattr(self.sym, '__members__', ()))
+        if isinstance(self.sym, EnumMeta): parts.append(f'```python\n{self.nm} = [{members}]\n```')
         elif self.sig is not None: parts.append(f'```python\n{signature(self.nm, self.sig, self.sym.__module__)}\n```')
         if self.docs:
             first, nl, rest = self.docs.partition('\n')
@@ -79,7 +80,7 @@ class ApiBlock(BasicMarkdownRenderer):
         return '\n\n'.join(parts + ([table] if table else []))
 
 def notebook(path: Path, docs=True):
-    "Notebook `path` as nbdev_docs reads it (title block taken out, `show_doc` cells added, directives removed), else as is"
+    "Notebook `path` as nbdev_docs reads it (title block out, `show_doc` cells in, directives removed), else as is"
     from nbdev.frontmatter import FrontmatterProc
     from nbdev.process import NBProcessor
     from nbdev.processors import add_show_docs
@@ -88,7 +89,7 @@ def notebook(path: Path, docs=True):
     return proc.nb
 
 def run(nb, flags=()):
-    "Execute notebook `nb` (from `notebook`) in its folder, skipping `nbdev_export()` and cells flagged slow unless in `flags`"
+    "Execute notebook `nb` (from `notebook`) in its folder, but not `nbdev_export()` nor slow cells (unless in `flags`)"
     skip = lambda c: any(f in c.directives_ for f in ('slow',) if f not in flags) or 'nbdev_export()' in c.source
     here = os.getcwd()
     os.chdir(Path(nb.path_).parent)
@@ -136,7 +137,7 @@ def to_html(nb) -> str:
     from nbconvert import HTMLExporter
     d = nb2dict(nb)
     d['cells'] = list(filter(None, map(shown, nb.cells)))
-    for i, c in enumerate(d['cells']): c.setdefault('id', f'cell-{i}')  # the show_doc cells are new: nbformat 4.5 wants ids
+    for i, c in enumerate(d['cells']): c.setdefault('id', f'cell-{i}')  # show_doc cells are new; nbformat 4.5 wants ids
     d['metadata'].pop('widgets', None)  # widget state would come with a <script>; the widgets are replaced by notes
     exporter = HTMLExporter(template_name='basic', exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nbformat.reads(json.dumps(d), as_version=4))
@@ -150,8 +151,8 @@ body { margin: 0; color: #212529; background: #fff; font: 16px/1.6 system-ui, -a
   "Helvetica Neue", Arial, sans-serif; overflow-wrap: normal; word-break: normal; hyphens: none; }
 a { color: var(--accent); text-decoration: none; }
 a:hover { text-decoration: underline; }
-header.navbar { position: fixed; top: 0; left: 0; right: 0; height: 56px; z-index: 2; display: flex; align-items: center;
-  gap: 24px; padding: 0 24px; background: var(--accent); }
+header.navbar { position: fixed; top: 0; left: 0; right: 0; height: 56px; z-index: 2; display: flex;
+  align-items: center; gap: 24px; padding: 0 24px; background: var(--accent); }
 header.navbar a { color: #fff; font-size: 17px; }
 header.navbar a.site { font-size: 20px; font-weight: 600; }
 nav.edge0-sidebar { position: fixed; top: 56px; left: 0; bottom: 0; width: 270px; overflow-y: auto; padding: 20px 12px;
@@ -181,8 +182,8 @@ pre { margin: 0; padding: 10px 14px; font: 13.5px/1.5 ui-monospace, SFMono-Regul
 .cell { margin: 0 0 1rem; }
 .input_area .highlight, .text_cell_render .highlight { background: var(--code-bg); border-radius: 6px; }
 .celltag_exported .input_area .highlight { border-left: 3px solid var(--accent); }
-.celltag_exported .input_area::before { content: "Exported source"; display: block; font-size: 12px; color: var(--muted);
-  margin-bottom: 2px; }
+.celltag_exported .input_area::before { content: "Exported source"; display: block; font-size: 12px;
+  color: var(--muted); margin-bottom: 2px; }
 .output_area pre { margin-left: 0.8rem; border-left: 2px solid lightsalmon; background: none; }
 .output_stderr pre { border-left-color: #dc3545; background: #fff5f5; }
 .output_area img { max-width: calc(100% - 0.8rem); height: auto; display: block; margin: 8px 0 8px 0.8rem; }
@@ -194,7 +195,8 @@ th { border-bottom: 2px solid #adb5bd; white-space: nowrap; }
 tbody tr:nth-child(odd) { background: #f8f9fa; }
 .api { border: 1px solid var(--line); border-radius: 6px; box-shadow: 0 .125rem .25rem rgba(0,0,0,.075);
   padding: 4px 18px 8px; margin: 0 0 1.5rem; }
-.api h3 { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1.15rem; margin: 14px 0 10px; }
+.api h3 { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 1.15rem;
+  margin: 14px 0 10px; }
 .api .highlight { background: var(--code-bg); border-radius: 6px; }
 .api table { width: 100%; display: table; }
 .api a.source { float: right; font-size: 13px; margin-top: 16px; }
@@ -233,7 +235,7 @@ def page(nb, pages: list, current: str) -> str:
     desc = f'<div class="description"><p>{inline_md(fm["description"])}</p></div>' if fm.get('description') else ''
     css = SITE_CSS + HtmlFormatter(style='default').get_style_defs('.highlight') + (NBS / 'styles.css').read_text()
     body = to_html(nb)
-    plain = re.sub(r'<[^>]+>|`', '', inline_md(title))
+    plain = title.replace('`', '')
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(plain if current == 'index' else f'{plain} – edge0')}</title>
@@ -249,9 +251,8 @@ def page(nb, pages: list, current: str) -> str:
 """
 
 def screenshots(out: Path, stems):
-    "PNGs of pages `stems` of the site in `out` (1280x900, the top of each page) in `out/screenshots`, if chromium is here"
-    sys.path.insert(0, str(ROOT / 'tools'))
-    from browser import Browser, chromium_path
+    "PNGs of the tops (1280x900) of pages `stems` of the site in `out`, in `out/screenshots`, if chromium is here"
+    from browser import Browser, chromium_path  # tools/browser.py, beside this script
     if not chromium_path(): return print('no chromium on PATH: no screenshots (apt-get install chromium)')
     (out / 'screenshots').mkdir(exist_ok=True)
     with Browser() as b:
@@ -273,7 +274,7 @@ def _stored_text(cell) -> str:
     return ''.join(''.join(o.get('text', '')) or ''.join(o.get('data', {}).get('text/plain', '')) for o in outs)
 
 def readme() -> str:
-    "README.md from the stored nbs/index.ipynb: markdown as is (notebook links made relative), code with its stored text"
+    "README.md from the stored nbs/index.ipynb: markdown as is (notebook links made relative), code and its stored text"
     nb, out = json.loads((NBS / 'index.ipynb').read_text()), []
     for c in nb['cells']:
         src = ''.join(c['source'])
@@ -288,7 +289,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--out', default=str(ROOT / 'html'), help='folder of the offline site')
     ap.add_argument('--screenshots', action='store_true',
-                    help=f"also PNGs of the pages {', '.join(SHOTS)} (those rendered) in OUT/screenshots, with chromium")
+                    help=f"also PNGs of pages {', '.join(SHOTS)} (those rendered) in OUT/screenshots, with chromium")
     ap.add_argument('--inplace', action='store_true', help='store fresh outputs back into the notebooks instead')
     ap.add_argument('--flags', nargs='*', default=[], help='also run cells with these flags (e.g. slow)')
     ap.add_argument('notebooks', nargs='*', default=None, help='render only these (the sidebar still lists every page)')
