@@ -168,6 +168,8 @@ nav.toc h2 { font-size: 13.5px; margin: 0 0 6px; }
 nav.toc a { display: block; padding: 3px 0; color: var(--muted); }
 main { margin: 56px 250px 0 270px; padding: 24px 40px 60px; max-width: 980px; }
 @media (max-width: 1300px) { nav.toc { display: none; } main { margin-right: 0; } }
+@media (max-width: 900px) { nav.edge0-sidebar { position: static; width: auto; max-height: 40vh; margin-top: 56px;
+  border-right: 0; border-bottom: 1px solid var(--line); } main { margin: 0; padding: 16px; } }
 #title-block-header { margin-bottom: 28px; padding-bottom: 8px; border-bottom: 1px solid var(--line); }
 #title-block-header h1.title { font-size: 2.3rem; line-height: 1.2; margin: 12px 0; }
 h1, h2, h3 { line-height: 1.25; font-weight: 600; }
