@@ -91,12 +91,12 @@ def notebook(path: Path, docs=True):
 def run(nb, flags=()):
     "Execute notebook `nb` (from `notebook`) in its folder, but not `nbdev_export()` nor slow cells (unless in `flags`)"
     skip = lambda c: any(f in c.directives_ for f in ('slow',) if f not in flags) or 'nbdev_export()' in c.source
+    exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
+    module = f"{get_config(path=ROOT).lib_name}.{exp}" if exp else None
     here = os.getcwd()
     os.chdir(Path(nb.path_).parent)
     try:
         shell = CaptureShell()
-        exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
-        module = f"{get_config().lib_name}.{exp}" if exp else None
         shell.user_ns['show_doc'] = partial(show_doc, renderer=partial(ApiBlock, module=module))
         shell.run_all(nb, exc_stop=True, preproc=skip)
     finally: os.chdir(here)
