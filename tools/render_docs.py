@@ -115,6 +115,11 @@ def _text(v) -> str: return ''.join(v) if isinstance(v, list) else v
 # the leading `#|` lines nbdev leaves in a cell: quarto options, and all of a cell that holds nothing but directives
 DIRECTIVES = re.compile(r'\A(?:[ \t]*#[ \t]*\|.*(?:\n|\Z))+')
 
+def as_shown(out: dict) -> dict:
+    "Output `out` as a terminal shows it: a line rewritten after a carriage return (progress bars) keeps its last state"
+    if out['output_type'] != 'stream': return out
+    return {**out, 'text': re.sub(r'[^\n]*\r(?!\n)', '', _text(out['text']))}
+
 def shown(cell):
     "`cell` as the site shows it, else None: hidden cells and empty inputs gone, show_doc as its markdown"
     if cell.cell_type == 'raw' or 'hide' in cell.get('directives_', {}): return None
@@ -124,7 +129,8 @@ def shown(cell):
     c = nb2dict(cell)
     if c['cell_type'] != 'code': return c
     c['source'] = DIRECTIVES.sub('', _text(c['source']))
-    c['outputs'] = [WIDGET_NOTE if WIDGET in o.get('data', {}) else o for o in c.get('outputs', [])]
+    c['outputs'] = [WIDGET_NOTE if WIDGET in o.get('data', {}) else o for o in map(as_shown, c.get('outputs', []))]
+    c['outputs'] = [o for o in c['outputs'] if o['output_type'] != 'stream' or o['text'].strip()]
     if not c['source'].strip():
         if not c['outputs']: return None
         c['metadata']['transient'] = {'remove_source': True}
