@@ -11,14 +11,13 @@ go through nbconvert's basic template into one page skeleton with inlined styles
 home page, the architecture page, then the chapters by name), an API block per exported name (signature, docstring,
 docments table), hidden cells and directive lines left out, plots embedded. Nothing is loaded from the network.
 """
-import argparse, html, importlib, inspect, json, os, re, sys, textwrap
+import argparse, html, inspect, json, os, re, sys, textwrap
 from enum import EnumMeta
 from functools import partial
 from pathlib import Path
 from execnb.nbio import nb2dict, write_nb
 from execnb.shell import CaptureShell
 from fastcore.docments import DocmentTbl
-from nbdev.config import get_config
 from nbdev.showdoc import BasicMarkdownRenderer, show_doc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,18 +55,8 @@ class DocTable(DocmentTbl):
     "fastcore's docments table (type, default and trailing comment of each parameter), safe for union types"
     def _row(self, nm, props): return list(map(_cell, super()._row(nm, props)))
 
-def library_twin(sym, module: str | None):
-    "The object of library `module` that notebook object `sym` was exported as, else `sym`"
-    # fastcore reads a dataclass's docments from its source file, which a class defined in `__main__` lacks
-    if module is None or getattr(sym, '__module__', None) != '__main__': return sym
-    twin = importlib.import_module(module)
-    for part in sym.__qualname__.split('.'): twin = getattr(twin, part, None)
-    return twin or sym
-
 class ApiBlock(BasicMarkdownRenderer):
     "`show_doc` the way nbdev's site shows it: the name, the signature, the docstring, then the table of docments"
-    def __init__(self, sym, module=None, **kwargs): super().__init__(library_twin(sym, module), **kwargs)
-
     def _repr_markdown_(self):
         parts = [f'### {self.nm}']
         members = ', '.join(getattr(self.sym, '__members__', ()))
@@ -91,13 +80,11 @@ def notebook(path: Path, docs=True):
 def run(nb, flags=()):
     "Execute notebook `nb` (from `notebook`) in its folder, but not `nbdev_export()` nor slow cells (unless in `flags`)"
     skip = lambda c: any(f in c.directives_ for f in ('slow',) if f not in flags) or 'nbdev_export()' in c.source
-    exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
-    module = f"{get_config(path=ROOT).lib_name}.{exp}" if exp else None
     here = os.getcwd()
     os.chdir(Path(nb.path_).parent)
     try:
         shell = CaptureShell()
-        shell.user_ns['show_doc'] = partial(show_doc, renderer=partial(ApiBlock, module=module))
+        shell.user_ns['show_doc'] = partial(show_doc, renderer=ApiBlock)
         shell.run_all(nb, exc_stop=True, preproc=skip)
     finally: os.chdir(here)
     return nb
