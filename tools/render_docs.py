@@ -164,7 +164,8 @@ main { margin: 56px 250px 0 270px; padding: 24px 40px 60px; max-width: 980px; }
 @media (max-width: 900px) { nav.edge0-sidebar { position: static; width: auto; max-height: 40vh; margin-top: 56px;
   border-right: 0; border-bottom: 1px solid var(--line); } main { margin: 0; padding: 16px; } }
 #title-block-header { margin-bottom: 28px; padding-bottom: 8px; border-bottom: 1px solid var(--line); }
-#title-block-header h1.title { font-size: 2.3rem; line-height: 1.2; margin: 12px 0; }
+#title-block-header h1.title { font-size: 2.3rem; line-height: 1.2; margin: 12px 0 6px; }
+#title-block-header .description p { margin: 0 0 10px; line-height: 1.45; }
 h1, h2, h3 { line-height: 1.25; font-weight: 600; }
 h2 { margin-top: 2.2rem; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
 a.anchor-link { visibility: hidden; margin-left: 6px; font-size: 0.8em; color: var(--muted); }
