@@ -1,33 +1,111 @@
-"The offline docs rendering (no quarto here), the architecture page, and the README that is generated from nbs/index.ipynb."
-import re, subprocess, sys
+"The offline docs rendering (no quarto here) checked in a browser, the architecture page, the README from index.ipynb"
+import os, re, subprocess, sys
 from pathlib import Path
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / 'nbs'
+sys.path.insert(0, str(ROOT / 'tools'))
+from render_docs import page_order
 
-def render(out: Path, *notebooks: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / 'tools' / 'render_docs.py'), '--out', str(out), *[str(NBS / n) for n in notebooks]],
-                          capture_output=True, text=True, timeout=300)
+def render(out: Path, *notebooks: str, flags=()) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / 'tools' / 'render_docs.py'), '--out', str(out), *flags,
+                           *[str(NBS / n) for n in notebooks]], capture_output=True, text=True, timeout=300)
 
-def test_offline_html_renders_index(tmp_path):
-    r = render(tmp_path, 'index.ipynb')
+# the pages the browser test renders: the two before the chapters and two chapters that run in a few seconds
+SITE = ('index.ipynb', 'architecture.ipynb', '00_files.ipynb', '00_routing.ipynb')
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory) -> Path:
+    "The offline site of the `SITE` pages (its sidebar still lists every page), with screenshots if chromium is here"
+    out = tmp_path_factory.mktemp('site')
+    r = render(out, *SITE, flags=['--screenshots'])
     assert r.returncode == 0, r.stderr
-    html = (tmp_path / 'index.html').read_text()
+    return out
+
+def test_offline_html_renders_index(site):
+    html = (site / 'index.html').read_text()
     assert 'Two commands' in html and 'sigmoid_group (1, 2, 3)' in html  # prose and a fresh output
+    assert '<title>edge0</title>' in html and 'class="description"' in html  # the title block from the H1 and `>` line
 
-def test_architecture_page_renders_with_every_page_in_the_sidebar(tmp_path):
-    r = render(tmp_path, 'architecture.ipynb')
-    assert r.returncode == 0, r.stderr
-    html = (tmp_path / 'architecture.html').read_text()
-    for words in ('The layers', 'whole_layer', 'prerouter-k{K}.safetensors', 'edge0-trace/1', 'Contracts', 'Chapters and modules'):
+def test_architecture_page_renders_with_every_page_in_the_sidebar(site):
+    html = (site / 'architecture.html').read_text()
+    for words in ('The layers', 'whole_layer', 'prerouter-k{K}.safetensors', 'edge0-trace/1', 'Contracts',
+                  'Chapters and modules'):
         assert words in html, words
-    sidebar = html[html.index('<nav class="edge0-sidebar">'):html.index('</nav>')]
+    start = html.index('<nav class="edge0-sidebar">')
+    sidebar = html[start:html.index('</nav>', start)]
     stems = [p.stem for p in NBS.glob('*.ipynb')]
     assert all(f'href="{s}.html"' in sidebar for s in stems), stems
-    order = re.findall(r'href="([\w.-]+)\.html"', sidebar)[1:]  # after the site name
+    order = re.findall(r'href="([\w.-]+)\.html"', sidebar)
     assert order[:2] == ['index', 'architecture'] and order[2:] == sorted(order[2:])
-    assert '.ipynb"' not in html  # links between notebooks point at their pages
+    assert not re.search(r'href="[^"]*\.ipynb', html)  # links between notebooks point at their pages
     assert 'href="01b_streaming.html"' in html
+
+def test_chapter_shows_api_blocks_and_hides_directives(site):
+    "nbdev's show_doc after each exported definition; no directive line, hidden cell, prompt or network resource"
+    html = (site / '00_routing.html').read_text()
+    block = html[html.index('<h3 id="softmax_topk">'):]
+    block = block[:block.index('</table>')]
+    assert '<strong>Details</strong>' in block and 'router logits' in block  # its docments table
+    assert '#|' not in html and 'from fastcore.test import' not in html  # directives, `#| hide` cells
+    assert 'In&nbsp;[' not in html and 'Out[' not in html
+    assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', html)
+
+def test_show_doc_block_of_a_function():
+    "The API block: name, signature, docstring, and the table of docments (trailing comments of the parameters)"
+    from render_docs import ApiBlock
+    def f(x: int,  # the input
+          mode: str | None = None):  # how
+        "Do a thing"
+    md = ApiBlock(f, name='f')._repr_markdown_()
+    assert md.startswith('### f\n') and 'f(x: int, mode: str | None = None)' in md and '*Do a thing*' in md
+    assert '| x | int |  | the input |' in md and r'str \| None' in md  # a `|` escaped keeps the table's columns
+
+def chromium_or_skip() -> str:
+    "The chromium executable; skips without one, except under CI (CI=1), where the browser check must run"
+    from browser import chromium_path
+    if exe := chromium_path(): return exe
+    if os.environ.get('CI'): pytest.fail('CI is set but chromium is missing: `make test` installs it as root on Debian')
+    pytest.skip('no chromium on PATH (apt-get install chromium; `make test` does so as root on Debian)')
+
+def test_browser_check_catches_broken_pages(tmp_path):
+    "The checker itself: a script error, a console error, a missing image, a stylesheet from the network, a dead link"
+    exe = chromium_or_skip()
+    from browser import Browser
+    (tmp_path / 'bad.html').write_text(
+        '<!doctype html><html><head><link rel="icon" href="data:,">'
+        '<link rel="stylesheet" href="https://cdn.invalid/x.css"></head><body><img src="missing.png">'
+        '<script>undefinedFn()</script><script>console.error("boom")</script></body></html>')
+    with Browser(exe) as b:
+        errors = ' | '.join(b.open((tmp_path / 'bad.html').as_uri()))
+        assert 'undefinedFn' in errors and 'boom' in errors and 'missing.png' in errors, errors
+        assert 'network request: https://cdn.invalid/x.css' in errors, errors
+        assert b.open((tmp_path / 'nothere.html').as_uri()) == [f'navigation: net::ERR_FILE_NOT_FOUND '
+                                                              f'{(tmp_path / "nothere.html").as_uri()}']
+
+def test_site_in_a_browser(site):
+    "Each rendered page loads without a console error, its sidebar links resolve, long code scrolls inside its block"
+    exe = chromium_or_skip()
+    from browser import Browser
+    rendered = {Path(n).stem for n in SITE}
+    pages = [f'{p.stem}.html' for p in page_order(NBS.glob('*.ipynb'))]
+    with Browser(exe) as b:
+        for stem in sorted(rendered):
+            errors = b.open((site / f'{stem}.html').as_uri())
+            assert errors == [], (stem, errors)
+            links = b.eval('[...document.querySelectorAll("nav.edge0-sidebar a")].map(a => a.getAttribute("href"))')
+            assert links == pages, (stem, links)  # every notebook's page, in order (the full render makes them all)
+            assert all((site / h).exists() for h in links if Path(h).stem in rendered), (stem, links)
+            assert b.eval('document.querySelector("nav.edge0-sidebar a.active").getAttribute("href")') == f'{stem}.html'
+            assert b.eval('document.title').startswith(b.eval('document.querySelector("h1.title").textContent'))
+            assert b.eval('document.documentElement.scrollWidth <= innerWidth'), stem  # nothing widens the page
+            assert not b.eval('[...document.querySelectorAll(".input_area")].filter(e => !e.textContent.trim()).length')
+        b.open((site / '00_routing.html').as_uri())
+        wide = b.eval('[...document.querySelectorAll("pre")].filter(p => p.scrollWidth > p.clientWidth)'
+                      '.map(p => [getComputedStyle(p).whiteSpace, getComputedStyle(p).overflowX])')
+        assert wide and all(w == ['pre', 'auto'] for w in wide), wide  # 00_routing has code lines wider than its column
+    assert all((site / 'screenshots' / f'{s}.png').read_bytes()[:4] == b'\x89PNG' for s in ('index', '00_routing'))
 
 def test_nbdev_sidebar_lists_every_notebook(capsys):
     "What nbdev_docs would give quarto (custom_sidebar = False: sidebar.yml is generated from the notebooks)"
@@ -53,6 +131,5 @@ def test_readme_links_resolve():
     assert 'DESIGN.md' not in text or (ROOT / 'DESIGN.md').exists()
 
 def test_readme_is_up_to_date():
-    sys.path.insert(0, str(ROOT / 'tools'))
     from render_docs import readme
     assert (ROOT / 'README.md').read_text() == readme(), 'run: python tools/render_docs.py --readme'
