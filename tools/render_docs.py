@@ -257,11 +257,18 @@ def screenshots(out: Path, stems):
             b.screenshot(out / 'screenshots' / f'{stem}.png')
             print('screenshot', out / 'screenshots' / f'{stem}.png', *(f'\n  page error: {e}' for e in errors))
 
+def repo_url() -> str:
+    "Where the repository's files are read on the web (settings.ini's git_url and branch)"
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / 'settings.ini')
+    return f"{cfg['DEFAULT']['git_url']}/blob/{cfg['DEFAULT']['branch']}"
+
 def readme_links(markdown: str) -> str:
-    "Markdown links to notebooks (`x.ipynb`) made relative to the repository root (`nbs/x.ipynb`), for README.md"
+    "Links to notebooks (`x.ipynb`) made links to the repository's files, which work on PyPI as on GitHub"
     def fix(m):
         target = m[2].split('#')[0]
-        return f'{m[1]}(nbs/{m[2]})' if target.endswith('.ipynb') and (NBS / target).exists() else m[0]
+        return f'{m[1]}({repo_url()}/nbs/{m[2]})' if target.endswith('.ipynb') and (NBS / target).exists() else m[0]
     return re.sub(r'(\[[^\]]*\])\(([^)\s]+)\)', fix, markdown)
 
 def _stored_text(cell) -> str:
@@ -270,7 +277,7 @@ def _stored_text(cell) -> str:
     return ''.join(''.join(o.get('text', '')) or ''.join(o.get('data', {}).get('text/plain', '')) for o in outs)
 
 def readme() -> str:
-    "README.md from the stored nbs/index.ipynb: markdown as is (notebook links made relative), code and its stored text"
+    "README.md from the stored nbs/index.ipynb: markdown as is (notebook links to the repository), code and its output"
     nb, out = json.loads((NBS / 'index.ipynb').read_text()), []
     for c in nb['cells']:
         src = ''.join(c['source'])
