@@ -228,7 +228,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on disk.')
     p.add_argument('--version', action='version', version=f"edge0 {edge0.__version__}")
-    sub = p.add_subparsers(dest='cmd', required=True)
+    sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     _generate_parser(sub)
     _chat_parser(sub)
     _serve_parser(sub)
