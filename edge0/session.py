@@ -164,7 +164,7 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     gen = generate_ids(h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder, vocab_size=self.vocab_size,
                        sampler=sampling.sampler(), logits_processors=sampling.processors(), cache=self.cache,
                        history=self.tokens)
-    times, ok = [], False
+    times, ok, paused = [], False, False  # paused: at a yield, where a consumer that stops leaves the cache whole
     try:
         for t, dt in gen:
             times.append(dt)
@@ -179,8 +179,9 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
                 text, reason = text[:cut], 'stop'
                 break
             if len(text) - hold > sent:
+                paused = True
                 yield Piece(text[sent:len(text) - hold], t)
-                sent = len(text) - hold
+                paused, sent = False, len(text) - hold
         if reason == 'length':
             detok.finalize()
             text += detok.last_segment
@@ -191,8 +192,8 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         yield Piece(text[sent:], None, reason)
     finally:
         gen.close()
-        if ok or got: self.tokens = self.tokens + todo + got[:-1]  # the last token drawn was never fed
-        if not ok and not got: self.cache, self.tokens = None, []  # the model failed before a token: drop the cache
+        if ok or paused: self.tokens = self.tokens + todo + got[:-1]  # the last token drawn was never fed
+        else: self.cache, self.tokens = None, []  # the model failed or was interrupted within a step: drop the cache
 
 # %% ../nbs/07a_session.ipynb #c0016
 @patch
@@ -213,7 +214,7 @@ def generate(self:Session, prompt, max_tokens:int=256, sampling:Sampling|None=No
     ids = self.prompt_ids(prompt, chat, system_prompt)
     return ''.join(p.text for p in self.stream(ids, max_tokens, sampling, stop, keep))
 
-# %% ../nbs/07a_session.ipynb #c0026
+# %% ../nbs/07a_session.ipynb #c0028
 @patch
 def stats(self:Session) -> dict:
     "The session's counters, and the streaming and prerouter counters of what serves it"
@@ -227,7 +228,7 @@ def reset(self:Session):
     self.cache, self.tokens = None, []
     if self.handle.decoder is not None: self.handle.decoder.reset()
 
-# %% ../nbs/07a_session.ipynb #c0028
+# %% ../nbs/07a_session.ipynb #c0030
 def format_stats(s:dict) -> str:
     "The streaming counters as a table (MiB = 2**20 bytes)"
     head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
