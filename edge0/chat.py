@@ -30,7 +30,9 @@ def _lines(inp, out, prompt:str):
 
 def _stats(session:Session) -> str:
     s = session.stats()
-    head = (f"{s['generations']} replies, {s['prompt_tokens']} prompt tokens ({s['reused_tokens']} from the cache), "
+    n = s['generations']
+    head = (f"{n} repl{'y' if n == 1 else 'ies'}, {s['prompt_tokens']} prompt tokens "
+            f"({s['reused_tokens']} from the cache), "
             f"{s['generated_tokens']} generated, {s['cached_tokens']} in the cache")
     if s['last']: head += f" | last reply {s['last']['generation_tps']:.1f} tok/s"
     return head + ('\n' + format_stats(s['serving']) if s['serving'] else '')
