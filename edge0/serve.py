@@ -18,7 +18,8 @@ from starlette.routing import Route
 from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError
-from .session import Piece, Sampling, Session
+from .decode import Sampling
+from .session import Piece, Session
 
 # %% auto #0
 __all__ = ['log', 'KINDS', 'USED', 'IGNORED', 'NEUTRAL', 'ENDPOINTS', 'ApiError', 'api_error', 'check_fields', 'messages_of',
