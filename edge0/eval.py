@@ -581,6 +581,9 @@ def arms_for(models, modes=('off',), ks=(None,), pool_mb:float=256, **kw) -> lis
 
 def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=True, **kw) -> dict:
     "Run `arms` on each tier by the protocol; print the tables; write the JSON and the tier plot where asked"
+    import importlib.util
+    if plot_path and importlib.util.find_spec('matplotlib') is None:  # before the sweep, not after it
+        raise InputError(f"writing the plot {plot_path} needs matplotlib: pip install 'edge0[notebooks]'")
     res = sweep(arms, tiers, **kw)
     for name, rep in res.items():
         if show: print(f"\n== tier {name}\n{table(rep)}")

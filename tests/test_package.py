@@ -10,7 +10,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 TEACHERS = ('edge0-tiny', 'edge0-tiny-ds')  # bf16, training only: not shipped
 DEMOS = {'edge0-tiny-int4': ('lora-k4', 'lora-k8', 'prerouter-k4'), 'edge0-tiny-ds-int4': ('lora-k2', 'lora-k4')}
-HIDDEN = ('torch', 'lm_eval')  # the `torch` and `eval` extras (torchgen, lm_eval's dist-info too): not there
+HIDDEN = ('torch', 'lm_eval', 'matplotlib')  # the `torch`, `eval` and `notebooks` extras (dist-infos too)
 
 
 def runtime_requirements() -> list:
@@ -109,6 +109,8 @@ def test_the_wheel_works_in_a_fresh_venv(built, tmp_path):
     r = _run(venv, 'python', '-m', 'edge0.lmeval', '--help', cwd=away)
     assert r.returncode != 0 and r.stderr.strip() == "error: edge0.lmeval needs the lm-evaluation-harness: pip install "\
         "'edge0[eval]'", r.stderr
+    r = _run(venv, 'edge0', 'bench', '--model', 'edge0-tiny', '--plot', str(tmp_path / 'tiers.png'), cwd=away)
+    assert r.returncode == 2 and r.stderr.strip().endswith("needs matplotlib: pip install 'edge0[notebooks]'"), r.stderr
     teacher = "from edge0.files import teacher_path\nprint(teacher_path('edge0-tiny', int4=False))"
     r = _run(venv, 'python', '-c', teacher, cwd=away)
     assert r.returncode != 0 and 'EDGE0_MODELS' in r.stderr and 'edge0 train edge0-tiny' in r.stderr, r.stderr
