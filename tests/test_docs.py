@@ -49,6 +49,8 @@ def test_chapter_shows_api_blocks_and_hides_directives(site):
     block = block[:block.index('</table>')]
     assert '<strong>Details</strong>' in block and 'router logits' in block  # its docments table
     assert '#|' not in html and 'from fastcore.test import' not in html  # directives, `#| hide` cells
+    text = re.sub(r'<[^>]+>', '', html)
+    assert 'from edge0.files import InputError' not in text  # an exported cell shows as its API block, as in nbdev
     assert 'In&nbsp;[' not in html and 'Out[' not in html
     assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', html)
 

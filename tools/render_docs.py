@@ -9,7 +9,8 @@ The site is what nbdev_docs makes with quarto, without quarto: the notebooks are
 (the H1 and `>` line become the page's title block, a `show_doc` cell follows every exported definition) and the cells
 go through nbconvert's basic template into one page skeleton with inlined styles: a sidebar of every page in order (the
 home page, the architecture page, then the chapters by name), an API block per exported name (signature, docstring,
-docments table), hidden cells and directive lines left out, plots embedded. Nothing is loaded from the network.
+docments table) where the exported code was (as nbdev shows it; `#| exports` cells keep their code), hidden cells and
+directive lines left out, plots embedded. Nothing is loaded from the network.
 """
 import argparse, html, inspect, json, os, re, sys, textwrap
 from enum import EnumMeta
@@ -42,7 +43,8 @@ def signature(name: str, sig: inspect.Signature, module='__main__', width=100) -
     "`name(params) -> ret`, wrapped between parameters (never inside one) at `width`, names of `module` unqualified"
     ret = sig.return_annotation
     ret = '' if ret in (sig.empty, None, 'None') else f' -> {inspect.formatannotation(ret)}'
-    text = f"{name}({', '.join(map(str, sig.parameters.values()))}){ret}".replace(f'{module}.', '')
+    params = [p for i, p in enumerate(sig.parameters.values()) if not (i == 0 and p.name == 'self' and '.' in name)]
+    text = f"{name}({', '.join(map(str, params))}){ret}".replace(f'{module}.', '')  # a method's `self` left out
     glued = re.sub(r'(?<!,) ', '\0', text)  # textwrap breaks only at whitespace: keep only the spaces after commas
     lines = textwrap.wrap(glued, width, subsequent_indent='    ', break_long_words=False, break_on_hyphens=False)
     return '\n'.join(lines).replace('\0', ' ')
@@ -107,12 +109,14 @@ def as_shown(out: dict) -> dict:
     if out['output_type'] != 'stream': return out
     return {**out, 'text': re.sub(r'[^\n]*\r(?!\n)', '', _text(out['text']))}
 
+HIDDEN = {'hide', 'export', 'exporti', 'default_exp'}  # as nbdev's rm_export: an exported cell shows as its API block
+
 def shown(cell):
     "`cell` as the site shows it, else None: hidden cells and empty inputs gone, show_doc as its markdown"
-    if cell.cell_type == 'raw' or 'hide' in cell.get('directives_', {}): return None
     if cell.get('has_sd'):
         md = next(_text(o.data['text/markdown']) for o in cell.outputs if 'text/markdown' in o.get('data', {}))
         return {'cell_type': 'markdown', 'metadata': {}, 'source': f'<div class="api">\n\n{md}\n\n</div>'}
+    if cell.cell_type == 'raw' or HIDDEN & set(cell.get('directives_', {})): return None
     c = nb2dict(cell)
     if c['cell_type'] != 'code': return c
     c['source'] = DIRECTIVES.sub('', _text(c['source']))
@@ -121,7 +125,7 @@ def shown(cell):
     if not c['source'].strip():
         if not c['outputs']: return None
         c['metadata']['transient'] = {'remove_source': True}
-    if 'export' in cell.directives_: c['metadata']['tags'] = ['exported']
+    if 'exports' in cell.directives_: c['metadata']['tags'] = ['exported']
     return c
 
 def to_html(nb) -> str:
