@@ -268,9 +268,9 @@ def _check_prompt(prompt:list, vocab_size:int|None):
         bad = next(t for t in prompt if not 0 <= t < vocab_size)
         raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
 
-def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), decoder:Decoder|None=None,
+def generate_ids(model, prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
                  force:list|None=None, vocab_size:int|None=None,
-                 sampler=None, # mlx-lm sampler of log-probabilities (default: `make_sampler(temp)`)
+                 sampler=None, # mlx-lm sampler of log-probabilities (default: greedy; `Sampling.sampler` makes one)
                  logits_processors=(), # mlx-lm logits processors `(tokens, logits) -> logits`
                  cache:list|None=None, # a prompt cache holding `history` (default: a new one)
                  history:list|None=None): # the tokens `cache` already holds
@@ -280,7 +280,7 @@ def generate_ids(model, prompt:list, max_tokens:int, temp:float=0.0, eos=(), dec
     _check_prompt(prompt, vocab_size)
     if force is not None and len(force) < max_tokens - 1:
         raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
-    sampler = sampler or make_sampler(temp)
+    sampler = sampler or make_sampler()
     cache = make_prompt_cache(model) if cache is None else cache
     seen = B.array(np.array([*(history or ()), *prompt], np.int32))  # what the logits processors look back on
     x = B.array(np.array(prompt, np.int32)[None])

@@ -109,15 +109,15 @@ def logits(self:Served, ids, # (B, L) token ids
 # %% ../nbs/05b_quality.ipynb #4f051470
 @patch
 def generate(self:Served, prompt_ids, # token ids of the prompt
-             max_tokens:int, temp:float=0.0, # sampling temperature (0: greedy)
+             max_tokens:int,
              until=(), # stop once the decoded text contains one of these strings
-             sampling:Sampling|None=None) -> list: # mlx-lm's sampler settings (instead of `temp` alone)
+             sampling:Sampling|None=None) -> list: # how tokens are drawn (default: greedy)
     "Token ids decoded after `prompt_ids` as the decoder serves them (the end-of-sequence token left out)"
     engine = self.handle.engine if self.handle is not None else None
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:
-        sampling = sampling or Sampling(temp)
+        sampling = sampling or Sampling()
         if sampling.seed is not None: B.seed(sampling.seed)
         for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder,
                                  sampler=sampling.sampler(), logits_processors=sampling.processors()):
