@@ -270,17 +270,17 @@ def _check_prompt(prompt:list, vocab_size:int|None):
 
 def generate_ids(model, prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
                  force:list|None=None, vocab_size:int|None=None,
-                 sampler=None, # mlx-lm sampler of log-probabilities (default: greedy; `Sampling.sampler` makes one)
-                 logits_processors=(), # mlx-lm logits processors `(tokens, logits) -> logits`
+                 sampling:Sampling|None=None, # how tokens are drawn (default: greedy)
                  cache:list|None=None, # a prompt cache holding `history` (default: a new one)
                  history:list|None=None): # the tokens `cache` already holds
     "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
     from mlx_lm.models.cache import make_prompt_cache
-    from mlx_lm.sample_utils import make_sampler
     _check_prompt(prompt, vocab_size)
     if force is not None and len(force) < max_tokens - 1:
         raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
-    sampler = sampler or make_sampler()
+    sampling = sampling or Sampling()
+    if sampling.seed is not None: B.seed(sampling.seed)
+    sampler, logits_processors = sampling.sampler(), sampling.processors()
     cache = make_prompt_cache(model) if cache is None else cache
     seen = B.array(np.array([*(history or ()), *prompt], np.int32))  # what the logits processors look back on
     x = B.array(np.array(prompt, np.int32)[None])

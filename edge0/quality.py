@@ -117,10 +117,7 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:
-        sampling = sampling or Sampling()
-        if sampling.seed is not None: B.seed(sampling.seed)
-        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder,
-                                 sampler=sampling.sampler(), logits_processors=sampling.processors()):
+        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder, sampling=sampling):
             if t in eos: break
             out.append(t)
             if until and any(s in self.tokenizer.decode(out) for s in until): break

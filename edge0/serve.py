@@ -286,7 +286,7 @@ def _budget(self:Worker, job:Job) -> tuple:
     "The prompt's token ids and how many tokens to generate, within the server's limit and the model's context"
     s, what = self.session, 'messages' if job.kind == 'chat' else 'prompt'
     ids = s.prompt_ids(job.prompt, chat=job.kind == 'chat')
-    room = s.context_length - len(ids) if s.context_length and s.max_kv_size is None else math.inf
+    room = s.room(ids)
     if room < 1: raise ApiError(400, f"the prompt has {len(ids)} tokens; the model's context is {s.context_length}",
                                 what, 'context_length_exceeded')
     if job.max_tokens is None: return ids, min(job.limit, room)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fastcore.basics import patch
-from .backend import core as B
 from .files import InputError, find_model
 from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
 from .decode import Sampling, generate_ids, decode_stats, load as decode_load
@@ -131,10 +130,15 @@ def reuse(self:Session, ids:list) -> int:
     return 0
 
 # %% ../nbs/07a_session.ipynb #c0014
+@patch
+def room(self:Session, ids:list) -> float:
+    "How many tokens the model's context leaves after `ids` (unbounded with a rotating cache or no known context)"
+    return self.context_length - len(ids) if self.context_length and self.max_kv_size is None else math.inf
+
 def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
     if max_tokens < 1: raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
     if not ids: raise InputError("the prompt is empty: give the text to continue")
-    if self.context_length and self.max_kv_size is None and len(ids) > self.context_length:
+    if self.room(ids) < 0:
         raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
     v = self.vocab_size
     if v and sampling.top_k > v: raise InputError(f"top_k {sampling.top_k} is above the vocabulary size {v}")
@@ -154,7 +158,6 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     "Yield the `Piece`s of the text generated after `ids`"
     sampling, stop = sampling or Sampling(), [s for s in stop if s]
     _check_request(self, ids, max_tokens, sampling)
-    if sampling.seed is not None: B.seed(sampling.seed)
     if not keep: self.cache = None
     n = self.reuse(ids)
     h, todo, got, text, sent, reason = self.handle, list(ids[n:]), [], '', 0, 'length'
@@ -162,8 +165,7 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     detok, hold = self.tokenizer.detokenizer, max((len(s) for s in stop), default=1) - 1
     detok.reset()
     gen = generate_ids(h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder, vocab_size=self.vocab_size,
-                       sampler=sampling.sampler(), logits_processors=sampling.processors(), cache=self.cache,
-                       history=self.tokens)
+                       sampling=sampling, cache=self.cache, history=self.tokens)
     times, ok, paused = [], False, False  # paused: at a yield, where a consumer that stops leaves the cache whole
     try:
         for t, dt in gen:
