@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, block, route, router_bias, RouterTap, _attr
+from .routing import MoESpec, Routing, block, route, router_bias, RouterTap, _attr
 from .store import read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
-           'pair_positions', 'pairs', 'recall', 'recall_report', 'phase1', 'fingerprint', 'base_fingerprints',
-           'prerouter_file', 'save_prerouter', 'load_prerouter']
+           'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'head_batch', 'train_head', 'phase1',
+           'fingerprint', 'base_fingerprints', 'prerouter_file', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -100,7 +100,8 @@ def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
 # %% ../nbs/02a_prerouter.ipynb #2f3843af
 def pair_positions(T:int, seq:int=256) -> np.ndarray:
     "Positions `t` of `T` captured tokens (windows of `seq`) with a token before and after them in the same window"
-    return np.array([i for i in range(T - 1) if i % seq != 0 and (i + 1) % seq != 0])
+    t = np.arange(max(T - 1, 0))
+    return t[(t % seq != 0) & ((t + 1) % seq != 0)]
 
 def pairs(cap:dict, n:int, n_next:int, seq:int=256):
     "`(h, routed, routed_prev, target_logits, target_routed, prev_routed_next)` for owner `n` over a capture"
@@ -118,15 +119,24 @@ def predict(self:Prerouter, n:int, h, routed, routed_prev):
     "Predicted logits of layer `next_layer[n]` at the next token"
     return self(n, features(B.array(h), B.array(routed), B.array(routed_prev), self.spec.num_experts))
 
-def recall_report(pr:Prerouter, model, cap:dict, k:int) -> dict:
-    "Per owner layer: head recall and temporal-locality recall of layer N+1's top-k at t+1"
+def heaviest_hit(pred, target_logits, r:Routing, k:int, bias=None) -> float:
+    "Share of rows whose heaviest routed expert (largest routing weight at `k`) is in the predicted set `pred`"
+    inds, w = route(r, B.array(target_logits), k, bias)
+    top = np.take_along_axis(np.array(inds), np.argmax(B.to_numpy(w.astype(B.float32)), -1)[:, None], -1)
+    return float((np.asarray(pred) == top).any(-1).mean())
+
+def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
+    """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head (`head`), by
+    temporal locality (`reuse`: layer N+1's experts at t), and how often its heaviest expert is predicted (`heaviest`)"""
     rep = {}
-    for n in pr.owners:
-        h, r, rp, _, tr, prev = pairs(cap, n, pr.next_layer[n])
-        lg = pr.predict(n, h, r, rp)
-        pred = np.array(route(pr.spec.routing, lg, k, router_bias_of(pr.spec, model, pr.next_layer[n]))[0])
-        rep[n] = dict(head=recall(pred, tr[:, :k] if tr.shape[1] == k else tr), reuse=recall(prev, tr))
+    for n in pr.owners if owners is None else owners:
+        h, r, rp, tl, tr, prev = pairs(cap, n, pr.next_layer[n])
+        bias = router_bias_of(pr.spec, model, pr.next_layer[n])
+        pred = np.array(route(pr.spec.routing, pr.predict(n, h, r, rp), k, bias)[0])
+        rep[n] = dict(head=recall(pred, tr[:, :k] if tr.shape[1] == k else tr), reuse=recall(prev, tr),
+                      heaviest=heaviest_hit(pred, tl, pr.spec.routing, k, bias))
     return rep
+
 
 # %% ../nbs/02a_prerouter.ipynb #a78d0e3a
 def _probs(spec, lg):
@@ -134,28 +144,46 @@ def _probs(spec, lg):
     s = B.sigmoid(lg)
     return s / s.sum(axis=-1, keepdims=True)
 
-def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True) -> list:
-    "Train every head on the captured pairs; returns the loss log"
-    opt, rng, log = bnn.optim.Adam(lr), np.random.default_rng(seed), []
-    data = {n: pairs(cap, n, pr.next_layer[n]) for n in pr.owners}
-    def loss_fn(pr, n, f, target):
-        p = _probs(pr.spec, target)
-        q = _probs(pr.spec, pr(n, f))
+def head_batch(n:int, step:int, seed:int, positions:np.ndarray, batch:int) -> np.ndarray:
+    "The pair positions head `n` trains on at `step`: drawn from a generator of its own, so any step can be redrawn"
+    return positions[np.random.default_rng([seed, n, step]).integers(0, len(positions), batch)]
+
+def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
+               h, routed, target_logits, # captures of layer n (h, routed) and of `next_layer[n]` (logits): any
+                                         # row-indexable arrays, memory-mapped files included
+               steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, seq:int=256,
+               start:int=0, opt=None, # resume: the step to start at and the optimizer state reached there
+               log:list|None=None, on_step=None, show:bool=True, bar=None) -> list:
+    "Train head `n` on its captured pairs by KL to the next router; returns its loss log (`on_step(step, opt, log)`)"
+    head, spec = pr.heads[f"layer{n}"], pr.spec
+    opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
+    positions = pair_positions(len(h), seq)
+    def loss_fn(head, f, target):
+        p, q = _probs(spec, target), _probs(spec, head(f))
         return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
-    loss_and_grad = bnn.value_and_grad(pr, loss_fn)
-    bar = tqdm(range(steps), desc='phase 1', unit='step', disable=not show)
-    for step in bar:
-        total_loss = 0.0
-        for n, (h, r, rp, tl, _, _) in data.items():
-            i = rng.integers(0, len(h), batch)
-            f = features(B.array(h[i]), B.array(r[i]), B.array(rp[i]), pr.spec.num_experts)
-            loss, grads = loss_and_grad(pr, n, f, B.array(tl[i]))
-            opt.update(pr, grads)
-            B.eval(pr.parameters(), opt.state)
-            total_loss += loss.item()
-        log.append(total_loss / len(data))
-        if (step + 1) % 10 == 0: bar.set_postfix(kl=f"{np.mean(log[-50:]):.4f}")
+    loss_and_grad = bnn.value_and_grad(head, loss_fn)
+    own = bar is None
+    bar = bar or tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step', disable=not show)
+    for step in range(start, steps):
+        t = head_batch(n, step, seed, positions, batch)
+        f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
+        loss, grads = loss_and_grad(head, f, B.array(target_logits[t + 1]))
+        opt.update(head, grads)
+        B.eval(head.parameters(), opt.state)
+        log.append(loss.item())
+        bar.update(1)
+        if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}", kl=f"{np.mean(log[-50:]):.4f}")
+        if on_step is not None: on_step(step + 1, opt, log)
+    if own: bar.close()
     return log
+
+def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True,
+           seq:int=256) -> list:
+    "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean loss log"
+    logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps, batch, lr, seed,
+                       seq, show=show) for n in pr.owners]
+    return np.mean(logs, axis=0).tolist()
+
 
 # %% ../nbs/02a_prerouter.ipynb #6a697490
 FORMAT = 'edge0-prerouter/1'
@@ -180,12 +208,12 @@ def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
     "`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a narrowed K"
     return 'prerouter.safetensors' if k in (None, spec.k) else f'prerouter-k{k}.safetensors'
 
-def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None) -> Path:
-    "Write the heads beside the base in `base_dir` (file named by `prerouter_file`)"
+def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
+    "Write the heads of the base in `base_dir` beside it, or into folder `dst` (file named by `prerouter_file`)"
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
                 num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})
-    p = Path(base_dir) / prerouter_file(pr.spec, pr.k)
+    p = Path(dst or base_dir) / prerouter_file(pr.spec, pr.k)
     B.save_safetensors(p, dict(B.tree_flatten(pr.parameters())), meta)
     return p
 

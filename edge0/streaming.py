@@ -457,6 +457,14 @@ def keep_resident(self:StreamEngine, layer:int):
     self.resident[layer] = w
 
 @patch
+def drop_resident(self:StreamEngine, layer:int):
+    "Give back a layer kept by `keep_resident`: its experts are freed and their bytes return to the pool's budget"
+    w = self.resident.pop(layer, None)
+    if w is None: return
+    nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
+    with self.pool.lock: self.pool.reserved -= -(-nbytes // self.store.expert_nbytes)
+
+@patch
 def warm(self:StreamEngine, layer:int, experts) -> LayerStats:
     "Background: read the experts of `layer` that are not pooled into the pool; what was read"
     cost = LayerStats()
