@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_teachers.ipynb #a3960108
 from __future__ import annotations
-import gzip, json, math, os, shutil, time, uuid
+import json, math, os, shutil, time, uuid
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -13,32 +13,15 @@ from fastcore.basics import patch
 from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
+from .calib import CORPUS, HELDOUT, corpus_split
 from .files import PARTS, InputError, atomic_dir, heldout_excerpt, line_cut, read_json
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
-__all__ = ['CORPUS', 'HELDOUT', 'TEACHERS', 'corpus_split', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec',
-           'batch_at', 'balance_loss', 'update_bias', 'lr_schedule', 'Trainer', 'perplexity', 'export_teacher',
-           'blas_in_use', 'recipe', 'prepare', 'reproduce', 'excerpt_ids']
-
-# %% ../nbs/04a_teachers.ipynb #9878188a
-CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
-HELDOUT = 0.02
-
-def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
-    "`(train_texts, heldout_texts)`, one per corpus file; the held-out part is the last `heldout` of each file"
-    corpus_dir = Path(corpus_dir)
-    train_texts, heldout_texts = [], []
-    for name in CORPUS:
-        path = corpus_dir / name
-        if not path.is_file():
-            raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in {corpus_dir})")
-        with gzip.open(path, 'rt', encoding='utf-8') as f: text = f.read()
-        cut = text.rfind('\n', 0, int(len(text) * (1 - heldout))) + 1  # at a line boundary
-        train_texts.append(text[:cut])
-        heldout_texts.append(text[cut:])
-    return train_texts, heldout_texts
+__all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias',
+           'lr_schedule', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce',
+           'excerpt_ids']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):

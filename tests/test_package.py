@@ -58,6 +58,8 @@ def _assert_ships_demos_not_teachers(names:list, prefix:str=''):
                   *[f'{a}.safetensors' for a in adapters]):
             assert f'{prefix}edge0/models/{d}/{f}' in names, f'{d}/{f}'
     assert [n for n in names if n.startswith(f'{prefix}edge0/data/heldout-')]
+    for f in ('LICENSE.md', 'austen.jsonl.gz', 'python.jsonl.gz', 'shakespeare.jsonl.gz', 'wiki.jsonl.gz'):
+        assert f'{prefix}edge0/data/calibration/{f}' in names, f  # the bundled calibration set
 
 def test_wheel_and_sdist_ship_the_int4_demos_not_the_teachers(built):
     import tarfile
