@@ -311,7 +311,9 @@ def _cmd_generate(a):
 def _cmd_chat(a):
     from edge0.chat import repl
     sampling = _sampling(a)
-    with Session(a.model, **_session_kw(a)) as s: repl(s, a.max_tokens, sampling, a.system_prompt)
+    with Session(a.model, **_session_kw(a)) as s:
+        for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
+        repl(s, a.max_tokens, sampling, a.system_prompt)
 
 def _cmd_serve(a):
     from edge0.serve import serve

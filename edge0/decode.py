@@ -14,7 +14,7 @@ from .backend import core as B
 from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, _attr
 from .streaming import StreamEngine, StreamOptions, Handle, load as stream_load, stats as stream_stats, model_spec
-from .prerouter import Prerouter, features, load_prerouter
+from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 
 # %% auto #0
@@ -338,14 +338,16 @@ class Sampling:
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
          options:StreamOptions|None=None, spec:MoESpec|None=None, **kw) -> Handle:
-    "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter[-k{k}].safetensors`)"
+    "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter_path`, else `find_heads`)"
     check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k
-    heads = load_prerouter(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
+    path = heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
+    heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     replay = None
     if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, list) else load_trace(trace, spec, k)
     handle = stream_load(model_dir, options, spec=spec, k=k, **kw)
+    if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
     try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace)
     except BaseException:
         handle.close()

@@ -232,7 +232,7 @@ class Arm:
 # %% ../nbs/05_eval.ipynb #fb267799
 def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
     "Bytes `mode` holds outside the pool's LRU: the layers no head predicts, kept resident, and K slots a planned layer"
-    from edge0.prerouter import prerouter_file
+    from edge0.prerouter import heads_file
     from edge0.store import ExpertStore, read_header
     from edge0.streaming import model_spec
     if mode not in ('routing', 'oracle'): return 0
@@ -240,7 +240,7 @@ def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
     moe, k = list(spec.moe_layers), k or spec.k
     if mode == 'oracle': predicted = set(moe)  # every layer replays the trace from K slots
     else:
-        owners = json.loads(read_header(Path(heads or Path(model) / prerouter_file(spec, k)))[1]['owners'])
+        owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
         predicted = {moe[moe.index(n) + 1] for n in owners}
     store = ExpertStore(model, spec, residency=False)
     try: return (sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
@@ -371,6 +371,7 @@ def _spawn(job:dict, cgroup:Cgroup|None, timeout:float) -> dict:
 def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
         out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
     "Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the checkpoints' routing)"
+    from edge0.prerouter import heads_file
     arms = [a if isinstance(a, Arm) else Arm(**a) for a in arms]
     if not arms: raise InputError("no arms to run")
     if len({a.name for a in arms}) < len(arms): raise InputError(f"arm names repeat: {[a.name for a in arms]}")
@@ -384,7 +385,9 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
         seqs[m] = out / f"sequence-{Path(m).name}-{prompt + tokens}.json"
         seqs[m].write_text(json.dumps(sequence(m, prompt + tokens)))
     routing = routing if isinstance(routing, dict) else {m: routing_report(m) for m in seqs} if routing else {}
+    heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads)) for a in arms if a.mode in ('routing', 'prefetch'))
     cgroup, later, notes = conditions(arms[0].model, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill)
+    notes += [f"prerouter heads: {h}" for h in heads]  # each file once, however many arms it serves
     rate = tier_rate(tier)
     try:
         measured = measure_read(arms[0].model, later or cgroup)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B
 from .files import teacher_path
-from .prerouter import load_prerouter, prerouter_file
+from .prerouter import heads_file, load_prerouter
 from .lora import load_adapter
 from .recovery import StudentPath, load_teacher, stage_file, student_generate
 from .store import model_spec
@@ -55,7 +55,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
         if show: print(f"{name} K={k} {label:<28} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} s)")
     rung('bf16 teacher', teacher, _greedy(teacher))
     rung(f'int4 (K={spec.k})', model, _greedy(model))
-    student = StudentPath(model, spec, load_prerouter(base, spec, k), k)
+    heads = heads_file(base, spec, k)
+    student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
     served = lambda prefill: lambda x: student.from_start(x, prefill)
     generate = lambda prompts, n: student_generate(student, prompts, n, temp=0)
     own = lambda prompts, n: student_generate(student, prompts, n, temp=0, prefill=10 ** 9)  # no token after the prompt
@@ -63,7 +64,7 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     rung('+ prerouter routing', served(1), generate)
     files = adapters or {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
     for phase, path in files.items():
-        with load_adapter(model, base, spec, k, base / prerouter_file(spec, k), path):
+        with load_adapter(model, base, spec, k, heads, path):
             rung(f'+ phase-{phase} LoRA', served(1), generate)
     student.close()
     return rows

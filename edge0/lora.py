@@ -185,13 +185,13 @@ def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads
 # %% ../nbs/03_lora.ipynb #0550bf19
 def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
     "Attach adapter `path` (default: the one beside the base at the handle's K, if any) to `handle`"
-    from edge0.prerouter import prerouter_file
+    from edge0.prerouter import heads_file
     dec, spec = handle.decoder, handle.spec
     k = dec.k if dec is not None else handle.engine.k if handle.engine is not None else spec.k
     p = Path(path) if path is not None else Path(model_dir) / adapter_file(k)
     if path is None and not p.exists(): return None
     if heads is None and dec is not None and dec.mode in ('routing', 'prefetch'):
-        heads = Path(model_dir) / prerouter_file(spec, k)
+        heads = heads_file(model_dir, spec, k)  # the file the decoder loaded (`edge0.decode.load`)
     adapter = load_adapter(handle.model, model_dir, spec, k, heads, p)
     if handle.adapter is not None: handle.adapter.detach()
     handle.adapter = adapter

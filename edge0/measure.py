@@ -110,8 +110,9 @@ def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
 
 # %% ../nbs/06b_measure.ipynb #c0019
 def cache_dir() -> Path:
-    "Where measurements are kept: `$EDGE0_CACHE`, else `~/.cache/edge0`"
-    return Path(os.environ.get('EDGE0_CACHE') or Path.home() / '.cache' / 'edge0')
+    "Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else `~/.cache/edge0`)"
+    from edge0.prerouter import edge0_home
+    return Path(os.environ.get('EDGE0_CACHE') or edge0_home())
 
 def host_id() -> dict:
     "What a compute or disk measurement depends on besides the model: the machine and the library versions"

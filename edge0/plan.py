@@ -317,6 +317,8 @@ def plan_table(p:dict) -> str:
                     for view, by in p['per_class'].items())
     lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
              f"MiB a token by address class ({per})",
+             *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
+             *p.get('notes', []),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
              "  binds"]
     for s, r in p['rows'].items():
@@ -363,13 +365,13 @@ def _recall_main(model_dir:str, k:int, tokens:int):
     print('JSON ' + json.dumps({str(pr.next_layer[n]): r['head'] for n, r in rep.items()}))
 
 def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
-    "`{predicted layer: recall}` of the heads beside `model_dir`: as they recorded it, else measured on the excerpt"
+    "`{predicted layer: recall}` of the heads of `model_dir` (`find_heads`): as they recorded it, else measured on the excerpt"
     from edge0.measure import cached
-    from edge0.prerouter import fingerprint, prerouter_file
+    from edge0.prerouter import fingerprint, heads_file
     from edge0.store import model_spec, read_header
     spec = model_spec(model_dir)
     k = k or spec.k
-    meta = read_header(Path(model_dir) / prerouter_file(spec, k))[1]
+    meta = read_header(heads_file(model_dir, spec, k))[1]
     moe = list(spec.moe_layers)
     if 'heldout_recall' in meta:
         return {moe[moe.index(int(n)) + 1]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
@@ -381,9 +383,9 @@ def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
 def fingerprint_file(model_dir, spec, k:int) -> str:
     "A short hash of the heads file (its header: shapes, offsets and provenance)"
     import hashlib
-    from edge0.prerouter import prerouter_file
+    from edge0.prerouter import heads_file
     from edge0.store import read_header
-    return hashlib.sha256(json.dumps(read_header(Path(model_dir) / prerouter_file(spec, k)),
+    return hashlib.sha256(json.dumps(read_header(heads_file(model_dir, spec, k)),
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 # %% ../nbs/06c_plan.ipynb #c0043
@@ -408,7 +410,7 @@ def _served_main(model_dir:str, k:int, tokens:int):
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in out.items()}))
 
 def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
-    "`{predicted layer: (tokens, k) ids}`: the sets the heads beside `model_dir` serve over the excerpt (cached)"
+    "`{predicted layer: (tokens, k) ids}`: the sets the heads of `model_dir` serve over the excerpt (cached)"
     from edge0.measure import cached
     from edge0.prerouter import fingerprint
     from edge0.store import model_spec
@@ -421,12 +423,12 @@ def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
 
 # %% ../nbs/06c_plan.ipynb #c0046
 def heads_planned(model_dir, k:int|None=None) -> set:
-    "The MoE layers the heads beside `model_dir` predict (their owners' next MoE layers)"
-    from edge0.prerouter import prerouter_file
+    "The MoE layers the heads of `model_dir` (`find_heads`) predict (their owners' next MoE layers)"
+    from edge0.prerouter import heads_file
     from edge0.roofline import predicted_layers
     from edge0.store import model_spec, read_header
     spec = model_spec(model_dir)
-    owners = json.loads(read_header(Path(model_dir) / prerouter_file(spec, k or spec.k))[1]['owners'])
+    owners = json.loads(read_header(heads_file(model_dir, spec, k or spec.k))[1]['owners'])
     return set(predicted_layers(spec, owners))
 
 def _available_mb() -> float:
@@ -591,6 +593,21 @@ def _measured_eta(model_dir) -> Eta:
                lambda: asdict(eta_curve(model_dir, seconds=0.5, max_mb=128)))
     return Eta(**e)
 
+def _routing_recall(src, k:int|None, recall:float|None, has_weights:bool) -> tuple:
+    "`(recall, where it comes from, heads file)` for the routing strategy; recall None: it cannot be planned"
+    from edge0.prerouter import find_heads
+    heads = find_heads(src, None, k) if has_weights else None
+    if recall is not None: return recall, f"--recall {recall:g}", heads
+    if heads is not None: return head_recall(src, k), f"heads {heads}, measured", heads
+    if not has_weights: return 0.9, "assumed 0.9, the pre-attention probe's on Qwen3-30B-A3B (--recall sets it)", None
+    return None, None, None
+
+def _not_planned(src, k:int|None) -> str:
+    from edge0.store import model_spec
+    k = k or model_spec(src).k
+    return (f"routing not planned: {src} has no prerouter heads for K={k} and no --recall was given; train them "
+            f"(`edge0 train {src} --phase 1 --k {k}`) or pass --recall R")
+
 def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, tier=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
              mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3) -> dict:
@@ -600,22 +617,31 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
     _check_strategies(strategies)
     src = resolve_model(model)
     has_weights = isinstance(src, Path) and bool(list(src.glob('*.safetensors')))
+    if device == 'here' and not has_weights:
+        raise InputError("--device here measures the model on this machine and needs its weights; "
+                         f"for a config or a shape name a device: {', '.join(DEVICES)}")
+    if device not in ('here', *DEVICES): raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
+    notes, source, heads = [], None, None
+    if 'routing' in strategies:
+        recall, source, heads = _routing_recall(src, k, recall, has_weights)
+        if recall is None:
+            notes.append(_not_planned(src, k))
+            strategies = tuple(s for s in strategies if s != 'routing')
+            if not strategies: raise InputError(notes[0])
     routing = 'routing' in strategies
+    planned = heads_planned(src, k) if routing and heads is not None else None  # None: every MoE layer but the first
     if device == 'here':
-        if not has_weights: raise InputError("--device here measures the model on this machine and needs its weights; "
-                                             f"for a config or a shape name a device: {', '.join(DEVICES)}")
-        if routing: heads_planned(src, k)  # no heads: a clear error before anything is measured
-        modes = tuple(sorted({'routing' if s == 'routing' else 'off' for s in strategies}))
+        modes = ('off', 'routing') if routing and heads is not None else ('off',)
+        if routing and heads is None: notes.append("routing's compute: the off profile (no heads to measure)")
         dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
         dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s)) if v})
-        return plan(src, dev, k, pool_mb, strategies, model_trace(src, k), compute,
-                    recall or (head_recall(src, k) if routing else None), heads_planned(src, k) if routing else None,
-                    served=served_by_heads(src, k) if routing and recall is None else None)
-    if device not in DEVICES: raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
+        p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k), compute, recall, planned,
+                 served=served_by_heads(src, k) if routing and source.startswith('heads') else None)
+        return dict(p, recall_from=source, notes=notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
     over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s)
     dev = replace(DEVICES[device], **{f: v for f, v in over.items() if v})
     spec = _source(src)[0]
     trace = model_trace(src, k) if has_weights else synthetic_trace(spec, k or spec.k, 128, reuse=reuse)
-    planned = heads_planned(src, k) if has_weights and routing else None
-    return plan(src, dev, k, pool_mb, strategies, trace, None, 0.9 if recall is None else recall, planned)
+    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned), recall_from=source, notes=notes)
+

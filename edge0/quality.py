@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
 from .store import model_spec
-from .prerouter import load_prerouter, prerouter_file
+from .prerouter import heads_file, load_prerouter
 from .lora import load_adapter
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
@@ -66,11 +66,9 @@ class Served:
         self.mode, self.k = mode, k or spec.k
         if not 1 <= self.k <= spec.num_experts:
             raise InputError(f"k={self.k}: the model has {spec.num_experts} experts per MoE layer")
-        self.heads_path = Path(prerouter) if prerouter is not None else d / prerouter_file(spec, self.k)
+        self.heads_path = heads_file(d, spec, self.k, prerouter) if mode == 'routing' else None
         self.heads = None
         if mode == 'routing':
-            if not self.heads_path.is_file():
-                raise InputError(f"mode 'routing' at K={self.k} needs prerouter heads: no {self.heads_path}")
             self.heads = load_prerouter(d, spec, self.k, self.heads_path)
             self.heads.set_dtype(B.compute_dtype(getattr(B, spec.dtype, B.bfloat16)))  # as the decoder runs them
         self.handle = None
@@ -82,7 +80,7 @@ class Served:
             self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=int(pool_mb * 2**20),
                                prefill_path='exact')
             self.model, self.tokenizer = self.handle.model, self.handle.tokenizer
-        heads = self.heads_path if self.heads is not None else None
+        heads = self.heads_path
         self.adapter = None if adapter is None else load_adapter(self.model, d, spec, self.k, heads, adapter)
 
     def close(self):

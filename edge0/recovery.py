@@ -13,7 +13,7 @@ from .backend import core as B, nn as bnn
 from .files import InputError, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
 from .decode import combine, shadow_blocks, unshadow
-from .prerouter import Prerouter, features, load_prerouter, prerouter_file
+from .prerouter import Prerouter, features, heads_file, load_prerouter
 from .lora import TARGETS, Adapter, attach, adapter_file, heads_fingerprint, save_adapter, read_adapter
 from .store import model_spec
 from .teachers import CORPUS, blas_in_use, lr_schedule, prepare
@@ -231,8 +231,8 @@ class Recovery:
         self.base = Path(base_dir or teacher_path(name))
         self.spec = spec = model_spec(self.base)
         self.k = k or spec.k
-        self.heads = self.base / prerouter_file(spec, self.k)
-        prerouter = load_prerouter(self.base, spec, self.k)
+        self.heads = heads_file(self.base, spec, self.k)
+        prerouter = load_prerouter(self.base, spec, self.k, self.heads)
         _, self.tokens, _ = prepare(corpus_dir, work, show)
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()

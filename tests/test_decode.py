@@ -1,5 +1,5 @@
 "The decode modes on the committed teacher and its committed heads: what each mode promises, checked from outside the counters."
-import json, subprocess
+import json, os, subprocess
 import numpy as np
 import pytest
 from edge0.backend import core as B
@@ -64,7 +64,8 @@ def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
 def test_mode_errors_name_the_fault(tmp_path):
     import shutil
     bare = shutil.copytree(teacher_path('edge0-tiny'), tmp_path / 'bare', ignore=shutil.ignore_patterns('prerouter*'))
-    with pytest.raises((FileNotFoundError, InputError), match='prerouter-k4.safetensors does not exist'): D.load(bare, 'routing', 4)
+    with pytest.raises(FileNotFoundError, match='no prerouter heads for K=4 of .*bare: looked for .*bare/prerouter-k4.safetensors, .*edge0 train'):
+        D.load(bare, 'routing', 4)
     with pytest.raises(InputError, match="'fast' is not one of"): D.load(bare, 'fast')
     heads8 = teacher_path('edge0-tiny') / 'prerouter.safetensors'
     with pytest.raises(InputError, match='trained for K=8'): D.load(teacher_path('edge0-tiny'), 'routing', 4, prerouter_path=heads8)
@@ -81,7 +82,21 @@ def test_cli_prerouter(edge0_cmd, tmp_path):
     for mode in ('routing', 'prefetch'):
         g = subprocess.run(base + ['--prerouter', mode, '--k', '4', '--stats'], capture_output=True, text=True, timeout=300)
         assert g.returncode == 0 and ' 0 dropped' in g.stdout, g.stderr
+        assert g.stderr.count('note: prerouter heads: ') == 1 and f"{m / 'prerouter-k4.safetensors'}\n" in g.stderr, g.stderr
     e = subprocess.run(base + ['--prerouter', 'oracle', '--trace', str(t)], capture_output=True, text=True, timeout=300)
     assert e.returncode == 2 and 'recorded at K=4' in e.stderr and 'K=8' in e.stderr
     e = subprocess.run(base + ['--prerouter', 'routing', '--k', '3'], capture_output=True, text=True, timeout=300)
-    assert e.returncode == 2 and 'prerouter-k3.safetensors does not exist' in e.stderr
+    assert e.returncode == 2 and 'no prerouter heads for K=3' in e.stderr and '--phase 1 --k 3' in e.stderr
+
+def test_cli_finds_heads_in_the_home(edge0_cmd, tmp_path):
+    "Heads under EDGE0_HOME (where a read-only model's go) serve `edge0 generate`, which says which file it used"
+    import shutil
+    from edge0.prerouter import fingerprint
+    m = shutil.copytree(teacher_path('edge0-tiny'), tmp_path / 'm', ignore=shutil.ignore_patterns('prerouter*'))
+    heads = tmp_path / 'home' / 'heads' / fingerprint(m) / 'prerouter-k4.safetensors'
+    heads.parent.mkdir(parents=True)
+    shutil.copy(teacher_path('edge0-tiny') / 'prerouter-k4.safetensors', heads)
+    r = subprocess.run([edge0_cmd, 'generate', '--model', str(m), '--prompt', 'The city', '--max-tokens', '4',
+                        '--prerouter', 'routing', '--k', '4'], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, EDGE0_HOME=str(tmp_path / 'home')))
+    assert r.returncode == 0 and f"note: prerouter heads: {heads}\n" in r.stderr, r.stderr
