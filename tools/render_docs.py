@@ -80,8 +80,9 @@ def notebook(path: Path, docs=True):
     return proc.nb
 
 def run(nb, flags=()):
-    "Execute notebook `nb` (from `notebook`) in its folder, but not `nbdev_export()` nor slow cells (unless in `flags`)"
-    skip = lambda c: any(f in c.directives_ for f in ('slow',) if f not in flags) or 'nbdev_export()' in c.source
+    "Execute notebook `nb` (from `notebook`) in its folder, but not `nbdev_export()`, `eval: false` or slow cells (unless in `flags`)"
+    skip = lambda c: (any(f in c.directives_ for f in ('slow',) if f not in flags) or 'nbdev_export()' in c.source
+                      or c.directives_.get('eval:', [''])[0].lower() == 'false')
     here = os.getcwd()
     os.chdir(Path(nb.path_).parent)
     try:
