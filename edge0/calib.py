@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_calib.ipynb #91d6829d
 from __future__ import annotations
-import gzip, hashlib, json, re, zlib
+import gzip, hashlib, json, logging, re, zlib
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -138,7 +138,12 @@ def document_ids(tokenizer, doc:Document) -> list:
 
 def encode_documents(tokenizer, docs:list) -> list:
     "Token ids (int32 arrays) of each of `docs`"
-    return [np.array(document_ids(tokenizer, d), np.int32) for d in docs]
+    # a document may be longer than the model's context: its ids are cut into windows, so transformers' warning is moot
+    log = logging.getLogger('transformers.tokenization_utils_base')
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try: return [np.array(document_ids(tokenizer, d), np.int32) for d in docs]
+    finally: log.setLevel(level)
 
 # %% ../nbs/00_calib.ipynb #21105a12
 def heldout_score(doc:Document) -> float:

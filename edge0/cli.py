@@ -16,6 +16,7 @@ from .backend.quant import KERNELS
 from .convert import LAYOUTS
 from .decode import Sampling
 from .session import Session, format_stats
+from .phase1 import RECIPE
 
 # %% auto #0
 __all__ = ['CLIError', 'describe', 'generate', 'main']
@@ -219,6 +220,28 @@ def _plan_parser(sub):
     p.add_argument('--recall', type=float, help="the heads' recall (default: recorded beside the model, else 0.9)")
     p.add_argument('--json', help='write the plan here')
 
+# %% ../nbs/09_cli.ipynb #c5bef265
+def _train_parser(sub):
+    t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) or its "
+                       "recovery LoRA (phases 2 and 3)")
+    t.add_argument('model', help='phase 1: a model directory, bundled model or Hugging Face repo id; phases 0, 2, 3: '
+                   'edge0-tiny or edge0-tiny-ds')
+    t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
+                   "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
+    t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
+    t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text or '
+                   'chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
+    t.add_argument('--tokens', type=_positive(int), help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--pool-mib', type=_positive(float), help="phase 1: memory for experts (at least one MoE layer's; the "
+                   "states stay in memory when they fit beside it, else in scratch files); default 256, or a layer and "
+                   "a quarter")
+    t.add_argument('--work', help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
+    t.add_argument('--dst', help="phase 1: folder for the heads (default: beside the model if writable, else "
+                   "$EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default build/teachers/out)")
+    t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
+    t.add_argument('--steps', type=_positive(int), help='train this many steps instead of the recipe')
+
+
 # %% ../nbs/09_cli.ipynb #082aae7d
 class _Parser(argparse.ArgumentParser):
     "Argument errors as one line (`edge0 generate: error: ...`) and exit status 2, without the usage block"
@@ -245,18 +268,7 @@ def _parser() -> argparse.ArgumentParser:
                    "them; torch-cpu: packed for torch's int4 CPU kernel (needs int4 g32-256 experts)")
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
-    t = sub.add_parser('train', help='reproduce a committed tiny teacher (phase 0), its prerouter heads (phase 1) or '
-                       'its recovery LoRA (phases 2 and 3) '
-                       'from the corpus')
-    t.add_argument('teacher', help='edge0-tiny or edge0-tiny-ds')
-    t.add_argument('--corpus', default='../shared/data/corpus', help='folder of the licensed corpus')
-    t.add_argument('--work', default='build/teachers', help='tokenizer, token cache and resumable checkpoints')
-    t.add_argument('--dst', default='build/teachers/out', help='where the bf16 and int4 checkpoints are written')
-    t.add_argument('--steps', type=_positive(int), help='train this many steps instead of the recipe')
-    t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads for '
-                   'its committed int4 base; 2, 3: its recovery LoRA (SFT, then on-policy distillation); 1-3 write '
-                   'beside a copy of the base in DST/<teacher>-int4')
-    t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
+    _train_parser(sub)
     _bench_parser(sub)
     _plan_parser(sub)
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
@@ -340,24 +352,41 @@ def _cmd_plan(a):
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 
-def _cmd_train(a):
-    from edge0.teachers import TEACHERS, reproduce
-    if a.teacher not in TEACHERS: raise CLIError(f"unknown teacher {a.teacher!r}; known: {', '.join(TEACHERS)}")
-    if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist")
-    if a.phase == 0:
-        print(*reproduce(a.teacher, a.corpus, a.work, a.dst, a.steps), sep='\n')
-        return
+def _cmd_heads(a):
+    "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
+    from edge0.phase1 import train_heads, train_prerouter
+    from edge0.files import teachers
+    steps = {'steps': a.steps} if a.steps else {}
+    if a.model in teachers() and not a.data:
+        if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
+        base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
+        return print(train_prerouter(a.model, a.corpus, a.work or 'build/teachers', a.k, base,
+                                     **steps, **({'tokens': a.tokens} if a.tokens else {})))
+    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **steps,
+                **({'tokens': a.tokens} if a.tokens else {}))  # its closing table names the heads file
+
+def _teacher_copy(name:str, dst, drop:tuple) -> Path:
+    "A copy of teacher `name`'s int4 base in `dst` (made once), without the files matching `drop`"
     import shutil
     from edge0.files import teacher_path
-    from edge0.phase1 import train_prerouter
+    base = Path(dst) / f"{name}-int4"
+    if not (base / 'config.json').exists(): shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns(*drop))
+    return base
+
+def _cmd_train(a):
+    if a.phase == 1: return _cmd_heads(a)
+    from edge0.teachers import TEACHERS, reproduce
+    if a.model not in TEACHERS:
+        raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: {', '.join(TEACHERS)}); "
+                       "phase 1 takes any model")
+    for flag in ('data', 'tokens', 'pool_mib'):
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
+    if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
+    work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'
+    if a.phase == 0: return print(*reproduce(a.model, a.corpus, work, dst, a.steps), sep='\n')
     from edge0.recovery import train_adapter
-    base = Path(a.dst) / f"{a.teacher}-int4"
-    if not (base / 'config.json').exists():
-        keep = ('prerouter*', 'lora*') if a.phase == 1 else ('lora*',)  # phases 2 and 3 use the committed heads
-        shutil.copytree(teacher_path(a.teacher), base, ignore=shutil.ignore_patterns(*keep))
-    steps = {'steps': a.steps} if a.steps else {}
-    if a.phase == 1: print(train_prerouter(a.teacher, a.corpus, a.work, a.k, base, **steps))
-    else: print(train_adapter(a.teacher, a.phase, a.corpus, a.work, a.k, base, **steps))
+    base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads
+    print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **({'steps': a.steps} if a.steps else {})))
 
 def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)

@@ -144,6 +144,7 @@ class Scratch:
 
 
 # %% ../nbs/04c_phase1.ipynb #f367b618
+@dataclass(frozen=True)
 class Roles:
     "Which captures each layer gives: router inputs of the owners, routed sets of owners and targets, targets' logits"
     owners:tuple
@@ -193,7 +194,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
 
 
 # %% ../nbs/04c_phase1.ipynb #43f7b428
-RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05)
+RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
+              heldout_tokens=16_384)  # at most this many held-out tokens are scored: the first windows of the split
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -328,7 +330,9 @@ def calibration_windows(d:Path, data, params:dict) -> Calibration:
     "The calibration windows of the model in `d`: from `data` (paths), else the bundled set, by the model's tokenizer"
     check_tokenizer(d)
     docs = read_documents(data) if data else default_documents()
-    return calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
+    cal = calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
+    held = cal.heldout[:max(1, params['heldout_tokens'] // params['seq'])]
+    return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held)))
 
 def data_key(cal:Calibration) -> str:
     "A hash of the windows themselves: a resumed run must train on the same tokens"
@@ -338,7 +342,7 @@ def data_key(cal:Calibration) -> str:
 
 
 # %% ../nbs/04c_phase1.ipynb #ec4c0a3f
-def provenance(d:Path, spec:MoESpec, windows:Windows, params:dict, budget:dict, m:dict, seconds:float) -> dict:
+def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:dict, m:dict, seconds:float) -> dict:
     "What a heads file records of the run that made it: model, recipe, data, recall, memory, reads and time"
     reports = m['heads']
     ckpt = sum(t.nbytes for t in index_checkpoint(d).values())
@@ -360,7 +364,7 @@ def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
     read = int(meta['expert_bytes_read'])
     lines = [f"{path}: {len(reports)} heads at K={k}, {int(meta['train_tokens']):,} training tokens, "
              f"{int(meta['heldout_tokens']):,} held out",
-             f"experts read: {read / 2**20:,.0f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x the checkpoint) in "
+             f"experts read: {read / 2**20:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x the checkpoint) in "
              f"{t['read_s']:.0f} s; capture {t['capture_s']:.0f} s; training {t['train_s']:.0f} s; "
              f"peak RSS {meta['peak_rss_mib']} MiB; states in {meta['states']}",
              f"{'head':>8}{'recall':>8}{'reuse':>8}{'heaviest':>10}{'final KL':>10}{'chance':>8}"]
@@ -373,22 +377,23 @@ def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
 # %% ../nbs/04c_phase1.ipynb #1b522fe9
 def train_heads(model, # a model directory, a bundled model's name or a Hugging Face repo id
                 k:int|None=None, # serving K (default: native)
-                windows:Windows|None=None, # the calibration windows (default: from `data`)
+                windows:Calibration|None=None, # the calibration windows (default: from `data`)
                 data=None, # text files, folders or JSONL (`edge0.calib`); None: the bundled calibration set
                 pool_mib:float|None=None, # memory for experts, and for the states when they fit beside one layer
                 work=None, # where the resumable scratch folder goes (default: `$EDGE0_HOME/work`)
                 dst=None, # where the heads go (default: beside the model if writable, else `$EDGE0_HOME`)
-                show:bool=True, dtype=None, window_batch:int=4, **recipe) -> Path:
+                show:bool=True, dtype=None, window_batch:int=4, extra:dict|None=None, **recipe) -> Path:
     "Phase 1 for any supported model, streamed layer by layer under `pool_mib`; resumable; the heads file written"
     t0, d = time.time(), find_model(model)
     spec = model_spec(d)
-    k, params, owners = k or spec.k, dict(RECIPE, **recipe), _owners(spec)
+    k, params = k or spec.k, dict(RECIPE, **recipe)
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
+    owners = _owners(spec)
     windows = windows or calibration_windows(d, data, params)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
     budget = _budget(d, spec, k, pool_mib, ids.size)
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
-    key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=windows.sha256, owners=list(owners))
+    key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=data_key(windows), owners=list(owners))
     _check_disk(root, budget['scratch'])
     scratch = Scratch(root, key, budget['memory'])
     if show and scratch.resumed: print(f"resuming {root}: layers 0-{scratch.m['layer']} captured, "
@@ -399,7 +404,7 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
             pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
             for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)), pr.heads[f"layer{n}"], params['lr'])
             run_layers(scratch, pr, h, ids, T, params, window_batch, show)
-            meta = provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0)
+            meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0), **(extra or {}))
             out = save_prerouter(pr, d, extra=meta, dst=dst)
     except OSError as e:
         if e.errno != errno.ENOSPC: raise
