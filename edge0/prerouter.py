@@ -252,7 +252,7 @@ def _describe(out:Path, base_dir):
     _replace(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
 
 def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
-    "Write the heads of the base in `base_dir` into folder `dst`, else `heads_dir_for(base_dir)` (named by `prerouter_file`)"
+    "Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else `heads_dir_for`"
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
                 num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})
