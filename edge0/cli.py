@@ -217,7 +217,8 @@ def _plan_parser(sub):
     p.add_argument('--storage-mb-s', type=_positive(float), help="a device's cold read rate (MB/s)")
     p.add_argument('--mem-gb-s', type=_positive(float), help="a device's memory bandwidth (GB/s), for compute "
                    "estimated from the shape")
-    p.add_argument('--recall', type=float, help="the heads' recall (default: recorded beside the model, else 0.9)")
+    p.add_argument('--recall', type=float, help="the heads' recall (default: the model's heads' measured recall; a "
+                   "config or a shape assumes 0.9; a model without heads is planned without routing)")
     p.add_argument('--json', help='write the plan here')
 
 # %% ../nbs/09_cli.ipynb #c5bef265

@@ -385,7 +385,8 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
         seqs[m] = out / f"sequence-{Path(m).name}-{prompt + tokens}.json"
         seqs[m].write_text(json.dumps(sequence(m, prompt + tokens)))
     routing = routing if isinstance(routing, dict) else {m: routing_report(m) for m in seqs} if routing else {}
-    heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads)) for a in arms if a.mode in ('routing', 'prefetch'))
+    heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads))
+                          for a in arms if a.mode in ('routing', 'prefetch'))
     cgroup, later, notes = conditions(arms[0].model, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill)
     notes += [f"prerouter heads: {h}" for h in heads]  # each file once, however many arms it serves
     rate = tier_rate(tier)

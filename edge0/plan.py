@@ -365,7 +365,7 @@ def _recall_main(model_dir:str, k:int, tokens:int):
     print('JSON ' + json.dumps({str(pr.next_layer[n]): r['head'] for n, r in rep.items()}))
 
 def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
-    "`{predicted layer: recall}` of the heads of `model_dir` (`find_heads`): as they recorded it, else measured on the excerpt"
+    "`{predicted layer: recall}` of the heads `find_heads` finds: as they recorded it, else measured on the excerpt"
     from edge0.measure import cached
     from edge0.prerouter import fingerprint, heads_file
     from edge0.store import model_spec, read_header
@@ -584,15 +584,7 @@ def resolve_model(name):
     try: return find_model(name)
     except InputError as e: raise InputError(f"{e}; or a config.json, or a public shape: {', '.join(SHAPES)}") from None
 
-# %% ../nbs/06c_plan.ipynb #c0065
-def _measured_eta(model_dir) -> Eta:
-    "The read curve of the disk under `model_dir`, measured on its shards once per host (cached)"
-    from edge0.measure import cached, eta_curve
-    from edge0.prerouter import fingerprint
-    e = cached('eta', dict(model=fingerprint(model_dir), dir=str(Path(model_dir).resolve())),
-               lambda: asdict(eta_curve(model_dir, seconds=0.5, max_mb=128)))
-    return Eta(**e)
-
+# %% ../nbs/06c_plan.ipynb #e0444b49
 def _routing_recall(src, k:int|None, recall:float|None, has_weights:bool) -> tuple:
     "`(recall, where it comes from, heads file)` for the routing strategy; recall None: it cannot be planned"
     from edge0.prerouter import find_heads
@@ -608,6 +600,15 @@ def _not_planned(src, k:int|None) -> str:
     return (f"routing not planned: {src} has no prerouter heads for K={k} and no --recall was given; train them "
             f"(`edge0 train {src} --phase 1 --k {k}`) or pass --recall R")
 
+# %% ../nbs/06c_plan.ipynb #c0065
+def _measured_eta(model_dir) -> Eta:
+    "The read curve of the disk under `model_dir`, measured on its shards once per host (cached)"
+    from edge0.measure import cached, eta_curve
+    from edge0.prerouter import fingerprint
+    e = cached('eta', dict(model=fingerprint(model_dir), dir=str(Path(model_dir).resolve())),
+               lambda: asdict(eta_curve(model_dir, seconds=0.5, max_mb=128)))
+    return Eta(**e)
+
 def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, tier=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
              mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3) -> dict:
@@ -620,7 +621,8 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
     if device == 'here' and not has_weights:
         raise InputError("--device here measures the model on this machine and needs its weights; "
                          f"for a config or a shape name a device: {', '.join(DEVICES)}")
-    if device not in ('here', *DEVICES): raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
+    if device not in ('here', *DEVICES):
+        raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
     notes, source, heads = [], None, None
     if 'routing' in strategies:
         recall, source, heads = _routing_recall(src, k, recall, has_weights)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02a_prerouter.ipynb #824c681f
 from __future__ import annotations
-import hashlib, json, math, os, tempfile, time
+import hashlib, json, math, os, time
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -251,10 +251,10 @@ def find_heads(model_dir, spec:MoESpec|None=None, k:int|None=None) -> Path|None:
 
 def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Path:
     "`path`, else the heads `find_heads` finds; `FileNotFoundError` naming every place looked and how to train them"
-    spec = spec or model_spec(model_dir)
     if path is not None:
         if not Path(path).is_file(): raise FileNotFoundError(f"prerouter heads {path} do not exist")
         return Path(path)
+    spec = spec or model_spec(model_dir)
     if (p := find_heads(model_dir, spec, k)) is not None: return p
     raise FileNotFoundError(f"no prerouter heads for K={k or spec.k} of {model_dir}: looked for "
                             f"{', '.join(map(str, heads_places(model_dir, spec, k)))}; train them with "
@@ -263,8 +263,7 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
 # %% ../nbs/02a_prerouter.ipynb #68dda16e
 def _replace(p:Path, write):
     "Call `write(tmp)` on a temporary file beside `p`, then rename it to `p`: `p` is whole or as it was"
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f'.{p.name}.', suffix='.tmp.safetensors')
-    os.close(fd)
+    tmp = p.with_name(f'.{p.name}.{os.getpid()}.{time.monotonic_ns()}.tmp{p.suffix}')  # made as `p` would be
     try:
         write(tmp)
         os.replace(tmp, p)
@@ -280,7 +279,7 @@ def _describe(out:Path, base_dir):
     _replace(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
 
 def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
-    "Write the heads of the base in `base_dir` into folder `dst`, else `heads_dir_for(base_dir)` (named by `prerouter_file`)"
+    "Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else `heads_dir_for`"
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
                 num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})

@@ -548,7 +548,7 @@ def serve(model, host:str='127.0.0.1', port:int=8080, max_queue:int=8, max_token
     "Serve `model` over HTTP until interrupted (Ctrl-C or SIGTERM): what `edge0 serve` runs (arguments as `serving`'s)"
     if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _interrupted)
     with serving(model, host, port, max_queue, max_tokens_limit, max_body_bytes, name, **session_kw) as s:
-        for note in s.worker.session.handle.notes: log.info(f"note: {note}")
         log.info(f"serving {name or model} at {s.url}/v1 (FIFO, {max_queue} waiting at most); Ctrl-C stops")
+        for note in s.worker.session.handle.notes: log.info(f"note: {note}")  # after the address a client waits for
         try: s.thread.join()
         except KeyboardInterrupt: log.info('stopping')

@@ -35,6 +35,18 @@ def test_this_machine_measured(edge0_cmd, tmp_path):
     assert all(p['rows'][s]['tps'] > 0 for s in ('ram', 'static', 'off', 'routing'))
     assert {d.name for d in (tmp_path / 'cache').iterdir()} >= {'compute', 'trace', 'eta'}
 
+def test_a_model_without_heads(edge0_cmd, tiny_qwen, tmp_path):
+    "No heads and no --recall: every other strategy is planned and one line says why routing is not; --recall plans it"
+    env = dict(os.environ, EDGE0_HOME=str(tmp_path / 'home'))
+    r = plan(edge0_cmd, str(tiny_qwen), '--device', 'mac-16gb', '--json', str(tmp_path / 'p.json'), env=env)
+    assert r.returncode == 0, r.stderr
+    (line,) = [l for l in r.stdout.splitlines() if 'routing' in l]
+    assert line.startswith('routing not planned') and f'edge0 train {tiny_qwen} --phase 1 --k 4' in line, r.stdout
+    assert list(json.loads((tmp_path / 'p.json').read_text())['rows']) == ['ram', 'static', 'off']
+    r = plan(edge0_cmd, str(tiny_qwen), '--device', 'mac-16gb', '--recall', '0.8', env=env)
+    assert r.returncode == 0 and "routing's recall: --recall 0.8" in r.stdout, r.stderr
+    assert any(l.startswith('routing ') for l in r.stdout.splitlines())
+
 @pytest.mark.parametrize('argv, words', [
     (('qwen3-30b-a3b',), 'needs its weights'),
     (('edge0-tiny', '--device', 'laptop'), "device 'laptop': expected here or one of edge-8gb-emmc, mac-16gb"),
