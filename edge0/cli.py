@@ -8,7 +8,7 @@ import argparse, sys
 from pathlib import Path
 import edge0
 from .backend import core as B
-from .files import InputError, find_model
+from .files import InputError, find_model, teachers
 from .routing import MoESpec, SUPPORTED, expert_keys
 from .streaming import PATHS, StreamOptions, model_spec
 from .decode import MODES
@@ -16,7 +16,7 @@ from .backend.quant import KERNELS
 from .convert import LAYOUTS
 from .decode import Sampling
 from .session import Session, format_stats
-from .phase1 import RECIPE
+from .phase1 import RECIPE, train_heads, train_prerouter
 
 # %% auto #0
 __all__ = ['CLIError', 'describe', 'generate', 'main']
@@ -233,6 +233,8 @@ def _train_parser(sub):
     t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text or '
                    'chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--self-tokens', type=_positive(int), help="phase 1: add about this many tokens of text the model writes "
+                   "itself from the calibration documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), help="phase 1: memory for experts (at least one MoE layer's; the "
                    "states stay in memory when they fit beside it, else in scratch files); default 256, or a layer and "
                    "a quarter")
@@ -355,16 +357,12 @@ def _cmd_plan(a):
 
 def _cmd_heads(a):
     "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
-    from edge0.phase1 import train_heads, train_prerouter
-    from edge0.files import teachers
-    steps = {'steps': a.steps} if a.steps else {}
-    if a.model in teachers() and not a.data:
+    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens)) if v}
+    if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
-        return print(train_prerouter(a.model, a.corpus, a.work or 'build/teachers', a.k, base,
-                                     **steps, **({'tokens': a.tokens} if a.tokens else {})))
-    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **steps,
-                **({'tokens': a.tokens} if a.tokens else {}))  # its closing table names the heads file
+        return print(train_prerouter(a.model, a.corpus, a.work or 'build/teachers', a.k, base, **recipe))
+    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **recipe)  # its table names the file
 
 def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     "A copy of teacher `name`'s int4 base in `dst` (made once), without the files matching `drop`"
@@ -380,7 +378,7 @@ def _cmd_train(a):
     if a.model not in TEACHERS:
         raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: {', '.join(TEACHERS)}); "
                        "phase 1 takes any model")
-    for flag in ('data', 'tokens', 'pool_mib'):
+    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'

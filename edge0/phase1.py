@@ -12,20 +12,21 @@ from tqdm.auto import tqdm
 from mlx_lm.utils import load_tokenizer
 import edge0
 from .backend import core as B, nn as bnn
-from .calib import Calibration, calibration, default_documents, read_documents
+from .calib import Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
+from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
 from .prerouter import (Prerouter, edge0_home, fingerprint, init_prerouter, recall_report, router_bias_of,
                              save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
 from .store import ExpertStore, index_checkpoint, model_spec
-from .streaming import StreamOptions, check_tokenizer, load as stream_load
+from .streaming import StreamOptions, check_tokenizer, load as stream_load, serving_dtype
 from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
 
 
 # %% auto #0
 __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'run_layers',
-           'layer_bytes', 'calibration_windows', 'data_key', 'provenance', 'heads_table', 'train_heads',
-           'sample_windows', 'teacher_windows', 'train_prerouter']
+           'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'data_key', 'provenance',
+           'heads_table', 'train_heads', 'sample_windows', 'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_phase1.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -55,8 +56,9 @@ def decoder_layers(spec:MoESpec, model) -> list:
 
 class LayerPass:
     "Runs one decoder layer of `model` at a time over batches of windows, through the model's own forward pass"
-    def __init__(self, spec:MoESpec, model):
+    def __init__(self, spec:MoESpec, model, dtype=None): # the dtype the model is served in (`serving_dtype`)
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
+        self.dtype = serving_dtype(spec, dtype)  # states come back as float32 arrays: fed in the model's own dtype
         self.own = list(self.layers)
         self.tap = RouterTap(spec, model)
 
@@ -66,7 +68,7 @@ class LayerPass:
         "`(output of layer, (router input, router logits, chosen or None) or None)`; the output is None if not computed"
         L, own = self.layers, self.own
         L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
-        if layer > 0: object.__setattr__(L[layer - 1], 'held', B.array(state))
+        if layer > 0: object.__setattr__(L[layer - 1], 'held', B.array(state).astype(self.dtype))
         catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
         if catch is not None: L[layer + 1] = catch
         blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
@@ -195,7 +197,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
 
 # %% ../nbs/04c_phase1.ipynb #43f7b428
 RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
-              heldout_tokens=16_384)  # at most this many held-out tokens are scored: the first windows of the split
+              heldout_tokens=16_384,  # at most this many held-out tokens are scored: the first windows of the split
+              self_tokens=0)          # tokens of the model's own text added to the calibration documents
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -250,7 +253,8 @@ def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, 
 
 
 # %% ../nbs/04c_phase1.ipynb #63911a8e
-def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4, show:bool=True):
+def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4, show:bool=True,
+               dtype=None):
     "Capture every layer not yet captured and train each head as soon as its next layer is in; resumes `scratch`"
     owners, done = pr.owners, lambda: scratch.m['heads']
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
@@ -258,7 +262,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
-    lp = LayerPass(pr.spec, h.model)
+    lp = LayerPass(pr.spec, h.model, dtype)
     try:
         for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)  # interrupted in training
         for layer in range(first, roles.last + 1):
@@ -326,13 +330,33 @@ def _owners(spec:MoESpec) -> tuple:
 
 
 # %% ../nbs/04c_phase1.ipynb #97d36648
-def calibration_windows(d:Path, data, params:dict) -> Calibration:
-    "The calibration windows of the model in `d`: from `data` (paths), else the bundled set, by the model's tokenizer"
+def self_documents(d:Path, docs:list, tokens:int, pool_bytes:int, seed:int=0, length:int=256, show:bool=True) -> list:
+    "About `tokens` tokens the model in `d` writes itself, `length` at a time, from prompts of `docs`, streamed as served"
+    out = []
+    with decode_load(d, 'off', options=StreamOptions(pool_bytes=pool_bytes)) as h:
+        tok, eos = h.tokenizer, set(h.tokenizer.eos_token_ids)
+        prompts = self_prompts(docs, -(-tokens // length), seed=seed)
+        for i, prompt in enumerate(tqdm(prompts, desc="the model's own text", unit='text', disable=not show)):
+            ids = tok.encode(prompt) if isinstance(prompt, str) else chat_ids(tok, prompt)
+            drawn = generate_ids(h.model, ids, length, eos, sampling=self_sampling(seed + i))
+            text = tok.decode([t for t, _ in drawn if t not in eos])
+            out.append(Document(f"self:{i}", text=prompt + text) if isinstance(prompt, str) else
+                       Document(f"self:{i}", messages=[*prompt, dict(role='assistant', content=text)]))
+    return out
+
+def self_sampling(seed:int) -> Sampling:
+    "How the model's own text is drawn: sampled (a tiny model's greedy text loops), seeded per text"
+    return Sampling(temp=0.7, top_p=0.95, seed=seed)
+
+def calibration_windows(d:Path, data, params:dict, pool_bytes:int, show:bool=True) -> Calibration:
+    "The calibration windows of the model in `d`: `data` (paths) or the bundled set, plus the model's own text"
     check_tokenizer(d)
     docs = read_documents(data) if data else default_documents()
+    if params['self_tokens']: docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
     cal = calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
     held = cal.heldout[:max(1, params['heldout_tokens'] // params['seq'])]
-    return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held)))
+    return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held),
+                                             self_generated_tokens=params['self_tokens']))
 
 def data_key(cal:Calibration) -> str:
     "A hash of the windows themselves: a resumed run must train on the same tokens"
@@ -389,9 +413,9 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     k, params = k or spec.k, dict(RECIPE, **recipe)
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
     owners = _owners(spec)
-    windows = windows or calibration_windows(d, data, params)
+    budget = _budget(d, spec, k, pool_mib, params['tokens'] + params['heldout_tokens'])
+    windows = windows or calibration_windows(d, data, params, budget['pool'], show)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
-    budget = _budget(d, spec, k, pool_mib, ids.size)
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
     key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=data_key(windows), owners=list(owners))
     _check_disk(root, budget['scratch'])
@@ -403,7 +427,7 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
                          dtype=dtype) as h:
             pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
             for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)), pr.heads[f"layer{n}"], params['lr'])
-            run_layers(scratch, pr, h, ids, T, params, window_batch, show)
+            run_layers(scratch, pr, h, ids, T, params, window_batch, show, dtype)
             meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0), **(extra or {}))
             out = save_prerouter(pr, d, extra=meta, dst=dst)
     except OSError as e:

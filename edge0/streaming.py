@@ -19,8 +19,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'cast_params', 'Handle', 'load', 'load_resident',
-           'stats', 'reset_stats']
+           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'serving_dtype', 'cast_params', 'Handle', 'load',
+           'load_resident', 'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -512,9 +512,13 @@ def check_tokenizer(model_dir):
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
         raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
 
+def serving_dtype(spec:MoESpec, dtype=None):
+    "The dtype a model is served in: `dtype`, else the backend's policy for the checkpoint's dtype"
+    return dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
+
 def cast_params(model, spec:MoESpec, dtype=None):
     "Apply the backend's dtype policy to `model`'s float parameters, but not to those its own `cast_predicate` keeps"
-    dt = dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
+    dt = serving_dtype(spec, dtype)
     cast = getattr(model, 'cast_predicate', lambda name: True)  # mlx-lm's rule: e.g. A_log, router biases stay float32
     model.update(B.tree_unflatten([(n, w.astype(dt)) for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt

@@ -137,7 +137,13 @@ def tiny_tokenizer(dst, vocab:int=512) -> int:
     return tok.token_to_id('<|im_end|>')
 
 # %% ../nbs/00_zoo.ipynb #2b1d23c2
+def _scale_embedding(model, rms:float):
+    "Scale the token embedding (drawn at 1/sqrt(D) per entry) so that its rows have RMS `rms`"
+    emb = [(n, w) for n, w in B.tree_flatten(model.parameters()) if n.endswith(('embed_tokens.weight', 'word_embeddings.weight'))]
+    model.update(B.tree_unflatten([(n, w * (rms * w.shape[-1] ** 0.5)) for n, w in emb]))
+
 def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False,
+               embed_rms:float|None=None, # rows of the token embedding at this RMS (None: drawn as every matrix)
                **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
@@ -145,6 +151,7 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
     config = tiny_config(model_type, **config_kw)
     model, spec = tiny_model(config, seed)
+    if embed_rms: _scale_embedding(model, embed_rms)
     # bf16 like a real checkpoint, except the correction bias, which mlx-lm keeps in float32
     model.update(B.tree_unflatten([(n, w.astype(B.bfloat16)) for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype == B.float32 and not _is_router_bias(n, spec)]))
@@ -152,7 +159,7 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     with atomic_dir(dst, overwrite) as tmp:
         config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config') or config)['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type, seed=seed, bits=bits,
-                                          group_size=group_size)
+                                          group_size=group_size, embed_rms=embed_rms)
         save_model(tmp, model)
         save_config(config, tmp / 'config.json')
     return dst

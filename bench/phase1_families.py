@@ -1,0 +1,78 @@
+"""Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --prerouter routing` with its heads.
+
+    python bench/phase1_families.py                    # all 13 families (about 10 min)
+    python bench/phase1_families.py --families qwen3_next deepseek_v3
+
+Each family's checkpoint is `edge0.zoo.build_tiny` with 4 layers (the DeepSeek, GLM and Ling families' first layer is
+dense, so they have 3 MoE layers and one head; the others 4 and two) and unit-RMS embedding rows (`embed_rms=1.0`: drawn
+like every other matrix, three families route degenerately, each token nearly as the last); its routing statistics are
+printed first; trained by `edge0 train DIR --phase 1` on the
+bundled calibration set, then served by `edge0 generate --prerouter routing --stats`. Per family: the heads' held-out
+recall against the temporal-locality baseline, and the decoder's host syncs per step and dropped experts.
+Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline.
+Writes bench/results/phase1_families.txt and .json.
+"""
+import argparse, json, os, re, subprocess, sys, tempfile
+from pathlib import Path
+from edge0.routing_stats import checkpoint_routing, format_routing
+from edge0.store import read_header
+from edge0.zoo import FAMILIES, build_tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+EDGE0 = [sys.executable, '-m', 'edge0']
+
+def family(name:str, root:Path, tokens:int, steps:int) -> dict:
+    d = build_tiny(name, root / name, num_layers=4, overwrite=True, embed_rms=1.0)
+    routing = format_routing(checkpoint_routing(d, 256), name)  # first: degenerate routing would make the test moot
+    print(routing, flush=True)
+    env = dict(os.environ, EDGE0_HOME=str(root / 'home'))
+    train = subprocess.run([*EDGE0, 'train', str(d), '--phase', '1', '--tokens', str(tokens), '--steps', str(steps)],
+                           capture_output=True, text=True, env=env)
+    if train.returncode: return dict(family=name, routing=routing, error=train.stderr.strip().splitlines()[-1])
+    heads = d / 'prerouter.safetensors'
+    recall = {int(n): r for n, r in json.loads(read_header(heads)[1]['heldout_recall']).items()}
+    gen = subprocess.run([*EDGE0, 'generate', '-m', str(d), '-p', 'The expert weights stay on the disk',
+                          '--ignore-chat-template', '--max-tokens', '24', '--prerouter', 'routing', '--stats'],
+                         capture_output=True, text=True, env=env)
+    if gen.returncode: return dict(family=name, error=gen.stderr.strip().splitlines()[-1])
+    line = next(l for l in gen.stdout.splitlines() if l.startswith('prerouter routing'))
+    syncs = float(re.search(r'([\d.]+) host syncs/step', line).group(1))
+    dropped = int(re.search(r'(\d+) dropped', line).group(1))
+    note = next((l for l in gen.stderr.splitlines() if 'prerouter heads:' in l), '')
+    return dict(family=name, routing=routing, heads=recall, syncs_per_step=syncs, dropped=dropped, decoder=line, heads_note=note.strip())
+
+def report(rows:list) -> str:
+    lines = [f"{'family':>19}{'heads':>6}{'recall':>8}{'reuse':>7}{'heaviest':>9}  {'all > reuse':<12}"
+             f"{'syncs/step':>10}{'dropped':>8}"]
+    for r in rows:
+        if 'error' in r:
+            lines.append(f"{r['family']:>19}  FAILED: {r['error']}")
+            continue
+        h = r['heads'].values()
+        mean = lambda key: sum(x[key] for x in h) / len(h)
+        lines.append(f"{r['family']:>19}{len(h):>6}{mean('head'):>8.3f}{mean('reuse'):>7.3f}{mean('heaviest'):>9.3f}  "
+                     f"{str(all(x['head'] > x['reuse'] for x in h)):<12}{r['syncs_per_step']:>10.2f}{r['dropped']:>8}")
+    ok = [r for r in rows if 'error' not in r and r['dropped'] == 0 and r['syncs_per_step'] == 1.0
+          and all(x['head'] > x['reuse'] for x in r['heads'].values())]
+    lines.append(f"{len(ok)} of {len(rows)} families: 0 dropped, 1.0 host syncs/step, every head above its baseline")
+    if rows and 'heads_note' in rows[0]: lines.append(f"generate said, e.g.: {rows[0]['heads_note']}")
+    return '\n'.join(lines)
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--families', nargs='+', default=FAMILIES, choices=FAMILIES)
+    ap.add_argument('--tokens', type=int, default=8192)
+    ap.add_argument('--steps', type=int, default=300)
+    ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'phase1_families'))
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for name in a.families:
+            rows.append(family(name, Path(tmp), a.tokens, a.steps))
+            print(report(rows[-1:]).splitlines()[1], flush=True)
+    text = '\n'.join([f"phase 1 on every family (4-layer zoo checkpoints, {a.tokens:,} calibration tokens, {a.steps} steps)",
+                      *(r['routing'] for r in rows), report(rows)])
+    print(text)
+    Path(a.out + '.txt').write_text(text + '\n')
+    Path(a.out + '.json').write_text(json.dumps(rows, indent=1))
+    sys.exit(0 if all('error' not in r and r['dropped'] == 0 for r in rows) else 1)
