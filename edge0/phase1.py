@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_phase1.ipynb #e060b2cd
 from __future__ import annotations
-import errno, hashlib, json, os, resource, shutil, sys, time
+import errno, fcntl, hashlib, json, os, resource, shutil, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -15,8 +15,8 @@ from .backend import core as B, nn as bnn
 from .calib import Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
-from .prerouter import (Prerouter, edge0_home, fingerprint, init_prerouter, recall_report, router_bias_of,
-                             save_prerouter, train_head)
+from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
+                             recall_report, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
 from .store import ExpertStore, index_checkpoint, model_spec
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, serving_dtype
@@ -89,11 +89,22 @@ class LayerPass:
 
 
 # %% ../nbs/04c_phase1.ipynb #bb5a792d
+def _lock(d:Path) -> int:
+    "An exclusive lock on folder `d` (its `.lock` file, beside it) for this process, or a one-line error"
+    d.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d.parent / f".{d.name}.lock", os.O_RDWR | os.O_CREAT)
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for it to finish") from None
+    return fd
+
 class Scratch:
     """The resumable state of one phase-1 run in folder `dir`: the states between layers, the captures the heads still
     need, the heads' checkpoints and `manifest.json`; an existing folder is resumed if its key is `key`, else cleared"""
     def __init__(self, dir, key:dict, memory:bool):
         self.dir, self.key, self.memory, self.held = Path(dir), key, memory, {}
+        self.lock = _lock(self.dir)
         old = self.dir / 'manifest.json'
         m = json.loads(old.read_text()) if old.is_file() else None
         if m is None or m.get('key') != key:
@@ -143,6 +154,13 @@ class Scratch:
     def remove(self):
         self.held.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.close()
+        (self.dir.parent / f".{self.dir.name}.lock").unlink(missing_ok=True)
+
+    def close(self):
+        "Let another run use the folder"
+        if self.lock is not None: os.close(self.lock)
+        self.lock = None
 
 
 # %% ../nbs/04c_phase1.ipynb #f367b618
@@ -413,6 +431,8 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     k, params = k or spec.k, dict(RECIPE, **recipe)
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
     owners = _owners(spec)
+    dst = Path(dst) if dst is not None else heads_dir_for(d)  # where the heads go, refused now rather than at the end
+    if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable folder (--dst)")
     budget = _budget(d, spec, k, pool_mib, params['tokens'] + params['heldout_tokens'])
     windows = windows or calibration_windows(d, data, params, budget['pool'], show)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
@@ -435,6 +455,7 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
         scratch.remove()
         raise InputError(f"the scratch disk is full: writing {root} failed; pass --work on a disk with room, "
                          "or fewer --tokens") from None
+    finally: scratch.close()
     scratch.remove()
     if show: print(heads_table(out, meta, pr.next_layer, k, spec.num_experts))
     return out

@@ -17,8 +17,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'head_batch', 'train_head', 'phase1',
-           'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'heads_dir_for', 'heads_places',
-           'find_heads', 'heads_file', 'save_prerouter', 'load_prerouter']
+           'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable', 'heads_dir_for',
+           'heads_places', 'find_heads', 'heads_file', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -222,7 +222,7 @@ def _in_hf_cache(d:Path) -> bool:
         if p.is_relative_to(Path(HF_HUB_CACHE).resolve()): return True
     return False
 
-def _writable(d:Path) -> bool:
+def is_writable(d:Path) -> bool:
     "Whether a file can be made in `d` (or, where `d` does not exist yet, in the nearest folder above it that does)"
     d = Path(d).absolute()
     while not d.exists(): d = d.parent
@@ -231,10 +231,10 @@ def _writable(d:Path) -> bool:
 def heads_dir_for(model_dir) -> Path:
     "The folder new heads of the model in `model_dir` go to: the model's own, else `edge0_home()/heads/<fingerprint>`"
     d = Path(model_dir)
-    why = 'is in the Hugging Face cache' if _in_hf_cache(d) else None if _writable(d) else 'is not writable'
+    why = 'is in the Hugging Face cache' if _in_hf_cache(d) else None if is_writable(d) else 'is not writable'
     if why is None: return d
     home = edge0_home() / 'heads' / fingerprint(d)
-    if _writable(home): return home
+    if is_writable(home): return home
     raise InputError(f"nowhere to write prerouter heads: {d} {why} and {home} is not writable; "
                      "set EDGE0_HOME to a writable folder")
 
