@@ -232,17 +232,17 @@ def _train_parser(sub):
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
     t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text or '
                    'chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
-    t.add_argument('--tokens', type=_positive(int), help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
-    t.add_argument('--self-tokens', type=_positive(int), help="phase 1: add about this many tokens of text the model writes "
+    t.add_argument('--tokens', type=_positive(int), metavar='N', help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--self-tokens', type=_positive(int), metavar='N', help="phase 1: add about this many tokens of text the model writes "
                    "itself from the calibration documents, generated streamed as served (default: none)")
-    t.add_argument('--pool-mib', type=_positive(float), help="phase 1: memory for experts (at least one MoE layer's; the "
+    t.add_argument('--pool-mib', type=_positive(float), metavar='MIB', help="phase 1: memory for experts (at least one MoE layer's; the "
                    "states stay in memory when they fit beside it, else in scratch files); default 256, or a layer and "
                    "a quarter")
-    t.add_argument('--work', help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
-    t.add_argument('--dst', help="phase 1: folder for the heads (default: beside the model if writable, else "
+    t.add_argument('--work', metavar='DIR', help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
+    t.add_argument('--dst', metavar='DIR', help="phase 1: folder for the heads (default: beside the model if writable, else "
                    "$EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default build/teachers/out)")
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
-    t.add_argument('--steps', type=_positive(int), help='train this many steps instead of the recipe')
+    t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
 
 
 # %% ../nbs/09_cli.ipynb #082aae7d

@@ -430,6 +430,8 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     spec = model_spec(d)
     k, params = k or spec.k, dict(RECIPE, **recipe)
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
+    if params['tokens'] < params['seq']:
+        raise InputError(f"--tokens {params['tokens']}: expected at least one window of {params['seq']} tokens")
     owners = _owners(spec)
     dst = Path(dst) if dst is not None else heads_dir_for(d)  # where the heads go, refused now rather than at the end
     if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable folder (--dst)")
