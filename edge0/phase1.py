@@ -322,7 +322,7 @@ def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dic
     need = lb + k * expert  # one layer held whole, and the working set of the token that routes past it
     pool = int(pool_mib * 2**20) if pool_mib else max(256 * 2**20, int(1.25 * need))
     if pool < need:
-        raise InputError(f"--pool-mib {pool / 2**20:.0f} is below one layer's working set: the largest MoE layer of {d} "
+        raise InputError(f"--pool-mib {pool_mib:g} is below one layer's working set: the largest MoE layer of {d} "
                          f"holds {lb / 2**20:.1f} MiB of experts; give at least {need / 2**20 + 1:.0f}")
     D, E = spec.hidden_size, spec.num_experts
     scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)  # two layers' states, an owner's inputs, two targets' logits
