@@ -40,8 +40,8 @@ teachers: setup
 	for t in edge0-tiny edge0-tiny-ds; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out with edge0/models, then copy it there to update the committed teachers"
 
-# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (about 8 min each) and of edge0-tiny-ds at K=4 and K=2
-# (about 2 min each), beside a copy of the committed base.
+# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (10-20 min each) and of edge0-tiny-ds at K=4 and K=2
+# (2-6 min each), beside a copy of the committed base (`edge0 train MODEL --phase 1` does the same for any model).
 prerouters: setup
 	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase 1 --k $${tk#*:} --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out/*-int4/prerouter*.safetensors with edge0/models/*-int4, then copy them there"
