@@ -6,8 +6,8 @@
 The checkpoint (edge0.zoo.build_synthetic, 16 layers x 128 experts, K=8, 1.84 GB, cached under build/bench; phase 1 runs on
 its copy repacked by `edge0 convert --layout torch-cpu`, same bytes, unless --layout mlx) has its routing printed first:
 degenerate routing would make the I/O figures meaningless. The calibration data is one text file of the bundled
-documents whose held-out tail is --heldout-windows windows (the default held-out set, 16,384 tokens, would cost this
-2-core CPU twice the capture of the 8,192 training tokens). Then, each in a child process in a child memory cgroup
+documents whose held-out tail is --heldout-windows windows (the committed run was made when the held-out set scored
+was 16,384 tokens whatever --tokens; it is a quarter of --tokens now, or --heldout-tokens). Then, each in a child process in a child memory cgroup
 capped at half the checkpoint's bytes (no swap), with the checkpoint dropped from the page cache before it:
   1. mlx_lm.load of the checkpoint (the mlx layout), which should be OOM-killed (its exit status, the cgroup's oom_kill count);
   2. `edge0 train CKPT --phase 1 --k 8 --tokens N --steps S --pool-mib P --work W --dst D`, measured from outside: the
@@ -101,8 +101,7 @@ def build(model:Path, layers:int, hidden:int, expert_size:int) -> int:
 
 def calibration_file(model:Path, path:Path, tokens:int, heldout_windows:int, seq:int=256) -> Path:
     """One text file of the bundled calibration documents (round robin over their sources) whose last 5% (the held-out
-    split of a single document) is about `heldout_windows` windows: the default held-out set (16,384 tokens) would
-    cost twice the capture of the training windows on this CPU"""
+    split of a single document) is about `heldout_windows` windows, so the run scores a held-out set of a known size"""
     from itertools import chain, zip_longest
     from edge0.calib import default_documents
     from mlx_lm.utils import load_tokenizer

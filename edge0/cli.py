@@ -233,6 +233,8 @@ def _train_parser(sub):
     t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text or '
                    'chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N', help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--heldout-tokens', type=_positive(int), metavar='N', help="phase 1: held-out tokens the heads are "
+                   "scored on (default: a quarter of --tokens)")
     t.add_argument('--self-tokens', type=_positive(int), metavar='N', help="phase 1: add about this many tokens of text the model writes "
                    "itself from the calibration documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB', help="phase 1: memory for experts (at least one MoE layer's; the "
@@ -357,7 +359,8 @@ def _cmd_plan(a):
 
 def _cmd_heads(a):
     "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
-    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens)) if v}
+    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens),
+                                    ('heldout_tokens', a.heldout_tokens)) if v}
     if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
@@ -378,7 +381,7 @@ def _cmd_train(a):
     if a.model not in TEACHERS:
         raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: {', '.join(TEACHERS)}); "
                        "phase 1 takes any model")
-    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens'):
+    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'

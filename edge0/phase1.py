@@ -25,8 +25,8 @@ from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
 
 # %% auto #0
 __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'run_layers',
-           'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'data_key', 'provenance',
-           'heads_table', 'train_heads', 'sample_windows', 'teacher_windows', 'train_prerouter']
+           'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key',
+           'provenance', 'heads_table', 'train_heads', 'sample_windows', 'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_phase1.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -215,7 +215,7 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
 
 # %% ../nbs/04c_phase1.ipynb #43f7b428
 RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
-              heldout_tokens=16_384,  # at most this many held-out tokens are scored: the first windows of the split
+              heldout_tokens=None,    # held-out tokens scored, the first windows of the split (None: a quarter of tokens)
               self_tokens=0)          # tokens of the model's own text added to the calibration documents
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
@@ -372,9 +372,13 @@ def calibration_windows(d:Path, data, params:dict, pool_bytes:int, show:bool=Tru
     docs = read_documents(data) if data else default_documents()
     if params['self_tokens']: docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
     cal = calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
-    held = cal.heldout[:max(1, params['heldout_tokens'] // params['seq'])]
+    held = cal.heldout[:max(1, heldout_tokens(params) // params['seq'])]
     return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held),
                                              self_generated_tokens=params['self_tokens']))
+
+def heldout_tokens(params:dict) -> int:
+    "How many held-out tokens a run scores: the recipe's `heldout_tokens`, else a quarter of its training tokens"
+    return params['heldout_tokens'] or params['tokens'] // 4
 
 def data_key(cal:Calibration) -> str:
     "A hash of the windows themselves: a resumed run must train on the same tokens"
@@ -435,7 +439,7 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     owners = _owners(spec)
     dst = Path(dst) if dst is not None else heads_dir_for(d)  # where the heads go, refused now rather than at the end
     if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable folder (--dst)")
-    budget = _budget(d, spec, k, pool_mib, params['tokens'] + params['heldout_tokens'])
+    budget = _budget(d, spec, k, pool_mib, params['tokens'] + heldout_tokens(params))
     windows = windows or calibration_windows(d, data, params, budget['pool'], show)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
