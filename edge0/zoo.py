@@ -139,7 +139,8 @@ def tiny_tokenizer(dst, vocab:int=512) -> int:
 # %% ../nbs/00_zoo.ipynb #2b1d23c2
 def _scale_embedding(model, rms:float):
     "Scale the token embedding (drawn at 1/sqrt(D) per entry) so that its rows have RMS `rms`"
-    emb = [(n, w) for n, w in B.tree_flatten(model.parameters()) if n.endswith(('embed_tokens.weight', 'word_embeddings.weight'))]
+    names = ('embed_tokens.weight', 'word_embeddings.weight')
+    emb = [(n, w) for n, w in B.tree_flatten(model.parameters()) if n.endswith(names)]
     model.update(B.tree_unflatten([(n, w * (rms * w.shape[-1] ** 0.5)) for n, w in emb]))
 
 def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False,
