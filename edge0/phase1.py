@@ -18,7 +18,7 @@ from .files import InputError, find_model, teacher_path
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
                              recall_report, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
-from .store import ExpertStore, index_checkpoint, model_spec
+from .store import ExpertStore, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, serving_dtype
 from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
 
@@ -233,9 +233,7 @@ def _save_head(path:Path, head, opt=None, meta:dict|None=None):
 
 def _load_head(path:Path, head, lr:float):
     "`(optimizer, metadata)` of a head checkpoint written by `_save_head`, its parameters loaded into `head`"
-    from safetensors import safe_open
-    arrays = B.load_arrays(path)
-    with safe_open(str(path), 'np') as f: meta = f.metadata() or {}
+    arrays, meta = B.load_arrays(path), read_header(path)[1]
     head.update(B.tree_unflatten([(k, v) for k, v in arrays.items() if not k.startswith('opt.')]))
     opt = bnn.optim.Adam(lr)
     state = [(k[4:], v) for k, v in arrays.items() if k.startswith('opt.')]
@@ -286,10 +284,10 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
         for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)  # interrupted in training
         for layer in range(first, roles.last + 1):
             cost = capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch, bar)
-            if layer > 0: scratch.drop(f"state{layer}")
             m = scratch.m
             scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'], bytes_read=m['bytes_read'] + cost['bytes'],
                            capture_s=m['capture_s'] + cost['capture_s'], peak_rss=max(m['peak_rss'], _peak_rss()))
+            if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))
