@@ -16,7 +16,7 @@ from .calib import Calibration, Document, calibration, chat_ids, default_documen
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
-                             recall_report, router_bias_of, save_prerouter, train_head)
+                             recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
 from .store import ExpertStore, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, serving_dtype
@@ -227,9 +227,7 @@ def _save_head(path:Path, head, opt=None, meta:dict|None=None):
     "Write a head's parameters (and its optimizer's state) to `path` atomically"
     arrays = dict(B.tree_flatten(head.parameters()))
     if opt is not None: arrays.update({f"opt.{k}": v for k, v in B.tree_flatten(opt.state)})
-    tmp = path.with_name(f"{path.stem}.partial.safetensors")
-    B.save_safetensors(tmp, arrays, {k: str(v) for k, v in (meta or {}).items()})
-    os.replace(tmp, path)
+    replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, {k: str(v) for k, v in (meta or {}).items()}))
 
 def _load_head(path:Path, head, lr:float):
     "`(optimizer, metadata)` of a head checkpoint written by `_save_head`, its parameters loaded into `head`"

@@ -18,7 +18,7 @@ from fastcore.basics import patch
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'head_batch', 'train_head', 'phase1',
            'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable', 'heads_dir_for',
-           'heads_places', 'find_heads', 'heads_file', 'save_prerouter', 'load_prerouter']
+           'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -154,7 +154,7 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
                                          # row-indexable arrays, memory-mapped files included
                steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, seq:int=256,
                start:int=0, opt=None, # resume: the step to start at and the optimizer state reached there
-               log:list|None=None, on_step=None, show:bool=True, bar=None) -> list:
+               log:list|None=None, on_step=None, show:bool=True) -> list:
     "Train head `n` on its captured pairs by KL to the next router; returns its loss log (`on_step(step, opt, log)`)"
     head, spec = pr.heads[f"layer{n}"], pr.spec
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
@@ -163,8 +163,7 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
         p, q = _probs(spec, target), _probs(spec, head(f))
         return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
     loss_and_grad = bnn.value_and_grad(head, loss_fn)
-    own = bar is None
-    bar = bar or tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step', disable=not show)
+    bar = tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step', disable=not show)
     for step in range(start, steps):
         t = head_batch(n, step, seed, positions, batch)
         f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
@@ -175,7 +174,7 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
         bar.update(1)
         if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}", kl=f"{np.mean(log[-50:]):.4f}")
         if on_step is not None: on_step(step + 1, opt, log)
-    if own: bar.close()
+    bar.close()
     return log
 
 def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True,
@@ -261,7 +260,7 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
                             f"`edge0 train {model_dir} --phase 1 --k {k or spec.k}`")
 
 # %% ../nbs/02a_prerouter.ipynb #68dda16e
-def _replace(p:Path, write):
+def replace_whole(p:Path, write):
     "Call `write(tmp)` on a temporary file beside `p`, then rename it to `p`: `p` is whole or as it was"
     tmp = p.with_name(f'.{p.name}.{os.getpid()}.{time.monotonic_ns()}.tmp{p.suffix}')  # made as `p` would be
     try:
@@ -276,7 +275,7 @@ def _describe(out:Path, base_dir):
     d = Path(base_dir)
     info = dict(path=str(d.absolute()), model_type=read_json(d / 'config.json', 'model config').get('model_type'),
                 fingerprint=fingerprint(d), note='prerouter heads of this model; edge0 finds them by the fingerprint')
-    _replace(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
+    replace_whole(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
 
 def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
     "Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else `heads_dir_for`"
@@ -287,7 +286,7 @@ def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=N
     out.mkdir(parents=True, exist_ok=True)
     if out.resolve() != Path(base_dir).resolve(): _describe(out, base_dir)
     p = out / prerouter_file(pr.spec, pr.k)
-    _replace(p, lambda tmp: B.save_safetensors(tmp, dict(B.tree_flatten(pr.parameters())), meta))
+    replace_whole(p, lambda tmp: B.save_safetensors(tmp, dict(B.tree_flatten(pr.parameters())), meta))
     return p
 
 # %% ../nbs/02a_prerouter.ipynb #d309e2f4
