@@ -131,14 +131,12 @@ class Scratch:
 
     def keep(self, name:str):
         "Write array `name` to its file (the next run resumes from it)"
-        a, final = self.held[name], self.dir / f"{name}.npy"
-        if isinstance(a, np.memmap):
-            a.flush()
-            os.replace(self.dir / f"{name}.partial.npy", final)
-            self.held[name] = np.load(final, mmap_mode='r')
+        a, partial, final = self.held[name], self.dir / f"{name}.partial.npy", self.dir / f"{name}.npy"
+        if isinstance(a, np.memmap): a.flush()  # written in place
         else:
-            with open(self.dir / f"{name}.partial.npy", 'wb') as f: np.save(f, a)
-            os.replace(self.dir / f"{name}.partial.npy", final)
+            with open(partial, 'wb') as f: np.save(f, a)
+        os.replace(partial, final)
+        if isinstance(a, np.memmap): self.held[name] = np.load(final, mmap_mode='r')
 
     def get(self, name:str) -> np.ndarray:
         "Array `name`: the one held, else read back from its file (in memory, or memory-mapped)"
