@@ -103,7 +103,8 @@ def _bench_parser(sub):
     b.add_argument('--rounds', type=_positive(int), default=3)
     b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
     b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
-    b.add_argument('--pool-mb', type=_positive(float), default=256, help='expert pool (MiB) of every arm')
+    b.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
+                   help="expert budget of every arm, MiB (auto: each arm's from the memory it may use)")
     b.add_argument('--total-budget', action='store_true', help='--pool-mb bounds resident layers and slots too')
     b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     b.add_argument('--kernels', choices=KERNELS)
@@ -122,6 +123,14 @@ def _positive(kind):
         if v <= 0: raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
         return v
     return parse
+
+def _budget(text):
+    "A budget in MiB, or 'auto'"
+    if text == 'auto': return text
+    try: v = float(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"expected MiB (a number) or auto, got {text!r}")
+    if not v > 0: raise argparse.ArgumentTypeError(f"must be above 0 (or auto), got {text}")
+    return v
 
 def _bool(text):
     if text.lower() in ('true', 'yes', '1'): return True
@@ -144,8 +153,9 @@ def _model_arguments(g):
     g.add_argument('--extra-eos-token', nargs='+', default=(), help='more tokens (strings or ids) that end the text')
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='auto')
-    g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_positive(float), default=256,
-                   help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot sets, resident layers')
+    g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_budget, default='auto', metavar='MIB|auto',
+                   help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot sets, resident layers '
+                   '(auto: from the memory this process may use; --stats shows how)')
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
     g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
@@ -208,7 +218,8 @@ def _plan_parser(sub):
     p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
     p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
                    help=f"comma-separated: {', '.join(STRATEGIES)}")
-    p.add_argument('--pool-mb', type=_positive(float), help='edge0 expert pool (MiB; default: half the free memory)')
+    p.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_positive(float),
+                   help="edge0's expert budget (MiB; default: what `--pool-mib auto` gives a run on the device)")
     p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: measured inside "
                    "the tier's read throttle)")
     p.add_argument('--cap-mb', type=_positive(float), help='memory the model may use (MiB); here: measured under this '
@@ -288,8 +299,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/09_cli.ipynb #dfec3a9d
+def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
+
 def _options(a) -> StreamOptions:
-    return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=int(a.pool_mib * 2**20),
+    return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
                          slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead, kernels=a.kernels)
 
 def _session_kw(a) -> dict:
@@ -313,8 +326,10 @@ def _prompt(text:str) -> str:
     return sys.stdin.read()
 
 def _cmd_generate(a):
-    kw = _session_kw(a)
-    f = generate(a.model, _prompt(a.prompt), a.max_tokens, _sampling(a), kw.pop('resident'), kw.pop('options'),
+    kw, prompt = _session_kw(a), _prompt(a.prompt)
+    if kw['options'].kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
+        kw['options'].kv_tokens = len(prompt.encode()) + 256 + max(a.max_tokens, 1)
+    f = generate(a.model, prompt, a.max_tokens, _sampling(a), kw.pop('resident'), kw.pop('options'),
                  prerouter=kw.pop('mode'), trace=a.trace, record_trace=a.record_trace,
                  chat=False if a.ignore_chat_template else None, system_prompt=a.system_prompt, **kw)
     for note in f['notes']: print(f"note: {note}", file=sys.stderr)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
 from .files import InputError
+from .memory import io_counters
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'STYLE', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup',
@@ -205,7 +206,7 @@ class Arm:
     k:int|None = None             # experts per token (None: the model's own)
     path:str = 'exact'            # decode executor path (edge0.streaming.PATHS)
     prefill_path:str = 'exact'
-    pool_mb:float = 256           # budget of all expert memory (MiB)
+    pool_mb:float|str = 'auto'    # budget of all expert memory (MiB), or 'auto' (from the memory the arm may use)
     slots:int|None = None         # staged slots per layer
     buffers:int = 2
     kernels:str|None = None       # 'mlx' | 'torch' (None: edge0's default)
@@ -222,7 +223,8 @@ class Arm:
         for what, v, ok in (('path', self.path, PATHS), ('prefill_path', self.prefill_path, PATHS)):
             if v not in ok: raise InputError(f"arm {what} {v!r}: expected one of {', '.join(ok)}")
         if self.k is not None and self.k < 1: raise InputError(f"arm k must be at least 1, got {self.k}")
-        if not self.pool_mb > 0: raise InputError(f"arm pool_mb must be positive, got {self.pool_mb}")
+        if self.pool_mb != 'auto' and not (isinstance(self.pool_mb, (int, float)) and self.pool_mb > 0):
+            raise InputError(f"arm pool_mb must be a positive number of MiB or 'auto', got {self.pool_mb!r}")
         if not (Path(self.model) / 'config.json').is_file():
             raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm model directory)")
         if not self.name:
@@ -253,7 +255,7 @@ def _totals(engine) -> np.ndarray:
     return np.array([[s.loads, s.bytes_read, s.cold_pages, s.pages, s.read_s, s.blocked_s, s.hits]
                      for s in engine.stats.values()], dtype=np.float64).sum(0)
 
-def _open_arm(arm:Arm, trace=None, record:bool=False):
+def _open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     "A handle with its decoder for `arm`"
     from edge0.backend import core as B
     from edge0.streaming import StreamOptions, load_resident, model_spec
@@ -265,8 +267,10 @@ def _open_arm(arm:Arm, trace=None, record:bool=False):
         elif arm.k not in (None, spec.k):
             raise InputError(f"a resident arm decodes at the model's K={spec.k}; use mode 'compute' for K={arm.k}")
         return h
-    held = 0 if arm.total_budget else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
-    o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path, pool_bytes=int(arm.pool_mb * 2**20) + held,
+    auto = arm.pool_mb == 'auto'  # the whole budget, slots and resident layers in it, from the memory left
+    held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
+    o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
+                      pool_bytes='auto' if auto else int(arm.pool_mb * 2**20) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels)
     h = load(arm.model, arm.mode, arm.k, arm.heads, trace=trace, record_trace=record, options=o, spec=spec)
     if arm.adapter:
@@ -282,7 +286,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     from edge0.decode import DecodeStats, generate_ids, save_trace
     from edge0.streaming import reset_stats
     t0 = time.perf_counter()
-    h = _open_arm(arm, trace, record is not None)
+    h = _open_arm(arm, trace, record is not None, prompt + tokens + 1)
     load_s, dec, eng = time.perf_counter() - t0, h.decoder, h.engine
     ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
     evict(arm.model)
@@ -296,6 +300,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     if eng is not None: reset_stats(eng)
     if dec is not None: dec.stats = DecodeStats()
     B.reset_peak_memory()
+    io0 = io_counters()
     evicting = []  # seconds spent evicting before each step (`cold_steps`), taken out of its time
     if arm.cold_steps and dec is not None and eng is not None:
         flush = dec.flush
@@ -310,11 +315,15 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
         toks.append(t)
         times.append(dt - (evicting.pop() if evicting else 0.0))
         if eng is not None: snaps.append(_totals(eng))
-    n, ru = len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    n, ru, io1 = len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, io_counters()
     out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s, prefill_warm_tps=len(ids) / warm_s,
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
                peak_active_mb=B.memory_stats().peak / 2**20,
-               rss_mb=ru / (2**20 if sys.platform == 'darwin' else 1024), tokens=toks)
+               rss_mb=ru / (2**20 if sys.platform == 'darwin' else 1024), tokens=toks,
+               disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / 2**20,  # this process's reads
+               faults_per_step=(io1[1] - io0[1]) / n)
+    if eng is not None and eng.budget is not None:
+        out.update(pool_mb=eng.budget.pool / 2**20 if eng.budget.pool else None, budget=asdict(eng.budget))
     if eng is not None:
         steps = np.diff(np.array(snaps), axis=0)  # per step: loads, bytes, cold, pages, read s, blocked s, hits
         tot = steps.sum(0)
@@ -438,7 +447,7 @@ def fit_load_cost(per_step:list) -> dict:
 # %% ../nbs/05_eval.ipynb #3fa2f456
 METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'load_s', 'peak_active_mb', 'rss_mb',
            'mb_per_step', 'mb_per_token', 'loads_per_step', 'hits_per_step', 'cold_fraction', 'blocked_ms_per_step',
-           'syncs_per_step')
+           'syncs_per_step', 'disk_mb_per_step', 'faults_per_step', 'pool_mb')
 EXACT = ('resident', 'compute', 'off', 'prefetch', 'oracle')  # the same tokens as `off` at the same K
 
 def summarize(report:dict) -> dict:
@@ -447,7 +456,8 @@ def summarize(report:dict) -> dict:
     arms = {a['name']: a for a in report['arms']}
     for name, rs in report['runs'].items():
         ok = [r for r in rs if not r.get('failed')]
-        row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and m in ok[0]}
+        row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and ok[0].get(m) is not None}
+        if ok and ok[0].get('budget'): row['budget'] = ok[0]['budget']  # an 'auto' arm's budget and its parts
         row.update(rounds=len(ok), failed=[dict(returncode=r['returncode'], killed=r['killed'], stderr=r['stderr'])
                                            for r in rs if r.get('failed')])
         if ok and 'per_step' in ok[0]: row['load_cost'] = fit_load_cost([s for r in ok for s in r['per_step']])
@@ -571,7 +581,7 @@ def model_dir(name) -> str:
     from edge0.files import find_model
     return str(find_model(name))
 
-def arms_for(models, modes=('off',), ks=(None,), pool_mb:float=256, **kw) -> list:
+def arms_for(models, modes=('off',), ks=(None,), pool_mb:float|str='auto', **kw) -> list:
     "An `Arm` per model x mode x K (`resident` once per model); names carry the model's where there are several"
     arms = []
     for m in models:
@@ -666,7 +676,8 @@ def measured_points(report:dict) -> list:
             for arm, r in rep['results'].items():
                 if not r.get('rounds') or 'mb_per_step' not in r: continue
                 a = arms[arm]
-                pts.append(dict(model=name, tier=tier, mode=a['mode'], k=a['k'], pool_mb=a['pool_mb'],
+                pts.append(dict(model=name, tier=tier, mode=a['mode'], k=a['k'], 
+                                pool_mb=r.get('pool_mb') or a['pool_mb'],
                                 mb_s=rep['measured_mb_s'], tps=r['decode_tps'], mb_per_token=r['mb_per_step'],
                                 cold_fraction=r['cold_fraction'], blocked_ms=r['blocked_ms_per_step']))
     return pts

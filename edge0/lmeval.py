@@ -84,12 +84,12 @@ def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int, 
 class Edge0LM(TemplateLM):
     "The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded as served"
     def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, prerouter=None, adapter=None,
-                 pool_mb=256, # the streamed model's expert pool (MiB); 'none': every expert resident
+                 pool_mb='auto', # the streamed model's expert budget (MiB, or auto); 'none': every expert resident
                  max_length:int|None=None, # tokens per forward (default: the config's max_position_embeddings)
                  max_gen_toks:int=256, batch_size=8, # rows per forward ('auto' means 8)
                  max_batch_size=None, device=None): # passed by the harness; MLX chooses its device itself
         super().__init__()
-        pool = None if pool_mb is None or str(pool_mb).lower() == 'none' else float(pool_mb)
+        pool = pool_mb if pool_mb in (None, 'auto') else None if str(pool_mb).lower() == 'none' else float(pool_mb)
         self.served = Served(model, mode, k, prerouter, adapter, pool_mb=pool)
         self.tokenizer = self.served.tokenizer
         config = read_json(self.served.model_dir / 'config.json', 'model config')

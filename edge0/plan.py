@@ -11,14 +11,15 @@ from pathlib import Path
 import numpy as np
 from .files import InputError
 from .measure import Eta, child_json
+from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .roofline import AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency
 
 # %% auto #0
 __all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
-           'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'plan', 'plan_table', 'model_trace',
-           'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
-           'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
-           'plan_for']
+           'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'kv_per_token', 'auto_budget', 'plan',
+           'plan_table', 'model_trace', 'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned',
+           'this_machine', 'why_missed', 'calibration_table', 'plot_calibration', 'public_plans', 'attention_window',
+           'window_table', 'resolve_model', 'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -35,6 +36,7 @@ class Device:
     readahead_kb:float = 128.0     # what one page fault of a mapped file reads (static offload)
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
     cache_share:float = 0.5        # of the memory left, what the page cache keeps of pages read once (see below)
+    kv_itemsize:int = 4            # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
     note:str = ''
 
 # %% ../nbs/06c_plan.ipynb #c0007
@@ -43,7 +45,7 @@ DEVICES = {
                             layer_ms=0.15, runtime_mb=400,
                             note='RK3588-class board: LPDDR4x about 15 GB/s in practice, eMMC 5.1 (the emmc tier)'),
     'mac-16gb': Device('16 GB Apple-silicon Mac', ram_mb=11 * 1024, storage_mb_s=1880.0, mem_gb_s=100.0,
-                       layer_ms=0.25, runtime_mb=600,
+                       layer_ms=0.25, runtime_mb=600, kv_itemsize=2,
                        note='M2-class Mac: 100 GB/s unified memory; SSD at the 1.88 GB/s edge0 measured on one'),
 }
 
@@ -61,6 +63,12 @@ def _source(model) -> tuple:
         return spec_for(cfg), lambda **kw: config_groups(cfg, **kw), None
     raise InputError(f"{p}: expected a model directory, a config.json, or a bundled model name")
 
+def _config(model) -> dict:
+    "The config of a model directory, a config.json or a config dict"
+    if isinstance(model, dict): return model
+    p = Path(model)
+    return json.loads((p if p.is_file() else p / 'config.json').read_text())
+
 def model_bytes(model, k:int|None=None, predicted=()) -> dict:
     "Resident, expert and per-class bytes of `model` (a directory, a config.json, or a config dict) at `k`"
     spec, groups_of, d = _source(model)
@@ -70,7 +78,8 @@ def model_bytes(model, k:int|None=None, predicted=()) -> dict:
                                                                                             AddressClass.A2)}
     resident = sum(g.nbytes for g in groups if g.cls in (AddressClass.A0, AddressClass.A3))
     bundle = max(experts.values()) / spec.num_experts
-    return dict(spec=spec, k=k, dir=d, groups=groups, experts=experts, resident=resident, bundle=bundle,
+    return dict(spec=spec, k=k, dir=d, groups=groups, config=_config(model),
+                experts=experts, resident=resident, bundle=bundle,
                 total=resident + sum(experts.values()), per_class=bytes_by_class(groups),
                 ranges=_ranges(spec, d, bundle))
 
@@ -247,10 +256,11 @@ def _deadlines(c:Compute, layers:list) -> list:
     return [start[l] + c.attention_ms[l] for l in layers]
 
 def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
-             served:dict|None=None) -> dict:
+             served:dict|None=None, within:bool=False) -> dict:
     "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
     spec = mb['spec']
     held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
+    if within: pool_mb = max(pool_mb - held / 2**20, mb['k'] * mb['bundle'] / 2**20)  # 'auto': one budget holds all
     used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
     r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)},
@@ -266,6 +276,30 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
+# %% ../nbs/06c_plan.ipynb #f1d04cb2
+def kv_per_token(config:dict, itemsize:int) -> float:
+    "Bytes of KV cache a token adds, from a config alone (a run measures its own: `streaming.kv_growth`)"
+    c = {**config, **config.get('text_config', {})}
+    layers, heads = c['num_hidden_layers'], c.get('num_key_value_heads') or c['num_attention_heads']
+    if c.get('full_attention_interval'): layers //= c['full_attention_interval']  # the others keep a fixed state
+    if c.get('kv_lora_rank'):  # multi-head latent attention, as mlx-lm caches it: every head's keys and values
+        per = c['num_attention_heads'] * (c['qk_nope_head_dim'] + c['qk_rope_head_dim'] + c['v_head_dim'])
+    else: per = 2 * heads * (c.get('head_dim') or c['hidden_size'] // c['num_attention_heads'])
+    return float(layers * per * itemsize)
+
+def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS) -> dict:
+    "What `--pool-mib auto` gives a run of `mb` (`model_bytes`) on `dev`: `00_memory.pool_budget` on its figures"
+    spec, k, bundle = mb['spec'], mb['k'], mb['bundle']
+    cfg = mb.get('config') or {}
+    tokens = min(kv_tokens, cfg.get('max_position_embeddings') or kv_tokens)
+    kv = kv_per_token(cfg, dev.kv_itemsize) * tokens if cfg else 0.0
+    step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts, tokens)
+    free = (dev.ram_mb - dev.runtime_mb) * MiB - mb['resident']
+    pool = pool_budget(int(free), int(kv), step, room, sum(mb['experts'].values()), int(k * bundle))
+    return dict(pool_mb=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens, step_mb=step / MiB,
+                room_mb=room / MiB, refused=pool < k * bundle)
+
+
 # %% ../nbs/06c_plan.ipynb #c0033
 def _check_strategies(strategies):
     bad = [s for s in strategies if s not in STRATEGIES]
@@ -275,7 +309,8 @@ def _binds(compute_ms:float, read_ms:float, cls:str) -> str:
     return f"{cls} reads ({read_ms:.1f} ms a token)" if read_ms > 0.05 * compute_ms else 'compute'
 
 def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
-         compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None) -> dict:
+         compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
+         kv_tokens:int=KV_TOKENS) -> dict:
     "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
     _check_strategies(strategies)
     mb = model_bytes(model, k)
@@ -284,8 +319,8 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     trace = trace if trace is not None else synthetic_trace(spec, k)
     compute = compute or {}
     c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
-    free = dev.ram_mb - dev.runtime_mb - mb['resident'] / 2**20
-    pool = pool_mb if pool_mb is not None else max(min(sum(mb['experts'].values()) / 2**20, free / 2), 1.0)
+    budget = auto_budget(mb, dev, kv_tokens)
+    pool = pool_mb if pool_mb is not None else max(budget['pool_mb'], mb['bundle'] * k / 2**20)
     rows = {}
     for s in strategies:
         c = c_of(s)
@@ -297,7 +332,8 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
                            binds='compute' if fits else f"memory: {peak:.0f} MiB needed, {dev.ram_mb:.0f} MiB there")
             continue
         r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool, c) if s == 'off'
-             else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served))
+             else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
+                          within=pool_mb is None))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
@@ -307,10 +343,18 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                pool_mb=pool, compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
+                pool_mb=pool, budget=None if pool_mb is not None else budget,
+                compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
 # %% ../nbs/06c_plan.ipynb #c0034
+def _budget_note(b:dict) -> str:
+    head = "pool: what --pool-mib auto gives a run on this device" + (" (below one token's experts: a run is refused)"
+                                                            if b['refused'] else '')
+    return (f"{head}: {b['free_mb']:,.0f} MiB free after the runtime and resident weights, less the KV cache of "
+            f"{b['kv_tokens']:,} tokens {b['kv_mb']:,.0f}, a step's experts {b['step_mb']:,.0f}, page cache "
+            f"{b['room_mb']:,.0f}; slots and resident layers come out of it")
+
 def plan_table(p:dict) -> str:
     "A plan as a table"
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / 2**20:.2f}" for c, v in by.items())
@@ -319,6 +363,7 @@ def plan_table(p:dict) -> str:
              f"MiB a token by address class ({per})",
              *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
              *p.get('notes', []),
+             *([_budget_note(p['budget'])] if p.get('budget') else []),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
              "  binds"]
     for s, r in p['rows'].items():
@@ -432,11 +477,9 @@ def heads_planned(model_dir, k:int|None=None) -> set:
     return set(predicted_layers(spec, owners))
 
 def _available_mb() -> float:
-    "Memory this machine has available now (MiB)"
-    try:
-        info = dict(l.split(':', 1) for l in Path('/proc/meminfo').read_text().splitlines())
-        return int(info['MemAvailable'].split()[0]) / 1024
-    except (OSError, KeyError, ValueError): return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**20
+    "Memory a process may use here (MiB): what this one may still allocate and what it holds (`00_memory.headroom`)"
+    h = headroom()
+    return (h.bytes + h.rss.rss) / 2**20
 
 # %% ../nbs/06c_plan.ipynb #c0048
 def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, cold_steps:bool=False,
@@ -454,7 +497,9 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     p = profiles.get('off') or next(iter(profiles.values()))
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
-    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, max(runtime, 0.0), cold_steps=cold_steps)
+    from edge0.backend import core as B
+    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, max(runtime, 0.0), cold_steps=cold_steps,
+                 kv_itemsize=4 if B.device_kind() == 'cpu' else 2)  # the KV cache in the serving dtype
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0050

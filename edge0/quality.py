@@ -58,7 +58,7 @@ class Served:
                  prerouter=None, # heads file (default: `prerouter[-k{k}].safetensors` beside the base)
                  adapter=None, # a recovery LoRA file (`lora-k{k}.safetensors`), attached unmerged
                  dtype=None, # compute dtype (default: the backend's, float32 on a CPU)
-                 pool_mb:float|None=None): # stream the experts from disk with a pool of this many MiB (None: resident)
+                 pool_mb:float|str|None=None): # stream the experts within this many MiB or 'auto' (None: resident)
         import mlx_lm
         if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
         self.model_dir = d = find_model(model_dir)
@@ -77,7 +77,8 @@ class Served:
             self.model.set_dtype(dtype or B.compute_dtype())
         else:
             from edge0.streaming import load
-            self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=int(pool_mb * 2**20),
+            pool = pool_mb if pool_mb == 'auto' else int(pool_mb * 2**20)
+            self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=pool,
                                prefill_path='exact')
             self.model, self.tokenizer = self.handle.model, self.handle.tokenizer
         heads = self.heads_path

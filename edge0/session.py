@@ -4,13 +4,14 @@
 
 # %% ../nbs/07a_session.ipynb #c0002
 from __future__ import annotations
-import math
-from dataclasses import dataclass
+import logging, math
+from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from .files import InputError, find_model
 from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
 from .decode import Sampling, generate_ids, decode_stats, load as decode_load
 from .lora import use_adapter
+from .memory import Budget, MiB, ThrashWatch
 
 # %% auto #0
 __all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
@@ -53,6 +54,8 @@ class Session:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
         if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
         self.name, self.model_dir = str(model), find_model(model)
+        options = options or StreamOptions()
+        if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
         self.spec, self.max_kv_size = model_spec(self.model_dir), max_kv_size
         self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace, dtype)
         try:
@@ -67,6 +70,7 @@ class Session:
         self.context_length = getattr(args, 'max_position_embeddings', None)
         self.cache, self.tokens, self.last = None, [], None
         self.counts = dict(generations=0, prompt_tokens=0, reused_tokens=0, generated_tokens=0)
+        self.watch = ThrashWatch()  # says once when decoding thrashes (`_thrash`)
 
     def close(self):
         "Give back the model, its threads and files (twice is harmless)"
@@ -171,6 +175,8 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         for t, dt in gen:
             times.append(dt)
             got.append(t)
+            if len(got) == 1: self.watch.start(self._expert_bytes())
+            elif (seen := self.watch.step(self._expert_bytes())): self._thrash(seen)
             if t in self.eos:
                 reason = 'stop'
                 break
@@ -215,6 +221,28 @@ def generate(self:Session, prompt, max_tokens:int=256, sampling:Sampling|None=No
     "The whole text generated after `prompt` (text or chat messages)"
     ids = self.prompt_ids(prompt, chat, system_prompt)
     return ''.join(p.text for p in self.stream(ids, max_tokens, sampling, stop, keep))
+_log = logging.getLogger('edge0')
+
+@patch
+def _expert_bytes(self:Session) -> int:
+    e = self.handle.engine
+    return 0 if e is None else sum(s.bytes_read for s in e.stats.values())
+
+@patch
+def _thrash(self:Session, seen:str):
+    "Say what the thrash watch saw, with the budget and what to change"
+    e = self.handle.engine
+    b = None if e is None else e.budget
+    if b is None: what = "the resident model and this process do not fit in memory: serve it streamed"
+    else:
+        pool = 'unbounded' if b.pool is None else f"{b.pool / MiB:,.0f} MiB"
+        what = (f"this process ({b.rss / MiB:,.0f} MiB resident at load) and its expert budget ({pool}, {b.asked}) "
+                f"do not fit in what it may use ({b.binds}): "
+                + ("--pool-mib auto sizes the budget from the memory left" if b.asked != 'auto' else
+                   "pass a smaller --pool-mib or --max-kv-size, or free memory (the budget was made from "
+                   f"{b.free / MiB:,.0f} MiB free at load)"))
+    _log.warning(f"warning: memory is short: {seen}; {what}")
+
 
 # %% ../nbs/07a_session.ipynb #c0028
 @patch
@@ -253,4 +281,5 @@ def format_stats(s:dict) -> str:
                      f"{d['planned']} planned layer-steps, "
                      f"{d['experts_computed']}/{d['experts_planned']} planned experts "
                      f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
+    if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)

@@ -14,8 +14,8 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache', 'PreadReader',
-           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
+__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache',
+           'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -156,13 +156,16 @@ def drop_cache(path):
     finally: os.close(fd)
 
 # %% ../nbs/01a_store.ipynb #9ae148bb
+KEEP_BUFFER = 8 << 20  # the largest read buffer a thread keeps: an expert's tensors fit
+
 class PreadReader:
     "`os.preadv` into reusable per-thread buffers"
     kind = 'pread'
     def __init__(self, fds:dict): self.fds, self.local = fds, threading.local()
     def read(self, path, start:int, n:int):
         buf = getattr(self.local, 'buf', None)
-        if buf is None or len(buf) < n: buf = self.local.buf = bytearray(max(n, 1 << 20))
+        if n > KEEP_BUFFER: buf = bytearray(n)  # a whole layer's tensor: freed once copied, not kept per thread
+        elif buf is None or len(buf) < n: buf = self.local.buf = bytearray(max(n, 1 << 20))
         mv, got = memoryview(buf)[:n], 0
         while got < n:
             k = os.preadv(self.fds[path], [mv[got:]], start + got)

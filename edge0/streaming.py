@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_streaming.ipynb #5f4aaa1b
 from __future__ import annotations
-import threading, time
+import logging, threading, time
 from collections import OrderedDict, Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError
+from .memory import KV_TOKENS, Budget, MiB, headroom, pool_budget, step_and_room
 from .routing import MoESpec, block
 from .store import ExpertStore, LoadStats, StoreError, model_spec
 from fastcore.basics import patch
@@ -19,8 +20,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'serving_dtype', 'cast_params', 'Handle', 'load',
-           'load_resident', 'stats', 'reset_stats']
+           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'serving_dtype', 'cast_params', 'Handle', 'kv_growth',
+           'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident', 'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -110,7 +111,7 @@ class ExpertPool:
     "LRU of expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget"
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None):
         self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
-        in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
+        self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
         self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes  # in bundles
@@ -136,6 +137,19 @@ class ExpertPool:
                                  f"({nbytes / 2**20:.2f} MiB) and one token's working set ({self.k} experts x "
                                  f"{self.store.expert_nbytes} bytes); raise the pool budget")
             self.reserved += n
+            self._trim()
+
+    def resize(self, budget_bytes:int|None):
+        "A new budget (None: unbounded; a cap in bundles still holds): bundles past it are evicted"
+        caps = [b for b in (budget_bytes, self.in_bundles) if b is not None]
+        budget_bytes = min(caps) if caps else None
+        with self.lock:
+            budget = None if budget_bytes is None else budget_bytes // self.store.expert_nbytes
+            if budget is not None and budget - self.reserved < self.k:
+                raise StoreError(f"pool budget of {budget_bytes / 2**20:.2f} MiB cannot hold what is reserved "
+                                 f"({self.bytes_reserved / 2**20:.2f} MiB) and one token's working set ({self.k} "
+                                 f"experts x {self.store.expert_nbytes} bytes)")
+            self.budget_bytes, self.budget = budget_bytes, budget
             self._trim()
 
     def _trim(self):
@@ -194,7 +208,9 @@ class StreamOptions:
     decode_path:str = 'exact'
     prefill_path:str = 'auto'
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
-    pool_bytes:int|None = 256 * 2**20          # budget of all expert memory (pool, slots, resident layers), bytes
+    pool_bytes:int|str|None = 'auto'           # budget of all expert memory (pool, slots, resident layers): bytes,
+                                               # 'auto' (from the memory this process may use) or None (unbounded)
+    kv_tokens:int|None = None                  # tokens the KV cache is budgeted for (None: the context, to 4096)
     pool_bundles:int|None = None
     slots:int|None = None                      # staged slots per layer (default 2K; prerouted decoding: K)
     buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
@@ -206,6 +222,10 @@ class StreamOptions:
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
     whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
     kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
+    def __post_init__(self):
+        b = self.pool_bytes
+        if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
+            raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or None (unbounded)")
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
         p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
@@ -226,7 +246,9 @@ class StreamEngine:
             raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} experts")
         paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
                  for layer in self.spec.moe_layers}
-        self.pool = ExpertPool(store, self.options.pool_bytes, self.options.pool_bundles, self.k)
+        auto = self.options.pool_bytes == 'auto'  # unbounded until `load` has measured what is left (`budget_for`)
+        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k)
+        self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
         self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
@@ -240,6 +262,7 @@ class StreamEngine:
 
     def __call__(self, layer:int, x, indices):
         phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
+        if self.dry: return B.zeros((*x.shape[:-1], indices.shape[-1], x.shape[-1]), x.dtype)
         self.stats[layer].calls += 1
         if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant[layer])
         else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
@@ -551,6 +574,83 @@ class Handle:
     def __exit__(self, *exc): self.close()
 
 
+# %% ../nbs/01b_streaming.ipynb #4a5e7c4e
+_log = logging.getLogger('edge0')
+
+def _leaf(x):
+    while isinstance(x, (list, tuple)): x = x[0]
+    return x
+
+def _cache_growth(c) -> tuple:
+    "`(bytes per token, fixed bytes, cap in tokens or None)` of one layer's cache after one token went through it"
+    if hasattr(c, 'caches'):  # mlx-lm's CacheList: the layer's caches side by side
+        parts = [_cache_growth(x) for x in c.caches]
+        caps = [cap for per, _, cap in parts if per]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), max(caps) if caps and None not in caps else None
+    keys = getattr(c, 'keys', None)
+    if keys is None or not hasattr(c, 'offset'): return 0.0, int(getattr(c, 'nbytes', 0) or 0), None
+    return c.nbytes / _leaf(keys).shape[-2], 0, getattr(c, 'max_size', None)  # allocated in steps: bytes per slot
+
+def kv_growth(model, engine:StreamEngine) -> tuple:
+    "`(bytes per token, fixed bytes, per-layer caps)` of `model`'s prompt cache, from one token with no experts read"
+    from mlx_lm.models.cache import make_prompt_cache
+    cache, engine.dry = make_prompt_cache(model), True
+    try: B.eval(model(B.array([[0]]), cache=cache))
+    finally: engine.dry = False
+    return [_cache_growth(c) for c in cache]
+
+def kv_bytes(growth:list, tokens:int) -> int:
+    "Bytes of the prompt cache at `tokens` tokens"
+    return int(sum(f + per * (tokens if cap is None else min(tokens, cap)) for per, f, cap in growth))
+
+def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
+    "The expert budget of a loaded model: `options.pool_bytes`, or `'auto'` from the memory left (see above)"
+    spec, store, k = engine.spec, engine.store, engine.k
+    bundle = store.expert_nbytes
+    per_layer = [sum(t.nbytes for t in store.layers[layer].values()) for layer in spec.moe_layers]
+    ctx = getattr(getattr(model, 'args', None), 'max_position_embeddings', None) or KV_TOKENS
+    tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), kv_growth(model, engine), []
+    h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
+    experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle  # and the slots and hot sets beside them
+    step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens)
+    fits = pool_budget(h.bytes, kv_bytes(growth, tokens), step, room, experts, minimum)
+    if options.kv_tokens is None and options.pool_bytes == 'auto' and fits < 2 * minimum:
+        n = tokens  # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
+        while n > 256 and pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum) < 2 * minimum:
+            n //= 2
+        n = max(n, 256)
+        if n < tokens:
+            notes.append(f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the default: a longer "
+                         "conversation may pass what this process may use (--max-kv-size bounds it)")
+            tokens, fits = n, pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)
+    asked = options.pool_bytes
+    return Budget(fits if asked == 'auto' else asked,
+                  'auto' if asked == 'auto' else 'unbounded' if asked is None else f"{asked / MiB:g} MiB asked",
+                  h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step, room, experts,
+                  minimum, notes)
+
+def apply_budget(engine:StreamEngine, where):
+    "Size the pool by `engine.budget`: refuse a budget below one token's working set, warn of one past the memory"
+    b = engine.budget
+    fits = pool_budget(b.free, b.kv, b.step, b.room, b.experts, b.minimum)
+    if b.asked != 'auto':
+        want = b.experts if b.pool is None else min(b.pool, b.experts)
+        if want > max(fits, 0):
+            _log.warning(f"warning: {where}: an expert budget of {want / MiB:,.0f} MiB ({b.asked}) is more than the "
+                        f"{max(fits, 0) / MiB:,.0f} MiB this process has for experts ({b.binds}); it may be killed or "
+                        "thrash: --pool-mib auto sizes it (--stats shows each number)")
+        return
+    if b.pool < b.minimum:
+        raise InputError(f"{where}: not enough memory to stream: {b.free / MiB:,.0f} MiB free after loading "
+                         f"({b.binds}) less {b.kv / MiB:,.0f} MiB of KV cache ({b.kv_tokens} tokens), "
+                         f"{b.step / MiB:,.0f} MiB of a step's experts and {b.room / MiB:,.0f} MiB of page cache leave "
+                         f"{b.pool / MiB:,.1f} MiB, below one token's {b.minimum / MiB:,.1f} MiB of experts; "
+                         "free memory, "
+                         "lower --max-kv-size or pass --pool-mib")
+    engine.pool.resize(b.pool)
+    B.set_cache_limit(b.step)  # freed stacks wait for the next layer's, within the step's share
+
+
 # %% ../nbs/01b_streaming.ipynb #69498861
 def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     "mlx-lm's model and tokenizer of `d`, from one read of its config (`strict=False`: experts stored for torch)"
@@ -599,6 +699,9 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             shards = sorted({t.path for t in store.tensors.values()})  # the store's index of the checkpoint
             handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(shards))
             B.clear_cache()
+        engine.budget = budget_for(engine, handle.model, options)  # measured now that the model is in memory
+        apply_budget(engine, d)
+        handle.notes += engine.budget.notes
     except BaseException:
         handle.close()
         raise
@@ -631,7 +734,8 @@ def stats(engine:StreamEngine) -> dict:
                           reserved_bytes=pool.bytes_reserved, resident_layers=sorted(engine.resident),
                           resident_bytes=_stack_bytes(engine.resident.values())),
                 slot_bytes=_stack_bytes(slot_stacks), peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
-                staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())))
+                staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())),
+                budget=None if engine.budget is None else asdict(engine.budget))
 
 def reset_stats(engine:StreamEngine):
     "Zero the counters (the pool and slots keep their contents)"
