@@ -80,10 +80,11 @@ def _sysctl(name:str) -> int|None:
     try: return int(subprocess.run(['sysctl', '-n', name], capture_output=True, text=True, timeout=5).stdout)
     except (OSError, ValueError, subprocess.SubprocessError): return None
 
-def _vm_stat() -> dict:
-    "macOS `vm_stat` page counts and the page size"
-    try: out = subprocess.run(['vm_stat'], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError): return {}
+def _vm_stat(out:str|None=None) -> dict:
+    "macOS `vm_stat` page counts and the page size (of `out`, the command's text, when given)"
+    if out is None:
+        try: out = subprocess.run(['vm_stat'], capture_output=True, text=True, timeout=5).stdout
+        except (OSError, subprocess.SubprocessError): return {}
     size = re.search(r'page size of (\d+) bytes', out)
     pages = {k.strip().lower(): int(v.strip().rstrip('.')) for k, v in re.findall(r'^([^:]+):\s+(\d+)\.?$', out, re.M)}
     return dict(pages, page_size=int(size.group(1)) if size else 4096)
