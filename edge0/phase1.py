@@ -15,6 +15,7 @@ from .backend import core as B, nn as bnn
 from .calib import Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
+from .memory import ROOM, headroom
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
                              recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
@@ -315,7 +316,12 @@ def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dic
     try: lb, expert, kernels = layer_bytes(store), store.expert_nbytes, _kernels(store)
     finally: store.close()
     need = lb + k * expert  # one layer held whole, and the working set of the token that routes past it
-    pool = int(pool_mib * 2**20) if pool_mib else max(256 * 2**20, int(1.25 * need))
+    free = headroom().bytes - ROOM  # what this process may still use, less page cache for the reads and its code
+    pool = int(pool_mib * 2**20) if pool_mib else min(max(256 * 2**20, int(1.25 * need)), free)
+    if not pool_mib and pool < need:
+        raise InputError(f"not enough memory for phase 1 of {d}: its largest MoE layer holds {lb / 2**20:.1f} MiB of "
+                         f"experts, {need / 2**20:.0f} MiB with a token's, and this process may use {free / 2**20:.0f} "
+                         "MiB more (the page cache's room kept aside)")
     if pool < need:
         raise InputError(f"--pool-mib {pool_mib:g} is below one layer's working set: the largest MoE layer of {d} "
                          f"holds {lb / 2**20:.1f} MiB of experts; give at least {need / 2**20 + 1:.0f}")
