@@ -1,7 +1,7 @@
 """`edge0 serve` over real HTTP, driven by OpenAI's own client: whole and streamed answers equal to the session's,
 usage counts, FIFO order, a full queue, bad requests, a path as the model, an internal error and a client that
 hangs up. One server over the streamed bundled model serves the whole file."""
-import contextlib, http.client, json, sys, threading, time, urllib.error, urllib.request
+import contextlib, http.client, json, socket, sys, threading, time, urllib.error, urllib.request
 from pathlib import Path
 import pytest
 import openai
@@ -259,3 +259,36 @@ def test_the_edge0_serve_command(expected, tmp_path):
         p.stderr.close()
     bad = subprocess.run([exe, 'serve', '-m', str(tmp_path / 'nothing')], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and 'does not exist' in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+def test_a_second_server_on_the_port_of_one_still_loading_fails_at_once(monkeypatch):
+    """A second server on the port of one still loading its model fails at once: the first listens from its bind.
+    (With SO_REUSEADDR, a socket only bound does not keep another from binding the same port: the second loaded its
+    model and only then failed, as it started.)"""
+    import edge0.serve
+    from edge0.files import InputError
+    loading, loaded = threading.Event(), threading.Event()
+    def session(*a, **kw):  # stands in for the model's load, which the test holds
+        loading.set()
+        loaded.wait(10)
+        raise InputError('the model was not loaded')
+    monkeypatch.setattr(edge0.serve, 'Session', session)
+    port, failed = free_port(), []
+    def first():
+        try:
+            with serving(MODEL, port=port): pass
+        except InputError as e: failed.append(str(e))
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        assert loading.wait(10)
+        with pytest.raises(InputError, match=f"cannot listen on 127.0.0.1:{port}: Address already in use"):
+            with serving(MODEL, port=port): pass
+    finally:
+        loaded.set()
+        t.join(10)
+    assert failed == ['the model was not loaded']
