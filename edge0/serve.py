@@ -492,10 +492,12 @@ def _to_stderr():
     log.setLevel(logging.INFO)
 
 def _socket(host:str, port:int) -> socket.socket:
-    "A socket bound to `host:port` here, so that a taken port or a bad address is one clear error"
+    "A socket listening on `host:port` here, so that a taken port or a bad address is one clear error"
     sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
-    try: sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+        sock.listen()  # the port is ours while the model loads: with SO_REUSEADDR a socket only bound is shared
     except OSError as e:
         sock.close()
         raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
