@@ -145,7 +145,8 @@ def _model_arguments(g):
                    help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, when there is one)")
     g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
     g.add_argument('--resident', action='store_true',
-                   help="run mlx-lm's resident model (no streaming), under the same dtype policy as streaming")
+                   help="every expert in memory, none read after load: mlx-lm's resident model (a torch-cpu "
+                   "checkpoint: its experts kept by edge0's streaming layer), under the same dtype policy as streaming")
     g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the "
                    "routing), prefetch (predictions warm the pool), oracle (replay --trace)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")

@@ -147,8 +147,13 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     if not (src / 'config.json').exists():
         raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
     config = read_json(src / 'config.json', 'model config')
-    spec_for(config)         # unsupported model types and bad config values
+    spec = spec_for(config)  # unsupported model types and bad config values
     tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors
+    quant = [q for l in spec.moe_layers for q in layer_quant(spec, tensors, l).values()]
+    if any(q is not None and q.mode == 'torch' for q in quant):
+        was = config.get('edge0_layout', {}).get('source')  # copied as they are, they would be labelled anew
+        raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and cannot be "
+                         "unpacked; convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
     if not quantize:
         if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
         return

@@ -287,7 +287,8 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     from edge0.streaming import reset_stats
     t0 = time.perf_counter()
     h = _open_arm(arm, trace, record is not None, prompt + tokens + 1)
-    load_s, dec, eng = time.perf_counter() - t0, h.decoder, h.engine
+    load_s, dec = time.perf_counter() - t0, h.decoder
+    eng = None if arm.mode in ('resident', 'compute') else h.engine  # torch-packed experts too: nothing read now
     ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
     evict(arm.model)
     _, cold_s = next(generate_ids(h.model, ids, 1, decoder=dec))
@@ -351,9 +352,9 @@ def _arm_main():
 # %% ../nbs/05_eval.ipynb #d2c83bd9
 def sequence(model, n:int) -> list:
     "The first `n` token ids of the held-out excerpt as the tokenizer of `model` encodes it"
-    from transformers import AutoTokenizer
     from edge0.files import heldout_excerpt
-    ids = AutoTokenizer.from_pretrained(str(model)).encode(' '.join(heldout_excerpt(4000).values()))[:n]
+    from edge0.streaming import open_tokenizer
+    ids = open_tokenizer(model).encode(' '.join(heldout_excerpt(4000).values()))[:n]
     if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
     return ids
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
-from mlx_lm.utils import load_tokenizer
 import edge0
 from .backend import core as B, nn as bnn
 from .calib import Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
@@ -20,7 +19,7 @@ from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_
                              recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
 from .store import ExpertStore, index_checkpoint, model_spec, read_header
-from .streaming import StreamOptions, check_tokenizer, load as stream_load, serving_dtype
+from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
 
 
@@ -373,7 +372,7 @@ def calibration_windows(d:Path, data, params:dict, pool_bytes:int, show:bool=Tru
     docs = read_documents(data) if data else default_documents()
     if params['self_tokens']:
         docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
-    cal = calibration(load_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
+    cal = calibration(open_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
     held = cal.heldout[:max(1, heldout_tokens(params) // params['seq'])]
     return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held),
                                              self_generated_tokens=params['self_tokens']))
@@ -487,7 +486,7 @@ def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> 
     _, tokens, _ = prepare(corpus_dir, work, show)
     seq = params['seq']
     train = sample_windows(tokens, params['tokens'], seq, params['seed']).reshape(-1, seq)
-    held = excerpt_ids(load_tokenizer(teacher_path(name)), dtype=np.int64)
+    held = excerpt_ids(open_tokenizer(teacher_path(name)), dtype=np.int64)
     held = held[:len(held) // seq * seq].reshape(-1, seq)
     record = dict(sources=list(CORPUS), split='the training split (first 98% of each file); held out: the excerpt '
                   'edge0/data/heldout-*.txt of the last 2%', tokens=dict(train=int(train.size), heldout=int(held.size)),

@@ -374,14 +374,11 @@ def plan_table(p:dict) -> str:
 
 # %% ../nbs/06c_plan.ipynb #c0038
 def _trace_main(model_dir:str, k:int, tokens:int):
-    import mlx_lm
-    from edge0.backend import core as B
     from edge0.eval import sequence
     from edge0.routing_stats import routing_trace
-    from edge0.store import model_spec
-    spec, (m, _) = model_spec(model_dir), mlx_lm.load(model_dir)
-    m.set_dtype(B.compute_dtype())
-    t = routing_trace(m, spec, np.array(sequence(model_dir, tokens)), k, seq=tokens)
+    from edge0.streaming import load_resident
+    with load_resident(model_dir) as h:  # mlx-lm's model, or torch-packed experts kept resident by the streaming layer
+        t = routing_trace(h.model, h.spec, np.array(sequence(model_dir, tokens)), k, seq=tokens)
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in t.items()}))
 
 # %% ../nbs/06c_plan.ipynb #c0039
@@ -398,15 +395,13 @@ def model_trace(model_dir, k:int|None=None, tokens:int=256) -> dict:
 
 # %% ../nbs/06c_plan.ipynb #c0041
 def _recall_main(model_dir:str, k:int, tokens:int):
-    import mlx_lm
-    from edge0.backend import core as B
     from edge0.eval import sequence
     from edge0.prerouter import capture, load_prerouter, recall_report
-    from edge0.store import model_spec
-    spec, (m, _) = model_spec(model_dir), mlx_lm.load(model_dir)
-    m.set_dtype(B.compute_dtype())
-    pr = load_prerouter(model_dir, spec, k)
-    rep = recall_report(pr, m, capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens), k)
+    from edge0.streaming import load_resident
+    with load_resident(model_dir) as h:
+        spec, m = h.spec, h.model
+        pr = load_prerouter(model_dir, spec, k)
+        rep = recall_report(pr, m, capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens), k)
     print('JSON ' + json.dumps({str(pr.next_layer[n]): r['head'] for n, r in rep.items()}))
 
 def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
@@ -435,23 +430,21 @@ def fingerprint_file(model_dir, spec, k:int) -> str:
 
 # %% ../nbs/06c_plan.ipynb #c0043
 def _served_main(model_dir:str, k:int, tokens:int):
-    import mlx_lm
-    from edge0.backend import core as B
     from edge0.eval import sequence
     from edge0.prerouter import capture, load_prerouter, router_bias_of
     from edge0.routing import route
-    from edge0.store import model_spec
-    spec, (m, _) = model_spec(model_dir), mlx_lm.load(model_dir)
-    m.set_dtype(B.compute_dtype())
-    pr = load_prerouter(model_dir, spec, k)
-    cap = capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens)
-    out = {}
-    for n in sorted(pr.next_layer):  # a predicted owner's features are the sets it was served, as at decode
-        nxt, now = pr.next_layer[n], out.get(n, cap[n]['routed'])
-        prev = np.concatenate([now[:1], now[:-1]])
-        lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
-        out[nxt] = cap[nxt]['routed'].copy()
-        out[nxt][1:] = np.array(route(spec.routing, lg, k, router_bias_of(spec, m, nxt))[0])
+    from edge0.streaming import load_resident
+    with load_resident(model_dir) as h:
+        spec, m = h.spec, h.model
+        pr = load_prerouter(model_dir, spec, k)
+        cap = capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens)
+        out = {}
+        for n in sorted(pr.next_layer):  # a predicted owner's features are the sets it was served, as at decode
+            nxt, now = pr.next_layer[n], out.get(n, cap[n]['routed'])
+            prev = np.concatenate([now[:1], now[:-1]])
+            lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
+            out[nxt] = cap[nxt]['routed'].copy()
+            out[nxt][1:] = np.array(route(spec.routing, lg, k, router_bias_of(spec, m, nxt))[0])
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in out.items()}))
 
 def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
@@ -660,6 +653,7 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
     "`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else a `DEVICES` entry"
     from dataclasses import replace
     from edge0.eval import tier_rate
+    from edge0.streaming import open_tokenizer
     _check_strategies(strategies)
     src = resolve_model(model)
     has_weights = isinstance(src, Path) and bool(list(src.glob('*.safetensors')))
@@ -668,6 +662,7 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
                          f"for a config or a shape name a device: {', '.join(DEVICES)}")
     if device not in ('here', *DEVICES):
         raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
+    if has_weights: open_tokenizer(src)  # a broken tokenizer file fails now, not in a child after the measuring
     notes, source, heads = [], None, None
     if 'routing' in strategies:
         recall, source, heads = _routing_recall(src, k, recall, has_weights)

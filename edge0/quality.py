@@ -59,7 +59,6 @@ class Served:
                  adapter=None, # a recovery LoRA file (`lora-k{k}.safetensors`), attached unmerged
                  dtype=None, # compute dtype (default: the backend's, float32 on a CPU)
                  pool_mb:float|str|None=None): # stream the experts within this many MiB or 'auto' (None: resident)
-        import mlx_lm
         if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
         self.model_dir = d = find_model(model_dir)
         self.spec = spec = model_spec(d)
@@ -71,23 +70,20 @@ class Served:
         if mode == 'routing':
             self.heads = load_prerouter(d, spec, self.k, self.heads_path)
             self.heads.set_dtype(B.compute_dtype(getattr(B, spec.dtype, B.bfloat16)))  # as the decoder runs them
-        self.handle = None
-        if pool_mb is None:
-            self.model, self.tokenizer = mlx_lm.load(str(d))
-            self.model.set_dtype(dtype or B.compute_dtype())
+        from edge0.streaming import load, load_resident
+        self.resident = pool_mb is None
+        if self.resident: self.handle = load_resident(d, spec, dtype)  # every layout edge0 serves (torch-cpu too)
         else:
-            from edge0.streaming import load
             pool = pool_mb if pool_mb == 'auto' else int(pool_mb * 2**20)
-            self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=pool,
-                               prefill_path='exact')
-            self.model, self.tokenizer = self.handle.model, self.handle.tokenizer
+            self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=pool, prefill_path='exact')
+        self.model, self.tokenizer = self.handle.model, self.handle.tokenizer
         heads = self.heads_path
         self.adapter = None if adapter is None else load_adapter(self.model, d, spec, self.k, heads, adapter)
 
     def close(self):
-        "Take the adapter off the model; a streamed model gives back its threads and files"
+        "Take the adapter off the model; the model gives back its threads and files"
         if self.adapter is not None: self.adapter.detach()
-        if self.handle is not None: self.handle.close()
+        self.handle.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
@@ -112,7 +108,7 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
              until=(), # stop once the decoded text contains one of these strings
              sampling:Sampling|None=None) -> list: # how tokens are drawn (default: greedy)
     "Token ids decoded after `prompt_ids` as the decoder serves them (the end-of-sequence token left out)"
-    engine = self.handle.engine if self.handle is not None else None
+    engine = None if self.resident else self.handle.engine  # resident: the experts are at hand (torch-packed too)
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:

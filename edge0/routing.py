@@ -14,7 +14,8 @@ from .files import InputError
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_projs',
            'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type',
-           'model_class', 'model_args', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap']
+           'model_class', 'absent_args', 'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing',
+           'weigh', 'RouterTap']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -368,21 +369,35 @@ def model_class(config:dict):
 # %% ../nbs/00_routing.ipynb #a5fdcd12
 _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization', 'quantization_config')
 
+def _args_source(config:dict) -> tuple:
+    "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
+    mt = resolve_model_type(config)
+    if mt != 'qwen3_5_moe': return mt, model_class(config)[1], config
+    src = config.get('text_config', config)  # the language model reads its text config through qwen3_5's args class
+    if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected an object")
+    return mt, importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, src
+
+def absent_args(config:dict) -> list:
+    "Keys mlx-lm's args class requires (no default) that `config` lacks: without them mlx-lm cannot build the model"
+    _, Args, src = _args_source(config)
+    return [n for n, p in inspect.signature(Args).parameters.items() if p.default is p.empty and n not in src]
+
 def model_args(config:dict) -> dict:
     "`config` as mlx-lm's model reads it: its args class's fields, with the class's defaults and derived values"
-    mt = resolve_model_type(config)
-    _, Args = model_class(config)
-    src = config
-    if mt == 'qwen3_5_moe':  # the language model reads its text config through qwen3_5's own args class
-        Args, src = importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, config.get('text_config', config)
-        if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected an object")
-    # keys the class requires but the config lacks are left to `spec_for`, which refuses only those it needs
-    params = inspect.signature(Args).parameters
-    absent = [n for n, p in params.items() if p.default is p.empty and n not in src]
+    mt, Args, src = _args_source(config)
+    # keys the class requires but the config lacks: `spec_for` refuses those it needs, `check_buildable` (at load) all
+    absent = absent_args(config)
     try: args = Args.from_dict({**dict.fromkeys(absent), **src})
     except Exception as e: raise InputError(f"config.json: mlx-lm's {mt} model cannot read it ({e})")
     meta = {key: src.get(key, config.get(key)) for key in _META if key in src or key in config}
     return {**meta, **{k: v for k, v in vars(args).items() if not (k in absent and v is None)}}
+
+def check_buildable(config:dict):
+    "Refuse a config mlx-lm cannot build the model from (a required key missing), before it fails with a TypeError"
+    absent = absent_args(config)
+    if absent:
+        raise InputError(f"config.json: key {absent[0]!r} is missing (mlx-lm's {resolve_model_type(config)} model "
+                         "needs it to build the model)")
 
 
 # %% ../nbs/00_routing.ipynb #a5649b47

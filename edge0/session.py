@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging, math
 from dataclasses import dataclass, replace
 from fastcore.basics import patch
+from jinja2 import TemplateError
 from .files import InputError, find_model
 from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
 from .decode import Sampling, generate_ids, decode_stats, load as decode_load
@@ -103,8 +104,11 @@ def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` 
         raise InputError(f"{self.model_dir}: the tokenizer has no chat template; give plain text without one")
     messages = [dict(role='user', content=prompt)] if text else _check_messages(prompt)
     if system_prompt is not None: messages = [dict(role='system', content=system_prompt)] + messages
-    return tok.encode(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                      add_special_tokens=False)
+    try: text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except (TemplateError, TypeError) as e:  # a template that does not compile, or refuses these messages
+        raise InputError(f"{self.model_dir}: the chat template cannot render these messages "
+                         f"({type(e).__name__}: {str(e)[:200]})") from None
+    return tok.encode(text, add_special_tokens=False)
 
 # %% ../nbs/07a_session.ipynb #c0013
 @dataclass

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .files import InputError
+from .files import InputError, read_json
 from .memory import KV_TOKENS, Budget, MiB, headroom, pool_budget, step_and_room
-from .routing import MoESpec, block
+from .routing import MoESpec, block, check_buildable
 from .store import ExpertStore, LoadStats, StoreError, model_spec
 from fastcore.basics import patch
 
 
 # %% auto #0
 __all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'serving_dtype', 'cast_params', 'Handle', 'kv_growth',
-           'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident', 'stats', 'reset_stats']
+           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'open_tokenizer', 'serving_dtype', 'cast_params',
+           'Handle', 'kv_growth', 'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident', 'stats',
+           'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -528,12 +529,39 @@ class StreamingSwitchGLU(B.Module):
 
 # %% ../nbs/01b_streaming.ipynb #36712ac6
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'tokenizer.tiktoken')
+_JSON_FILES = {'tokenizer.json': 'tokenizer (a tokenizers JSON file)', 'tokenizer_config.json': 'tokenizer settings',
+               'special_tokens_map.json': "tokenizer's special tokens", 'added_tokens.json': "tokenizer's added tokens",
+               'vocab.json': "tokenizer's vocabulary", 'generation_config.json': 'generation settings (end tokens)'}
 
 def check_tokenizer(model_dir):
-    "A model directory without tokenizer files is an `InputError` (mlx-lm would fail later, at the first prompt)"
+    "An `InputError` for a model directory without tokenizer files, or with a JSON one that is not a JSON object"
     d = Path(model_dir)
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
         raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
+    files = {name: read_json(d / name, what) for name, what in _JSON_FILES.items() if (d / name).exists()}
+    t = files.get('tokenizer_config.json', {}).get('chat_template')
+    named = isinstance(t, list) and all(isinstance(x, dict) and isinstance(x.get('template'), str) for x in t)
+    if not (t is None or isinstance(t, str) or named):  # else it fails at the first prompt, not here
+        raise InputError(f"{d / 'tokenizer_config.json'}: chat_template is {str(t)[:60]!r}, expected a Jinja "
+                         "template (a string) or a list of {'name', 'template'} objects")
+
+def _brief(e:Exception) -> str:
+    "One line of a library's exception: its type and the first line of its message"
+    msg = (str(e).strip().splitlines() or [''])[0]
+    return f"{type(e).__name__}: {msg[:200]}" if msg else type(e).__name__
+
+def _tokenizer_of(d:Path, eos_token_ids=None):
+    "mlx-lm's tokenizer of `d` (its files checked by `check_tokenizer`); one it cannot make is an `InputError`"
+    from mlx_lm.utils import load_tokenizer
+    try: return load_tokenizer(d, eos_token_ids=eos_token_ids)
+    except Exception as e:  # transformers and tokenizers fail in many types (KeyError, TypeError, a bare Exception)
+        files = ', '.join(f for f in (*_TOKENIZER_FILES, 'tokenizer_config.json') if (d / f).is_file())
+        raise InputError(f"{d}: no tokenizer can be made from {files} ({_brief(e)})") from None
+
+def open_tokenizer(model_dir, eos_token_ids=None):
+    "mlx-lm's tokenizer of `model_dir`, its files checked first: every way they can be wrong is an `InputError`"
+    check_tokenizer(model_dir)
+    return _tokenizer_of(Path(model_dir), eos_token_ids)
 
 def serving_dtype(spec:MoESpec, dtype=None):
     "The dtype a model is served in: `dtype`, else the backend's policy for the checkpoint's dtype"
@@ -652,11 +680,20 @@ def apply_budget(engine:StreamEngine, where):
 
 
 # %% ../nbs/01b_streaming.ipynb #69498861
+def _token_id(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
 def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     "mlx-lm's model and tokenizer of `d`, from one read of its config (`strict=False`: experts stored for torch)"
-    from mlx_lm.utils import load_model, load_tokenizer
-    model, config = load_model(d, lazy=lazy, strict=strict)
-    return model, load_tokenizer(d, eos_token_ids=config.get('eos_token_id'))
+    from mlx_lm.utils import load_model
+    config = read_json(d / 'config.json', 'model config')  # its tokenizer files: checked by the callers
+    check_buildable(config)
+    eos = config.get('eos_token_id')
+    if not (eos is None or _token_id(eos) or isinstance(eos, list) and all(map(_token_id, eos))):
+        raise InputError(f"config.json: eos_token_id is {eos!r}, expected a token id or a list of them")
+    try: model, config = load_model(d, lazy=lazy, strict=strict)
+    except (TypeError, ValueError, KeyError) as e:  # a config value mlx-lm cannot build from, a weight missing
+        raise InputError(f"{d}: mlx-lm cannot build the model ({_brief(e)})") from None
+    return model, _tokenizer_of(d, config.get('eos_token_id'))
 
 def _torch_packed(store:ExpertStore) -> bool:
     return any(_torch_quant(qs) for qs in store.quant.values())
@@ -664,8 +701,10 @@ def _torch_packed(store:ExpertStore) -> bool:
 def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
     "Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user should know otherwise"
     if packed and kernels != 'torch':
+        source = read_json(d / 'config.json', 'model config').get('edge0_layout', {}).get('source')
         raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted with --layout "
-                         f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint")
+                         f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint "
+                         + (f"it was converted from ({source})" if source else "they were converted from"))
     if kernels == 'torch' and not packed:
         return [f"experts of {d.name} are computed by MLX's kernels, the rest by torch's; "
                 f"`edge0 convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (faster decode where "
@@ -708,11 +747,29 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     return handle
 
 def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
-    "A `Handle` on mlx-lm's resident model in `model_dir` (every expert in memory), under the same dtype policy"
-    spec = spec or model_spec(model_dir)
-    check_tokenizer(model_dir)
-    model, tokenizer = _model_and_tokenizer(Path(model_dir), lazy=False)
+    "A `Handle` on a resident model in `model_dir` (every expert in memory, no reads after load), same dtype policy"
+    d = Path(model_dir)
+    spec = spec or model_spec(d)
+    store = ExpertStore(d, spec, residency=False)
+    try: packed = _torch_packed(store)
+    finally: store.close()
+    if packed: return _resident_packed(d, spec, dtype)
+    check_tokenizer(d)
+    model, tokenizer = _model_and_tokenizer(d, lazy=False)
     return Handle(cast_params(model, spec, dtype), tokenizer, spec)
+
+def _resident_packed(d:Path, spec:MoESpec, dtype=None) -> Handle:
+    "Experts packed for torch (mlx-lm cannot load them): `load`'s streaming layers, every MoE layer read once and kept"
+    h = load(d, StreamOptions(pool_bytes=None), spec=spec, dtype=dtype)  # refused where torch's kernels are not
+    try:
+        for layer in spec.moe_layers: h.engine.keep_resident(layer)
+    except BaseException:
+        h.close()
+        raise
+    h.engine.stats = {layer: LayerStats() for layer in spec.moe_layers}  # the counters start after load, as streamed
+    h.notes.append(f"the experts of {d.name} are packed for torch's kernels (--layout torch-cpu), which mlx-lm cannot "
+                   f"load: they are served resident through edge0's streaming layer, every layer read once at load")
+    return h
 
 
 # %% ../nbs/01b_streaming.ipynb #5f6a99ea

@@ -17,3 +17,10 @@ def tiny_qwen(tmp_path_factory):
     "A tiny int4 Qwen3-MoE checkpoint built once per session"
     from edge0.zoo import build_tiny
     return build_tiny('qwen3_moe', tmp_path_factory.mktemp('zoo') / 'qwen3_moe')
+
+@pytest.fixture(scope='session')
+def tiny_torch(tmp_path_factory):
+    "The bundled edge0-tiny converted to the torch-cpu layout (experts packed for torch's int4 kernel), once per session"
+    from edge0.convert import convert
+    from edge0.files import teacher_path
+    return convert(teacher_path('edge0-tiny'), tmp_path_factory.mktemp('tt') / 'edge0-tiny-torch', layout='torch-cpu')

@@ -121,6 +121,59 @@ def test_unreadable_shard(model, monkeypatch):
     with pytest.raises(InputError, match=r'model\.safetensors: cannot read the file \(Permission denied\)'):
         edge0.store.ExpertStore(model)
 
+# --- the tokenizer's files and what mlx-lm builds the model from -------------------------------------------------
+
+def _write(name, text): return lambda d: (d / name).write_text(text)
+
+TOKENIZER = {  # every file check_tokenizer reads, or what transformers cannot make a tokenizer from
+    'tokenizer.json not JSON': (_write('tokenizer.json', '{"version": '),
+                                ['tokenizer.json is not valid JSON', 'expected the tokenizer']),
+    'tokenizer.json a list': (_write('tokenizer.json', '[1]'),
+                              ['tokenizer.json holds a JSON list, expected an object']),
+    'tokenizer.json no tokenizer': (_write('tokenizer.json', '{}'),
+                                    ['no tokenizer can be made from tokenizer.json', "KeyError: 'added_tokens'"]),
+    'tokenizer_config.json not JSON': (_write('tokenizer_config.json', '{"eos_token": '),
+                                       ['tokenizer_config.json is not valid JSON', 'the tokenizer settings']),
+    'chat_template not text': (_write('tokenizer_config.json', '{"chat_template": 5}'),
+                               ["chat_template is '5', expected a Jinja template"]),
+    'generation_config.json a list': (_write('generation_config.json', '[2]'),
+                                      ['generation_config.json holds a JSON list']),
+}
+BUILD = {  # config.json values mlx-lm cannot build the model from (spec_for needs none of them)
+    'vocab_size missing': (lambda d: edit_config(d, vocab_size=None),
+                           ["config.json: key 'vocab_size' is missing (mlx-lm's qwen3_moe model needs it"]),
+    'eos_token_id not an id': (lambda d: edit_config(d, eos_token_id='x'), ["config.json: eos_token_id is 'x'"]),
+    'vocab_size not a number': (lambda d: edit_config(d, vocab_size='x'), ['mlx-lm cannot build the model (TypeError']),
+}
+
+def test_bad_tokenizer_file_refused_by_every_command(edge0_cmd, model, tmp_path):
+    "tokenizer.json that is not JSON: one line from each command that opens the tokenizer, before any work"
+    damage, want = TOKENIZER['tokenizer.json not JSON']
+    damage(model)
+    refused(generate(edge0_cmd, model), *want)
+    refused(run(edge0_cmd, 'chat', '--model', model), *want)
+    refused(run(edge0_cmd, 'serve', '--model', model, '--port', 0), *want)
+    refused(run(edge0_cmd, 'plan', model, '--json', tmp_path / 'plan.json'), *want)  # before minutes of measuring
+    assert not (tmp_path / 'plan.json').exists()
+
+def test_config_mlx_lm_cannot_build_from(edge0_cmd, model):
+    "A key only building the model needs (spec_for does without it), resident: named before mlx-lm's TypeError"
+    damage, want = BUILD['vocab_size missing']
+    damage(model)
+    refused(generate(edge0_cmd, model, '--resident'), *want)
+
+def test_bad_files_the_model_is_made_from_in_the_library(tiny_qwen, tmp_path):
+    "Every case through each loader: streamed, resident, the tokenizer alone (phase 1) and the harness's sequence"
+    from edge0.eval import sequence
+    from edge0.streaming import load, load_resident, open_tokenizer
+    tokenizer_only = [open_tokenizer, lambda d: sequence(d, 8)]
+    for case, (damage, want) in {**TOKENIZER, **BUILD}.items():
+        d = Path(shutil.copytree(tiny_qwen, tmp_path / case.replace(' ', '-')))
+        damage(d)
+        for f in [load, load_resident] + (tokenizer_only if case in TOKENIZER else []):
+            with pytest.raises(InputError) as e: f(d)
+            for w in want: assert w in str(e.value), (case, f, str(e.value))
+
 # --- config values --------------------------------------------------------------------------------
 
 CONFIGS = {
@@ -155,6 +208,11 @@ def test_bad_config_values_in_the_library(tiny_qwen):
         bad = {k: v for k, v in {**c, **change}.items() if v is not None}
         with pytest.raises(InputError, match=re.escape(want)): spec_for(bad)
     with pytest.raises(InputError, match="'model_type' is missing"): resolve_model_type({})
+
+def test_convert_refuses_a_torch_cpu_source(edge0_cmd, tiny_torch, tmp_path):
+    "Packed experts cannot be unpacked; copied as they are they would be labelled with another layout"
+    refused(run(edge0_cmd, 'convert', tiny_torch, tmp_path / 'out'), 'packed for torch', 'edge0-tiny-int4')
+    assert not (tmp_path / 'out').exists() and not list(tmp_path.glob('.out.tmp-*'))
 
 def test_convert_refuses_overlapping_input(edge0_cmd, model, tmp_path):
     rewrite_header(model / 'model.safetensors', edit=_overlap)

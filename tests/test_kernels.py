@@ -62,10 +62,8 @@ def test_trained_teachers_meet_the_targets(teacher, tmp_path):
     conv = convert(teacher_path(teacher), tmp_path / 't', layout='torch-cpu')
     agree, rel = compare(ref, forced(conv, ids, kernels='torch'))
     assert agree >= AGREEMENT and rel <= LOGITS_REL, (teacher, agree, rel)
-
-@pytest.fixture(scope='module')
-def tiny_torch(tmp_path_factory):
-    return convert(teacher_path('edge0-tiny'), tmp_path_factory.mktemp('tt') / 'edge0-tiny-torch', layout='torch-cpu')
+    agree, rel = compare(ref, forced(conv, ids, resident=True))  # resident: every layer kept by the streaming layer
+    assert agree >= AGREEMENT and rel <= LOGITS_REL, (teacher, 'resident', agree, rel)
 
 def test_torch_is_the_cpu_default_and_close_restores(tiny_torch):
     with load(tiny_torch) as h: assert h.kernels == 'torch' and h.notes == []
@@ -96,3 +94,41 @@ def test_decode_modes_keep_their_contracts_with_torch_kernels(tiny_torch, k):
     ids, dec = run(tiny_torch, 'routing', k)
     d = dec.stats
     assert d.dropped == 0 and d.experts_planned == d.experts_computed == d.planned * k and d.syncs == d.steps
+
+# --- resident models of the torch-cpu layout (mlx-lm cannot load its experts; edge0 keeps them all) ---------------
+
+def test_resident_generate_on_the_torch_layout_gives_the_source_text(edge0_cmd, tiny_torch):
+    "`edge0 generate --resident` on a torch-cpu checkpoint: torch's kernels, every layer kept, the source's greedy text"
+    import subprocess
+    def text(model):
+        r = subprocess.run([edge0_cmd, 'generate', '--model', str(model), '--resident', '--prompt', 'The history of the',
+                            '--max-tokens', '24', '--ignore-chat-template', '--verbose', 'false'],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stderr
+        return r
+    got, want = text(tiny_torch), text(teacher_path('edge0-tiny'))
+    assert got.stdout.strip() and got.stdout == want.stdout, (got.stdout, want.stdout)
+    assert 'served resident through' in got.stderr
+
+def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch, capsys):
+    "`load_resident` reads nothing after load; the harness's resident and compute arms and the planner's traces run"
+    from edge0.eval import Arm, run_arm, sequence
+    from edge0.plan import _trace_main
+    from edge0.streaming import stats
+    with load_resident(tiny_torch) as h:
+        s = stats(h.engine)
+        assert h.kernels == 'torch' and s['pool']['resident_layers'] == list(h.spec.moe_layers)
+        B.eval(h.model(B.array([[5, 6, 7, 8]])))
+        assert stats(h.engine)['total']['loads'] == 0
+    seq = sequence(tiny_torch, 20)
+    for mode, k in (('resident', None), ('compute', 4)):
+        r = run_arm(Arm(tiny_torch, mode, k), seq, 16, 3)
+        assert len(r['tokens']) == 4 and 'mb_per_step' not in r, r  # reported as resident: no reads
+    traces = []
+    for d in (tiny_torch, teacher_path('edge0-tiny')):
+        _trace_main(str(d), 8, 32)
+        out = capsys.readouterr().out
+        traces.append({l: np.array(v) for l, v in json.loads(out[out.index('JSON ') + 5:]).items()})
+    torch, mlx = traces
+    same = np.mean([len(set(a) & set(b)) / 8 for l in mlx for a, b in zip(torch[l].tolist(), mlx[l].tolist())])
+    assert same >= 0.95, same  # the routing of the checkpoint it came from, but for bfloat16 rounding
