@@ -184,7 +184,8 @@ class Budget:
     def lines(self) -> list:
         "What `--stats` prints"
         m = lambda b: f"{b / MiB:,.{0 if b >= 10 * MiB else 1}f} MiB"
-        head = f"expert memory budget: {m(self.pool)} ({self.asked})"
+        head = f"expert memory budget: {m(self.pool)} ({self.asked})" if self.pool is not None else \
+            "expert memory budget: unbounded"  # pool_bytes=None: e.g. a resident torch-cpu model, every layer kept
         if self.free is None: return [head]
         return [head, f"  free after loading: {m(self.free)}, bound by {self.binds}",
                 *[f"    {src}: {m(b)}" for src, b in self.limits.items() if src != self.binds],
