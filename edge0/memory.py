@@ -35,8 +35,8 @@ def _cgroup_dirs(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cg
     for line in lines:
         hid, ctrls, rel = line.split(':', 2)
         if 'memory' in ctrls.split(','):
-            for base in (root / 'memory', root / ctrls):
-                if base.is_dir(): v1 = base / rel.lstrip('/'); break
+            bases = [b for b in (root / 'memory', root / ctrls) if b.is_dir()]  # its own mount, or a joint one
+            if bases: v1 = bases[0] / rel.lstrip('/')
         elif hid == '0' and (root / 'cgroup.controllers').exists(): v2 = root / rel.lstrip('/')
     return ('v2', v2) if v2 is not None and v1 is None else ('v1', v1) if v1 is not None else None
 
