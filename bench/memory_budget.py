@@ -69,6 +69,7 @@ def main():
     ap.add_argument('--fixed-mib', type=float, default=256, help='the old default budget, run beside auto')
     ap.add_argument('--timeout', type=float, default=600, help='seconds before an arm is stopped')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'memory_budget'))
+    ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
     a = ap.parse_args()
     src = Path(a.model)
     model = checkpoint(src)
@@ -80,9 +81,9 @@ def main():
     size = sum(f.stat().st_size for f in model.glob('*.safetensors'))
     out = [f"checkpoint {model}: {size / 1e9:.2f} GB, {len(spec.moe_layers)} MoE layers x {spec.num_experts} experts, "
            f"K={spec.k}, {bundle / MiB:.2f} MiB an expert: a token routes {routed / MiB:.0f} MiB of experts",
-           routing_report(src)]
+           routing_report(src)] + ([f"note: {a.note}"] if a.note else [])
     print('\n'.join(out), flush=True)
-    routing = {str(model): out[-1] + f"\n(measured on {src.name}, the same weights in mlx-lm's layout)"}
+    routing = {str(model): out[1] + f"\n(measured on {src.name}, the same weights in mlx-lm's layout)"}
     arms = [Arm(model, 'off', name='auto'), Arm(model, 'off', pool_mb=a.fixed_mib, name=f'{a.fixed_mib:g} MiB')]
     report, ok = dict(model=str(model), routed_mb_per_token=routed / MiB, caps={}), True
     for cap in [float(c) for c in a.caps.split(',')]:

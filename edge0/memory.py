@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging, os, re, resource, subprocess, sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from .backend import core as B
 from .files import InputError
 
 MiB = 2**20
@@ -135,9 +136,7 @@ def process_memory(pid:int|str='self') -> ProcessMemory:
 # %% ../nbs/00_memory.ipynb #5e275aa5
 def metal_working_set() -> int|None:
     "Metal's recommended working set (bytes) when MLX runs on a GPU: what GPU-visible buffers should stay within"
-    import mlx.core as mx
-    if mx.default_device() != mx.gpu: return None
-    return mx.device_info().get('max_recommended_working_set_size')
+    return B.working_set_limit()
 
 
 # %% ../nbs/00_memory.ipynb #1436fe74

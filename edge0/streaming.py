@@ -664,9 +664,11 @@ def apply_budget(engine:StreamEngine, where):
     if b.asked != 'auto':
         want = b.experts if b.pool is None else min(b.pool, b.experts)
         if want > max(fits, 0):
-            _log.warning(f"warning: {where}: an expert budget of {want / MiB:,.0f} MiB ({b.asked}) is more than the "
-                        f"{max(fits, 0) / MiB:,.0f} MiB this process has for experts ({b.binds}); it may be killed or "
-                        "thrash: --pool-mib auto sizes it (--stats shows each number)")
+            what, fix = ((f"holding every expert ({want / MiB:,.0f} MiB)", "streamed with --pool-mib auto, it fits")
+                         if b.pool is None else (f"an expert budget of {want / MiB:,.0f} MiB ({b.asked})",
+                                                 "--pool-mib auto sizes it"))
+            _log.warning(f"warning: {where}: {what} is more than the {max(fits, 0) / MiB:,.0f} MiB this process has "
+                         f"for experts ({b.binds}); it may be killed or thrash: {fix} (--stats shows each number)")
         return
     if b.pool < b.minimum:
         raise InputError(f"{where}: not enough memory to stream: {b.free / MiB:,.0f} MiB free after loading "

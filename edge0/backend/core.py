@@ -18,7 +18,7 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'end_thread', 'seed', 'normal', 'categorical',
            'tree_flatten', 'tree_unflatten', 'load_arrays', 'lazy_arrays', 'save_safetensors', 'to_numpy',
-           'MemoryStats', 'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit']
+           'MemoryStats', 'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit', 'working_set_limit']
 
 # %% ../../nbs/00_backend_core.ipynb #35633311
 def device_kind() -> str:
@@ -101,3 +101,8 @@ def clear_cache(): mx.clear_cache()  # give the allocator's freed buffers back t
 def set_cache_limit(nbytes:int) -> int:
     "Cap the allocator's cache; returns the previous limit"
     return mx.set_cache_limit(nbytes)
+
+def working_set_limit() -> int|None:
+    "Metal's recommended working set (bytes) when MLX runs on a GPU (its buffers should stay within it), else None"
+    return mx.device_info().get('max_recommended_working_set_size') if device_kind() == 'gpu' else None
+
