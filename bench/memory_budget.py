@@ -10,7 +10,8 @@ original, whose weights the torch-cpu copy holds byte for byte): degenerate rout
 meaningless. Then, per cap, each arm in its own process in a child memory cgroup without swap (edge0.eval.run): a cold
 prefill of 16 tokens, a warm one, then forced decode steps with the checkpoint evicted from the page cache before them.
 Per arm: decode tok/s; expert bytes the store read per token; this process's reads from storage per token (/proc/self/io)
-and its major page faults per token; peak RSS; and for `auto` the budget it chose with each number it came from. Beside
+and its major page faults per token; peak RSS (ru_maxrss: it counts the libraries' pages, which earlier processes
+read into the page cache and which are charged to the parent cgroup, so it can pass the cap); and for `auto` the budget it chose with each number it came from. Beside
 them `edge0 generate` run the way a user runs it (default flags, --stats) under the same cap: exit status, wall time, reads.
 
 Targets: every `auto` arm decodes under every cap, and none reads from storage more than twice the routed bytes of a token
