@@ -219,8 +219,8 @@ def _plan_parser(sub):
     p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
     p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
                    help=f"comma-separated: {', '.join(STRATEGIES)}")
-    p.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_positive(float),
-                   help="edge0's expert budget (MiB; default: what `--pool-mib auto` gives a run on the device)")
+    p.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
+                   help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a run on the device)")
     p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: measured inside "
                    "the tier's read throttle)")
     p.add_argument('--cap-mb', type=_positive(float), help='memory the model may use (MiB); here: measured under this '
@@ -372,7 +372,8 @@ def _cmd_plan(a):
     from edge0.plan import plan_for, plan_table
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
-    p = plan_for(a.model, a.device, a.k, a.pool_mb, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
+    pool = None if a.pool_mb == 'auto' else a.pool_mb  # None: the planner's auto_budget
+    p = plan_for(a.model, a.device, a.k, pool, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
                  a.mem_gb_s, a.recall)
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
