@@ -4,11 +4,10 @@
 
 # %% ../nbs/00_memory.ipynb #db069632
 from __future__ import annotations
-import logging, os, re, resource, subprocess, sys
+import os, re, resource, subprocess, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from .backend import core as B
-from .files import InputError
 
 MiB = 2**20
 _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as 2**63 rounded down to a page
@@ -180,6 +179,10 @@ class Budget:
     experts:int           # every routed expert, and K slots a layer: the pool never needs more
     minimum:int           # one token's working set
     notes:list = field(default_factory=list)  # what the user should know about it
+    @property
+    def fits(self) -> int:
+        "What these figures leave for experts, whatever was asked (`pool_budget`)"
+        return pool_budget(self.free, self.kv, self.step, self.room, self.experts, self.minimum)
     def lines(self) -> list:
         "What `--stats` prints"
         m = lambda b: f"{b / MiB:,.{0 if b >= 10 * MiB else 1}f} MiB"

@@ -619,8 +619,8 @@ def _cache_growth(c) -> tuple:
     if keys is None or not hasattr(c, 'offset'): return 0.0, int(getattr(c, 'nbytes', 0) or 0), None
     return c.nbytes / _leaf(keys).shape[-2], 0, getattr(c, 'max_size', None)  # allocated in steps: bytes per slot
 
-def kv_growth(model, engine:StreamEngine) -> tuple:
-    "`(bytes per token, fixed bytes, per-layer caps)` of `model`'s prompt cache, from one token with no experts read"
+def kv_growth(model, engine:StreamEngine) -> list:
+    "Per layer of `model`'s prompt cache `(bytes per token, fixed bytes, cap)`, from one token with no expert read"
     from mlx_lm.models.cache import make_prompt_cache
     cache, engine.dry = make_prompt_cache(model), True
     try: B.eval(model(B.array([[0]]), cache=cache))
@@ -641,18 +641,17 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
     h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
     experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle  # and the slots and hot sets beside them
     step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens)
-    fits = pool_budget(h.bytes, kv_bytes(growth, tokens), step, room, experts, minimum)
-    if options.kv_tokens is None and options.pool_bytes == 'auto' and fits < 2 * minimum:
+    fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)  # with n tokens' cache
+    if options.kv_tokens is None and options.pool_bytes == 'auto' and fits(tokens) < 2 * minimum:
         n = tokens  # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
-        while n > 256 and pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum) < 2 * minimum:
-            n //= 2
+        while n > 256 and fits(n) < 2 * minimum: n //= 2
         n = max(n, 256)
         if n < tokens:
             notes.append(f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the default: a longer "
                          "conversation may pass what this process may use (--max-kv-size bounds it)")
-            tokens, fits = n, pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)
+            tokens = n
     asked = options.pool_bytes
-    return Budget(fits if asked == 'auto' else asked,
+    return Budget(fits(tokens) if asked == 'auto' else asked,
                   'auto' if asked == 'auto' else 'unbounded' if asked is None else f"{asked / MiB:g} MiB asked",
                   h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step, room, experts,
                   minimum, notes)
@@ -660,7 +659,7 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
 def apply_budget(engine:StreamEngine, where):
     "Size the pool by `engine.budget`: refuse a budget below one token's working set, warn of one past the memory"
     b = engine.budget
-    fits = pool_budget(b.free, b.kv, b.step, b.room, b.experts, b.minimum)
+    fits = b.fits
     if b.asked != 'auto':
         want = b.experts if b.pool is None else min(b.pool, b.experts)
         if want > max(fits, 0):
@@ -675,8 +674,7 @@ def apply_budget(engine:StreamEngine, where):
                          f"({b.binds}) less {b.kv / MiB:,.0f} MiB of KV cache ({b.kv_tokens} tokens), "
                          f"{b.step / MiB:,.0f} MiB of a step's experts and {b.room / MiB:,.0f} MiB of page cache leave "
                          f"{b.pool / MiB:,.1f} MiB, below one token's {b.minimum / MiB:,.1f} MiB of experts; "
-                         "free memory, "
-                         "lower --max-kv-size or pass --pool-mib")
+                         "free memory, lower --max-kv-size or pass --pool-mib")
     engine.pool.resize(b.pool)
     B.set_cache_limit(b.step)  # freed stacks wait for the next layer's, within the step's share
 
