@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, math, time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 from functools import partial
 from pathlib import Path
 import numpy as np
@@ -18,8 +18,8 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'save_trace', 'load_trace', 'DecodeStats',
-           'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'Sampling', 'load', 'decode_stats']
+__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
+           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'Sampling', 'load', 'decode_stats']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -47,6 +47,11 @@ MODES = ('off', 'routing', 'prefetch', 'oracle')
 def check_mode(mode:str):
     "Refuse a decode mode that is not one of `MODES`"
     if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
+
+def check_exact_top(mode:str, m:int, k:int):
+    "Refuse an exact top-M outside `routing` mode or outside 0..K"
+    if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
+    if not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
 
 def save_trace(trace:list, path, spec:MoESpec, k:int) -> Path:
     "Write a routing trace (`[{layer: ids}]`, one dict per decode step) to `path`"
@@ -95,6 +100,9 @@ class DecodeStats:
     background_loads:int = 0   # bundles the background reader read
     prefetch_used:int = 0      # prefetch mode: own-routed experts the prediction had read ahead
     prefetch_wasted:int = 0    # prefetch mode: predicted experts the layer did not use
+    exact_checked:int = 0      # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
+    exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
+    exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
 
 def shadow_blocks(spec:MoESpec, model, fn) -> list:
     "Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes back"
@@ -115,7 +123,8 @@ def unshadow(installed:list):
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
-                 prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False):
+                 prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False,
+                 exact_top:int=0): # routing mode: the own router's M heaviest experts are always computed
         check_mode(mode)
         if mode in ('routing', 'prefetch') and prerouter is None:
             raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
@@ -127,14 +136,17 @@ class Decoder:
             raise InputError(f"the heads were trained for K={prerouter.k}, this run serves K={self.k}")
         if engine is not None and engine.k != self.k:
             raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both with the same k")
+        check_exact_top(mode, exact_top, self.k)
+        self.exact_top = exact_top
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # the checkpoint's (float32 on the CPU)
         if self.owners: prerouter.set_dtype(self.head_dtype)
         self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
         self.trace_in, self.trace = trace, [] if record else None
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
+        self.pred_w = {}
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
-        self.stats, self.step, self.beyond = DecodeStats(), -1, False
+        self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
         if engine is not None and mode == 'routing':
             for layer in spec.moe_layers:
@@ -147,7 +159,7 @@ class Decoder:
         "Start a new sequence: wait for the reads in flight, forget the plan, restart the step count (and the trace)"
         for f in self.pending.values(): f.result()
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        self.step, self.beyond = -1, False
+        self.pred_w, self.step, self.beyond = {}, -1, False
         if self.trace is not None: self.trace = []
 
     def close(self):
@@ -168,6 +180,7 @@ def moe_block(self:Decoder, layer:int, blk, x):
     logits = router_logits(spec, blk, x)
     if decode and layer in self.plan:
         ids = self.plan[layer]
+        if self.exact_top: ids = self._exact_top(layer, logits, ids)
         inds = B.array(ids.astype(np.uint32).reshape(1, 1, -1))
         w = weigh(spec.routing, logits, inds)
         y = self._planned(layer, blk, x, ids, inds)
@@ -186,7 +199,8 @@ def moe_block(self:Decoder, layer:int, blk, x):
         h = x[..., -1, :].reshape(1, -1).astype(self.head_dtype)
         nxt = self.owners[layer]
         predicted = self.prerouter(layer, features(h, now, prev, spec.num_experts))
-        self.preds[nxt] = route(spec.routing, predicted, self.k, self.bias[nxt])[0]
+        self.preds[nxt], w = route(spec.routing, predicted, self.k, self.bias[nxt])
+        if self.exact_top: self.pred_w[nxt] = w  # the flush ranks the prediction by it
     return out
 
 
@@ -195,7 +209,7 @@ def moe_block(self:Decoder, layer:int, blk, x):
 def _planned(self:Decoder, layer:int, blk, x, ids, inds):
     engine = self.engine
     if engine is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
-    if not self._wait(layer):  # nothing was staged ahead for this layer: stage it now
+    if not self._wait(layer) or self._unstaged(layer, ids):  # nothing (or not all) staged ahead: stage it now
         t0 = time.perf_counter()
         cost = engine.stage(layer, ids)
         engine.record(layer, cost, time.perf_counter() - t0)
@@ -234,14 +248,40 @@ def _own(self:Decoder, layer:int, blk, x, inds):
     return y
 
 
+# %% ../nbs/02b_decode.ipynb #38bafd9d
+@patch
+def _exact_top(self:Decoder, layer:int, logits, planned):
+    "The set planned layer `layer` computes: its own M heaviest experts, then the best predicted others, K in all"
+    own, w = route(self.spec.routing, logits, self.k, self.bias[layer])
+    own, w = np.array(own).ravel(), np.array(w.astype(B.float32)).ravel()  # the host read this costs
+    d = self.stats
+    d.syncs += 1
+    heaviest = own[np.argsort(-w, kind='stable')[:self.exact_top]].tolist()
+    staged = set(planned.tolist())
+    for rank, e in enumerate(heaviest):
+        if e in staged: d.exact_staged[rank] += 1
+        elif self.engine is not None and layer not in self.engine.resident and not self.engine.pool.has(layer, e):
+            d.exact_read += 1
+    d.exact_checked += len(heaviest)
+    rest = [e for e in planned.tolist() if e not in heaviest][:self.k - len(heaviest)]
+    return np.array([e for e in own.tolist() if e in heaviest] + rest, np.int64)  # own order: M = K is `off`'s set
+
+@patch
+def _unstaged(self:Decoder, layer:int, ids) -> bool:
+    "Whether some of `ids` are not in `layer`'s planned slots (exact top-M: an own expert the heads did not predict)"
+    if not self.exact_top: return False
+    slots = self.engine.planned[layer]
+    return not (slots.held[0][slots.table[ids]] == ids).all()
+
+
 # %% ../nbs/02b_decode.ipynb #d0000018
 @patch
 def flush(self:Decoder, *arrays):
     "Evaluate `arrays` with this step's predictions; plan the next step and start its reads"
     t0 = time.perf_counter()
-    preds, own_routed = self.preds, self.own_routed
-    self.preds, self.own_routed = {}, {}
-    B.eval(*arrays, *preds.values(), *own_routed.values())
+    preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
+    self.preds, self.own_routed, self.pred_w = {}, {}, {}
+    B.eval(*arrays, *preds.values(), *own_routed.values(), *pred_w.values())
     d = self.stats
     d.flush_s += time.perf_counter() - t0
     if self.step >= 0:
@@ -250,6 +290,8 @@ def flush(self:Decoder, *arrays):
         if self.trace is not None: self.trace.append({layer: np.array(v).ravel() for layer, v in own_routed.items()})
     self.step += 1
     ids = {layer: np.array(v).ravel().astype(np.int64) for layer, v in preds.items()}
+    for layer, w in pred_w.items():  # exact top-M: heaviest first, so the K - M slots left take the prediction's best
+        ids[layer] = ids[layer][np.argsort(-np.array(w.astype(B.float32)).ravel(), kind='stable')]
     if self.mode == 'oracle':
         self.beyond = self.step >= len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else self.trace_in[self.step]
@@ -337,18 +379,20 @@ class Sampling:
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
-         options:StreamOptions|None=None, spec:MoESpec|None=None, **kw) -> Handle:
+         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, **kw) -> Handle:
     "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter_path`, else `find_heads`)"
     check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k
+    check_exact_top(mode, exact_top, k)
     path = heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     replay = None
     if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, list) else load_trace(trace, spec, k)
     handle = stream_load(model_dir, options, spec=spec, k=k, **kw)
     if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
-    try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace)
+    try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace,
+                                         exact_top)
     except BaseException:
         handle.close()
         raise
