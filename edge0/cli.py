@@ -48,14 +48,15 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
              options:StreamOptions|None=None, out=None, prerouter:str|None=None, k:int|None=None,
              trace=None, record_trace=None, adapter=None, no_adapter:bool=False,
              chat:bool|None=None, # through the chat template (default: when the tokenizer has one)
-             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=()) -> dict:
+             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=(),
+             exact_top:int=0) -> dict: # with prerouter 'routing': the own M heaviest experts always computed
     "Generate from `model`, writing the text to `out` as it comes; returns the figures"
     from edge0.decode import save_trace
     out = out or sys.stdout
     if max_tokens < 1: raise CLIError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt: raise CLIError("--prompt is empty: give the text to continue")
     with Session(model, prerouter, k, adapter, no_adapter, resident, options, max_kv_size, extra_eos, trace,
-                 record_trace is not None) as s:
+                 record_trace is not None, exact_top=exact_top) as s:
         ids = s.prompt_ids(prompt, chat, system_prompt)
         B.reset_peak_memory()
         for piece in s.stream(ids, max_tokens, sampling, keep=False):
@@ -149,6 +150,8 @@ def _model_arguments(g):
                    "checkpoint: its experts kept by edge0's streaming layer), under the same dtype policy as streaming")
     g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the "
                    "routing), prefetch (predictions warm the pool), oracle (replay --trace)")
+    g.add_argument('--exact-top', type=int, default=0, metavar='M', help="with --prerouter routing: the layer's "
+                   "own M heaviest experts are always computed, the other K-M are the prediction (default 0)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
     g.add_argument('--max-kv-size', type=int, help='a rotating KV cache of this many tokens (default: it grows)')
     g.add_argument('--extra-eos-token', nargs='+', default=(), help='more tokens (strings or ids) that end the text')
@@ -311,7 +314,9 @@ def _session_kw(a) -> dict:
     if a.k is not None and a.k < 1: raise CLIError(f"--k must be at least 1, got {a.k}")
     if a.max_kv_size is not None and a.max_kv_size < 1:
         raise CLIError(f"--max-kv-size must be at least 1, got {a.max_kv_size}")
-    return dict(mode=a.prerouter, k=a.k, adapter=a.adapter, no_adapter=a.no_adapter, resident=a.resident,
+    if a.exact_top and a.prerouter != 'routing':
+        raise CLIError(f"--exact-top {a.exact_top} needs --prerouter routing")
+    return dict(mode=a.prerouter, k=a.k, exact_top=a.exact_top, adapter=a.adapter, no_adapter=a.no_adapter, resident=a.resident,
                 options=_options(a), max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
 
 def _sampling(a) -> Sampling:

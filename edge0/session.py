@@ -18,7 +18,9 @@ from .memory import Budget, MiB, ThrashWatch
 __all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
 
 # %% ../nbs/07a_session.ipynb #c0006
-def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtype):
+def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtype, exact_top=0):
+    if exact_top and mode != 'routing':
+        raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode or 'the own routing'!r}")
     if mode is None and k is None and trace is None and not record_trace:
         if resident: return load_resident(model_dir, spec, dtype)
         return stream_load(model_dir, options, spec=spec, dtype=dtype)
@@ -29,7 +31,7 @@ def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtyp
     if mode == 'oracle' and trace is None:
         raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
     return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec,
-                       dtype=dtype)
+                       dtype=dtype, exact_top=exact_top)
 
 def _add_eos(tokenizer, token):
     try: tokenizer.add_eos_token(str(token))
@@ -49,7 +51,8 @@ class Session:
                  extra_eos=(), # more tokens (strings or ids) that end a generation
                  trace=None, # routing trace replayed by mode 'oracle'
                  record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
-                 dtype=None): # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
+                 dtype=None, # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
+                 exact_top:int=0): # mode 'routing': the own router's M heaviest experts are always computed
         if k is not None and k < 1: raise InputError(f"k must be at least 1, got {k}")
         if max_kv_size is not None and max_kv_size < 1:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
@@ -58,7 +61,8 @@ class Session:
         options = options or StreamOptions()
         if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
         self.spec, self.max_kv_size = model_spec(self.model_dir), max_kv_size
-        self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace, dtype)
+        self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace, dtype,
+                            exact_top)
         try:
             self.adapter = None if no_adapter else use_adapter(self.handle, self.model_dir, adapter)
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
@@ -285,5 +289,9 @@ def format_stats(s:dict) -> str:
                      f"{d['planned']} planned layer-steps, "
                      f"{d['experts_computed']}/{d['experts_planned']} planned experts "
                      f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
+        if d.get('exact_staged'):
+            staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}" for r, n in enumerate(d['exact_staged']))
+            lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged ({staged}); "
+                         f"{d['exact_read']} of {d['exact_checked']} read at once")
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)

@@ -35,6 +35,19 @@ def test_errors_name_the_fault(edge0_cmd, tmp_path, tiny_qwen):
     r = run(edge0_cmd, 'generate', '--model', tiny_qwen, '--prompt', 'x', '--max-tokens', 0)
     assert r.returncode == 2 and '--max-tokens' in r.stderr
 
+def test_exact_top_as_a_user_runs_it(edge0_cmd):
+    "--exact-top M on the bundled teacher: the counters in --stats; out of range or without routing: one line, exit 2"
+    r = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'The history of the city', '--ignore-chat-template',
+            '--max-tokens', 8, '--prerouter', 'routing', '--exact-top', 1, '--stats')
+    assert r.returncode == 0, r.stderr
+    assert '0 dropped' in r.stdout and '5.0 host syncs/step' in r.stdout and 'exact top-1: the own heaviest' in r.stdout
+    for flags, says in ((('--prerouter', 'prefetch', '--exact-top', 1), '--exact-top 1 needs --prerouter routing'),
+                        (('--prerouter', 'routing', '--k', 4, '--exact-top', 5),
+                         'exact top-M must be between 0 and K=4, got 5')):
+        r = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'x', *flags)
+        assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, (flags, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
 def test_version_and_python_m(edge0_cmd):
     import edge0, sys
     r = run(edge0_cmd, '--version')
