@@ -234,6 +234,8 @@ def _plan_parser(sub):
                    "estimated from the shape")
     p.add_argument('--recall', type=float, help="the heads' recall (default: the model's heads' measured recall; a "
                    "config or a shape assumes 0.9; a model without heads is planned without routing)")
+    p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
+                   "experts always computed (--prerouter routing --exact-top M)")
     p.add_argument('--json', help='write the plan here')
 
 # %% ../nbs/09_cli.ipynb #c5bef265
@@ -379,7 +381,7 @@ def _cmd_plan(a):
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
     pool = None if a.pool_mb == 'auto' else a.pool_mb  # None: the planner's auto_budget
     p = plan_for(a.model, a.device, a.k, pool, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
-                 a.mem_gb_s, a.recall)
+                 a.mem_gb_s, a.recall, exact_top=a.exact_top)
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 

@@ -256,7 +256,8 @@ def _deadlines(c:Compute, layers:list) -> list:
     return [start[l] + c.attention_ms[l] for l in layers]
 
 def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
-             served:dict|None=None, within:bool=False) -> dict:
+             served:dict|None=None, within:bool=False,
+             exact_top:int=0) -> dict: # the own M heaviest always computed: `trace`'s rows heaviest first
     "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
     spec = mb['spec']
     held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
@@ -273,8 +274,17 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
                                         1.0) for row in ms])
     if c.miss_ms is not None:  # what warm misses cost the step in place (the reader's work on the same cores)
         exposed = exposed + r['misses'].sum(1) * c.miss_ms
-    return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
-                bytes=r['misses'].sum(1).mean() * mb['bundle'])
+    nbytes = r['misses'].sum(1).mean() * mb['bundle']
+    if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
+        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), served[l].tolist())]
+              for l in sorted(planned)}
+        f = replay(fg, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
+                   dev.cold_steps)
+        warm, cold = _read_ms(mb, dev, f, c.miss_ms)
+        exposed = exposed + (warm + cold).sum(1)
+        nbytes += f['misses'].sum(1).mean() * mb['bundle']
+    return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
+                syncs=1 + len(planned) * (exact_top > 0))
 
 # %% ../nbs/06c_plan.ipynb #f1d04cb2
 def kv_per_token(config:dict, itemsize:int) -> float:
@@ -310,11 +320,12 @@ def _binds(compute_ms:float, read_ms:float, cls:str) -> str:
 
 def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
-         kv_tokens:int=KV_TOKENS) -> dict:
+         kv_tokens:int=KV_TOKENS, exact_top:int=0) -> dict:
     "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
     _check_strategies(strategies)
     mb = model_bytes(model, k)
     spec, k = mb['spec'], mb['k']
+    if not 0 <= exact_top <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {exact_top}")
     planned = set(spec.moe_layers[1:]) if planned is None else set(planned)
     trace = trace if trace is not None else synthetic_trace(spec, k)
     compute = compute or {}
@@ -333,17 +344,18 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
             continue
         r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool, c) if s == 'off'
              else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                          within=pool_mb is None))
+                          within=pool_mb is None, exact_top=exact_top))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
                        wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
                        mib_per_token=r['bytes'] / 2**20, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
-                       binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'))
+                       binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'),
+                       **({'syncs_per_step': r['syncs']} if s == 'routing' else {}))
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                pool_mb=pool, budget=None if pool_mb is not None else budget,
+                exact_top=exact_top, pool_mb=pool, budget=None if pool_mb is not None else budget,
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
@@ -363,6 +375,9 @@ def plan_table(p:dict) -> str:
              f"MiB a token by address class ({per})",
              *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
              *p.get('notes', []),
+             *([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest experts the heads did not "
+                f"serve are read in the foreground; {p['rows']['routing']['syncs_per_step']} host syncs a step"]
+               if p.get('exact_top') and 'routing' in p['rows'] else []),
              *([_budget_note(p['budget'])] if p.get('budget') else []),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
              "  binds"]
@@ -373,23 +388,24 @@ def plan_table(p:dict) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/06c_plan.ipynb #c0038
-def _trace_main(model_dir:str, k:int, tokens:int):
+def _trace_main(model_dir:str, k:int, tokens:int, heaviest_first:bool=False):
     from edge0.eval import sequence
     from edge0.routing_stats import routing_trace
     from edge0.streaming import load_resident
     with load_resident(model_dir) as h:  # mlx-lm's model, or torch-packed experts kept resident by the streaming layer
-        t = routing_trace(h.model, h.spec, np.array(sequence(model_dir, tokens)), k, seq=tokens)
+        t = routing_trace(h.model, h.spec, np.array(sequence(model_dir, tokens)), k, tokens, heaviest_first)
     print('JSON ' + json.dumps({str(l): v.tolist() for l, v in t.items()}))
 
 # %% ../nbs/06c_plan.ipynb #c0039
-def model_trace(model_dir, k:int|None=None, tokens:int=256) -> dict:
+def model_trace(model_dir, k:int|None=None, tokens:int=256, heaviest_first:bool=False) -> dict:
     "`{layer: (tokens, k) ids}`: how the model routes the first `tokens` tokens of the held-out excerpt (cached)"
     from edge0.measure import cached
     from edge0.prerouter import fingerprint
     from edge0.store import model_spec
     k = k or model_spec(model_dir).k
-    code = f"from edge0.plan import _trace_main; _trace_main({str(model_dir)!r}, {k}, {tokens})"
-    t = cached('trace', dict(model=fingerprint(model_dir), k=k, tokens=tokens),
+    code = f"from edge0.plan import _trace_main; _trace_main({str(model_dir)!r}, {k}, {tokens}, {heaviest_first})"
+    key = dict(model=fingerprint(model_dir), k=k, tokens=tokens, **({'order': 'weight'} if heaviest_first else {}))
+    t = cached('trace', key,
                lambda: child_json(code, f"tracing the routing of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
@@ -649,7 +665,7 @@ def _measured_eta(model_dir) -> Eta:
 
 def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, tier=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
-             mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3) -> dict:
+             mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0) -> dict:
     "`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else a `DEVICES` entry"
     from dataclasses import replace
     from edge0.eval import tier_rate
@@ -677,13 +693,16 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
         if routing and heads is None: notes.append("routing's compute: the off profile (no heads to measure)")
         dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
         dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s)) if v})
-        p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k), compute, recall, planned,
-                 served=served_by_heads(src, k) if routing and source.startswith('heads') else None)
+        p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k, heaviest_first=exact_top > 0), compute, recall,
+                 planned, served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
+                 exact_top=exact_top)
         return dict(p, recall_from=source, notes=notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
     over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s)
     dev = replace(DEVICES[device], **{f: v for f, v in over.items() if v})
     spec = _source(src)[0]
-    trace = model_trace(src, k) if has_weights else synthetic_trace(spec, k or spec.k, 128, reuse=reuse)
-    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned), recall_from=source, notes=notes)
+    trace = (model_trace(src, k, heaviest_first=exact_top > 0) if has_weights  # synthetic: the first M stand for them
+             else synthetic_trace(spec, k or spec.k, 128, reuse=reuse))
+    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned, exact_top=exact_top),
+                recall_from=source, notes=notes)
 

@@ -12,7 +12,8 @@ from .routing import MoESpec, RouterTap, route, router_bias
 __all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']
 
 # %% ../nbs/04b_routing_stats.ipynb #e6b83283
-def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256) -> dict:
+def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256,
+                  heaviest_first:bool=False) -> dict: # each token's ids ordered by routing weight, heaviest first
     "`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`, windows of `seq`)"
     k = k or spec.k
     trace = {layer: [] for layer in spec.moe_layers}
@@ -21,8 +22,12 @@ def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:i
             taps.seen.clear()
             B.eval(model(B.array(tokens[None, start:start + seq].astype(np.int32))))
             for layer, (_, logits, _) in taps.seen.items():
-                experts, _ = route(spec.routing, logits, k, router_bias(spec, taps.blocks[layer]))
-                trace[layer].append(np.array(experts).reshape(-1, k))
+                experts, w = route(spec.routing, logits, k, router_bias(spec, taps.blocks[layer]))
+                experts = np.array(experts).reshape(-1, k)
+                if heaviest_first:
+                    order = np.argsort(-np.array(w.astype(B.float32)).reshape(-1, k), axis=1, kind='stable')
+                    experts = np.take_along_axis(experts, order, axis=1)
+                trace[layer].append(experts)
     return {layer: np.concatenate(ids) for layer, ids in trace.items()}
 
 # %% ../nbs/04b_routing_stats.ipynb #f2e5cee8
