@@ -20,8 +20,8 @@ from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
 __all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias',
-           'lr_schedule', 'Trainer', 'perplexity', 'export_teacher', 'blas_in_use', 'recipe', 'prepare', 'reproduce',
-           'excerpt_ids']
+           'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use', 'recipe',
+           'prepare', 'reproduce', 'excerpt_ids']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
@@ -240,19 +240,23 @@ def _write_checkpoint(model, config:dict, tok_dir, dst, provenance:dict) -> Path
 def _token_id(tok_dir, token:str) -> int:
     return Tokenizer.from_file(str(Path(tok_dir) / 'tokenizer.json')).token_to_id(token)
 
-def export_teacher(trainer:Trainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
-    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into `dst_dir`"
-    teacher, model = trainer.teacher, trainer.model
-    balancing_bias = trainer.spec.router_bias_param  # stays float32, as trained
-    to_bf16 = [(name, weight.astype(B.bfloat16)) for name, weight in B.tree_flatten(model.parameters())
-               if not (balancing_bias and name.endswith(balancing_bias))]
+def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst_dir, name:str,
+                       provenance:dict) -> tuple[Path, Path]:
+    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained mlx-lm `model` into `dst_dir`"
+    to_bf16 = [(key, weight.astype(B.bfloat16)) for key, weight in B.tree_flatten(model.parameters())
+               if not (balancing_bias and key.endswith(balancing_bias))]  # a correction bias stays float32
     model.update(B.tree_unflatten(to_bf16))
-    config = dict(teacher.config, eos_token_id=_token_id(tok_dir, '<|im_end|>'))
-    full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / teacher.name, dict(provenance, precision='bf16'))
+    config = dict(config, eos_token_id=_token_id(tok_dir, '<|im_end|>'))
+    full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / name, dict(provenance, precision='bf16'))
     int4_model, int4_config = quantize_model(model, config, 64, 4)
-    base = _write_checkpoint(int4_model, int4_config, tok_dir, Path(dst_dir) / f"{teacher.name}-int4",
+    base = _write_checkpoint(int4_model, int4_config, tok_dir, Path(dst_dir) / f"{name}-int4",
                              dict(provenance, precision='int4 g64'))
     return full, base
+
+def export_teacher(trainer:Trainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
+    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into `dst_dir`"
+    return export_checkpoints(trainer.model, trainer.teacher.config, trainer.spec.router_bias_param, tok_dir, dst_dir,
+                              trainer.teacher.name, provenance)
 
 # %% ../nbs/04a_teachers.ipynb #6556516e
 def blas_in_use() -> str:
