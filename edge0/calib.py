@@ -11,11 +11,11 @@ import numpy as np
 from .files import DATA, InputError
 
 # %% auto #0
-__all__ = ['ROLES', 'JSONL', 'FORMAT', 'MOST_NAMES', 'CALIBRATION', 'CORPUS', 'CODE', 'HELDOUT', 'PART_CHARS', 'LICENSE',
-           'Document', 'read_documents', 'has_chat_template', 'chat_ids', 'document_ids', 'encode_documents',
+__all__ = ['ROLES', 'JSONL', 'FORMAT', 'MOST_NAMES', 'CALIBRATION', 'CORPUS', 'CODE', 'HELDOUT', 'CODE_CORPUS', 'PART_CHARS',
+           'LICENSE', 'Document', 'read_documents', 'has_chat_template', 'chat_ids', 'document_ids', 'encode_documents',
            'heldout_score', 'split_documents', 'windows', 'sample_windows', 'Calibration', 'calibration',
-           'default_documents', 'heldout_cut', 'corpus_split', 'corpus_documents', 'build_calibration_set',
-           'self_prompts']
+           'default_documents', 'heldout_cut', 'corpus_split', 'corpus_documents', 'source_files', 'code_split',
+           'build_calibration_set', 'self_prompts']
 
 # %% ../nbs/00_calib.ipynb #ef252d37
 @dataclass
@@ -294,6 +294,27 @@ def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
                 austen=[(f"{CORPUS[1]}: {head}", body) for head, body in chapters],
                 shakespeare=[(f"{CORPUS[2]}: {head[:60]}", body) for head, body in scenes],
                 python=[(f"{CODE}: {path}", body) for path, body in files if path != last])
+
+# %% ../nbs/00_calib.ipynb #c2cfe49a
+CODE_CORPUS = (CODE, 'python_stdlib_tests.txt.gz')  # CPython 3.11.7's Lib/: the library, then its tests
+
+def source_files(text:str) -> list:
+    "`(path, source)` of every file in a code corpus file's `text`, each source starting with its `# ==== Lib/` line"
+    starts = [m.start() for m in re.finditer(r'^# ==== Lib/\S+$', text, re.M)]
+    return [(text[a:text.index('\n', a)].removeprefix('# ==== '), text[a:b])
+            for a, b in zip(starts, starts[1:] + [len(text)])]
+
+def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
+    "`(train, heldout)` lists of `(path, source)` of `CODE_CORPUS`: the file the cut runs through, and after, held out"
+    train, held = [], []
+    for name in CODE_CORPUS:
+        path = Path(corpus_dir) / name
+        if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected {', '.join(CODE_CORPUS)})")
+        with gzip.open(path, 'rt', encoding='utf-8') as f: text = f.read()
+        files, cut = source_files(text), heldout_cut(text, heldout)
+        first_held = max(i for i, (p, src) in enumerate(files) if text.index(f"# ==== {p}\n") <= cut) if files else 0
+        for i, f in enumerate(files): (held if i >= first_held else train).append(f)
+    return train, held
 
 # %% ../nbs/00_calib.ipynb #db7904ee
 PART_CHARS = 150_000  # characters of each part in the bundled set: about 600 KB in all

@@ -4,63 +4,32 @@
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0002
 from __future__ import annotations
-import gzip, json, math, os, re, time, uuid
+import json, math, os, time, uuid
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .backend import core as B
-from .calib import HELDOUT, heldout_cut
-from .files import DATA, InputError, atomic_dir, line_cut
+from .calib import CODE_CORPUS, HELDOUT, code_split
+from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut
 from .routing import model_class
 from .teachers import encode, export_checkpoints, train_tokenizer
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['CODE_CORPUS', 'CODE_EXCERPT', 'CODE_TEACHER', 'source_files', 'code_split', 'write_code_excerpt', 'code_excerpt',
-           'RMSNorm', 'rope_tables', 'rope', 'Attention', 'SparseMoE', 'Layer', 'TorchQwen3Moe', 'init_weights',
-           'mlx_name', 'mlx_weights', 'to_mlx', 'CodeRecipe', 'lr_at', 'CodeTrainer', 'predictability', 'prepare_code',
-           'export_code_teacher', 'reproduce_code']
+__all__ = ['CODE_TEACHER', 'write_code_excerpt', 'RMSNorm', 'rope_tables', 'rope', 'Attention', 'SparseMoE', 'Layer',
+           'TorchQwen3Moe', 'init_weights', 'mlx_name', 'mlx_weights', 'to_mlx', 'CodeRecipe', 'lr_at', 'CodeTrainer',
+           'predictability', 'prepare_code', 'export_code_teacher', 'reproduce_code']
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0005
-CODE_CORPUS = ('python_stdlib.txt.gz', 'python_stdlib_tests.txt.gz')
-_FILE_HEAD = re.compile(r'^# ==== Lib/\S+$', re.M)
-
-def source_files(text:str) -> list:
-    "`(path, source)` of every file in a corpus file's `text`, each source starting with its `# ==== Lib/...` line"
-    starts = [m.start() for m in _FILE_HEAD.finditer(text)]
-    return [(text[a:text.index('\n', a)].removeprefix('# ==== '), text[a:b])
-            for a, b in zip(starts, starts[1:] + [len(text)])]
-
-def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
-    "`(train, heldout)` lists of `(path, source)`: per corpus file, the file the cut runs through and those after are held out"
-    train, held = [], []
-    for name in CODE_CORPUS:
-        path = Path(corpus_dir) / name
-        if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected {', '.join(CODE_CORPUS)})")
-        with gzip.open(path, 'rt', encoding='utf-8') as f: text = f.read()
-        files, cut = source_files(text), heldout_cut(text, heldout)
-        starts = [m.start() for m in _FILE_HEAD.finditer(text)]
-        first_held = max(s for s in starts if s <= cut)
-        for f, s in zip(files, starts): (held if s >= first_held else train).append(f)
-    return train, held
-
-# %% ../nbs/04f_code_teacher.ipynb #c4f0009
-CODE_EXCERPT = 'heldout-python.txt'
-
 def write_code_excerpt(held:list, dst_dir, chars:int=20_000) -> Path:
     "Write the first `chars` characters (at a line boundary) of the held-out sources to `dst_dir/heldout-python.txt`"
     p = Path(dst_dir) / CODE_EXCERPT
     p.write_text(line_cut(''.join(src for _, src in held), chars), encoding='utf-8')
     return p
 
-def code_excerpt(chars:int|None=None) -> str:
-    "The committed held-out code excerpt, cut to `chars` characters at a line boundary"
-    text = (DATA / CODE_EXCERPT).read_text(encoding='utf-8')
-    return line_cut(text, chars) if chars else text
-
-# %% ../nbs/04f_code_teacher.ipynb #c4f0012
+# %% ../nbs/04f_code_teacher.ipynb #c4f0008
 class RMSNorm(nn.Module):
     def __init__(self, d:int, eps:float):
         super().__init__()
@@ -79,7 +48,7 @@ def rope(x, cos, sin):
     a, b = x[..., :h], x[..., h:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0013
+# %% ../nbs/04f_code_teacher.ipynb #c4f0009
 class Attention(nn.Module):
     def __init__(self, c:dict):
         super().__init__()
@@ -99,7 +68,7 @@ class Attention(nn.Module):
         o = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True, enable_gqa=True)
         return self.o_proj(o.transpose(1, 2).reshape(b, l, -1))
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0015
+# %% ../nbs/04f_code_teacher.ipynb #c4f0011
 class SparseMoE(nn.Module):
     def __init__(self, c:dict):
         super().__init__()
@@ -128,7 +97,7 @@ class SparseMoE(nn.Module):
         self.balance = self.e * (share * probs.mean(0)).sum()
         return torch.zeros_like(x).index_add_(0, tok, y).reshape(shape)
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0018
+# %% ../nbs/04f_code_teacher.ipynb #c4f0014
 class Layer(nn.Module):
     def __init__(self, c:dict):
         super().__init__()
@@ -157,7 +126,7 @@ class TorchQwen3Moe(nn.Module):
 
     def balance(self): return sum(layer.mlp.balance for layer in self.layers)
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0020
+# %% ../nbs/04f_code_teacher.ipynb #c4f0016
 def init_weights(model:TorchQwen3Moe, seed:int):
     "Fill `model`'s matrices from a generator seeded with `seed`, in name order (norms stay at 1)"
     g, n = torch.Generator().manual_seed(seed), model.c['num_hidden_layers']
@@ -185,7 +154,7 @@ def to_mlx(model:TorchQwen3Moe):
     m.load_weights(mlx_weights(model), strict=True)
     return m
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0024
+# %% ../nbs/04f_code_teacher.ipynb #c4f0020
 @dataclass
 class CodeRecipe:
     "The code teacher's shape and training recipe"
@@ -213,7 +182,7 @@ def lr_at(r:CodeRecipe, step:int) -> float:
     t = (step - r.warmup) / max(r.steps - r.warmup, 1)
     return r.lr / 10 + 0.45 * r.lr * (1 + math.cos(math.pi * t))
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0027
+# %% ../nbs/04f_code_teacher.ipynb #c4f0023
 class CodeTrainer:
     "Trains `TorchQwen3Moe` of `recipe.config` on `tokens`, checkpointing into the file `out`"
     def __init__(self, recipe:CodeRecipe, tokens:np.ndarray, out=None, threads:int|None=None):
@@ -245,7 +214,7 @@ class CodeTrainer:
         self.log.append(dict(step=self.step, loss=ce.item(), tok_s=r.batch * r.seq / (time.perf_counter() - t0)))
         return ce.item()
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0028
+# %% ../nbs/04f_code_teacher.ipynb #c4f0024
 def _recipe_json(r:CodeRecipe) -> dict: return json.loads(json.dumps(asdict(r)))  # tuples as lists, as saved
 
 @patch
@@ -289,7 +258,7 @@ def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True
     bar.close()
     return self
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0032
+# %% ../nbs/04f_code_teacher.ipynb #c4f0028
 def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:float=0.6, show:bool=False) -> dict:
     "`{ppl, sure, top1}` of an mlx-lm `model` over `tokens` in windows of `seq`: `sure` is the share of positions whose most likely token has p >= `sure`"
     n = (len(tokens) - 1) // seq
@@ -305,7 +274,7 @@ def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:floa
     positions = n * seq
     return dict(ppl=math.exp(ce / positions), sure=confident / positions, top1=right / positions, positions=positions)
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0035
+# %% ../nbs/04f_code_teacher.ipynb #c4f0031
 def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
     "`(tokenizer dir, training ids, held-out ids, held-out sources)`, made once under `work` and reused"
     work = Path(work)
@@ -329,7 +298,7 @@ def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir, provenance:dict) 
     return export_checkpoints(to_mlx(trainer.model), trainer.recipe.config, None, tok_dir, dst_dir, trainer.recipe.name,
                               provenance)
 
-# %% ../nbs/04f_code_teacher.ipynb #c4f0036
+# %% ../nbs/04f_code_teacher.ipynb #c4f0032
 def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, show:bool=True) -> tuple[Path, Path]:
     "Train the code teacher from the corpus (resuming under `work`) and write its bf16 and int4 checkpoints into `dst_dir`"
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)

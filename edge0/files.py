@@ -12,8 +12,9 @@ import edge0
 
 
 # %% auto #0
-__all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'InputError', 'teachers', 'teacher_path',
-           'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'read_json', 'clear_stale', 'atomic_dir']
+__all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'InputError', 'teachers',
+           'teacher_path', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt', 'read_json',
+           'clear_stale', 'atomic_dir']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -100,6 +101,14 @@ def heldout_excerpt(chars:int|None=None) -> dict:
     texts = {part: (DATA / f'heldout-{part}.txt').read_text(encoding='utf-8') for part in PARTS}
     return {part: line_cut(text, chars) if chars else text for part, text in texts.items()}
 
+
+# %% ../nbs/00_files.ipynb #5e1f23f6
+CODE_EXCERPT = 'heldout-python.txt'
+
+def code_excerpt(chars:int|None=None) -> str:
+    "The committed held-out code excerpt (the code teacher's), cut to `chars` characters at a line boundary"
+    text = (DATA / CODE_EXCERPT).read_text(encoding='utf-8')
+    return line_cut(text, chars) if chars else text
 
 # %% ../nbs/00_files.ipynb #0c1cfa9c
 def read_json(path, what:str='file') -> dict:
