@@ -407,13 +407,19 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
 def _cmd_train(a):
     if a.phase == 1: return _cmd_heads(a)
     from edge0.teachers import TEACHERS, reproduce
-    if a.model not in TEACHERS:
+    from dataclasses import replace
+    from edge0.code_teacher import CODE_TEACHER, reproduce_code
+    known = [*TEACHERS, CODE_TEACHER.name]
+    if a.model not in known:
         raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: "
-                       f"{', '.join(TEACHERS)}); phase 1 takes any model")
+                       f"{', '.join(known)}); phase 1 takes any model")
     for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'
+    if a.phase == 0 and a.model == CODE_TEACHER.name:
+        recipe = CODE_TEACHER if not a.steps else replace(CODE_TEACHER, steps=a.steps)
+        return print(*reproduce_code(a.corpus, Path(work) / a.model, dst, recipe), sep='\n')
     if a.phase == 0: return print(*reproduce(a.model, a.corpus, work, dst, a.steps), sep='\n')
     from edge0.recovery import train_adapter
     base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads

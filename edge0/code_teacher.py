@@ -304,17 +304,16 @@ def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, sh
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)
     trainer = CodeTrainer(recipe, tokens, Path(work) / f"{recipe.name}.pt", threads=os.cpu_count())
     if trainer.out.exists(): trainer.resume()
-    t0 = time.time()
     trainer.run(show=show)
     m = to_mlx(trainer.model)
     held_ids = heldout_ids[:200_000]
     provenance = dict(
-        teacher=recipe.name, trainer='torch ' + torch.__version__, seed=recipe.seed, steps=recipe.steps,
+        teacher=recipe.name, corpus='code', trainer='torch ' + torch.__version__, seed=recipe.seed, steps=recipe.steps,
         batch=recipe.batch, seq=recipe.seq, lr=recipe.lr, train_tokens=int(len(tokens)),
         tokens_seen=recipe.steps * recipe.batch * recipe.seq,
         data=(f"{', '.join(CODE_CORPUS)} (CPython 3.11.7 Lib/, PSF licence): files before the {100 * (1 - HELDOUT):.0f}% "
               f"cut of each; held out: {len(held)} files from the cut on"),
         final_loss=float(np.mean([e['loss'] for e in trainer.log[-20:]])),
         heldout=dict(predictability(m, held_ids, recipe.seq), tokens=int(len(held_ids))),
-        train_s=round(time.time() - t0), builder='edge0.code_teacher.reproduce_code', date=time.strftime('%Y-%m-%d'))
+        train_s=round(sum(recipe.batch * recipe.seq / e['tok_s'] for e in trainer.log)), builder='edge0.code_teacher.reproduce_code', date=time.strftime('%Y-%m-%d'))
     return export_code_teacher(trainer, tok_dir, dst_dir, provenance)

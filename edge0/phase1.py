@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 import edge0
 from .backend import core as B, nn as bnn
-from .calib import Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
+from .calib import CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
 from .memory import ROOM, headroom
@@ -20,7 +20,7 @@ from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_
 from .routing import MoESpec, RouterTap, _attr, block, route
 from .store import ExpertStore, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
-from .teachers import CORPUS, blas_in_use, excerpt_ids, prepare
+from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_heldout_ids, teacher_tokens
 
 
 # %% auto #0
@@ -215,7 +215,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
 # %% ../nbs/04c_phase1.ipynb #43f7b428
 RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
               heldout_tokens=None,    # held-out tokens scored: the split's first windows (None: a quarter of tokens)
-              self_tokens=0)          # tokens of the model's own text added to the calibration documents
+              self_tokens=0,          # tokens of the model's own text added to the calibration documents
+              weighted=1.0)           # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -256,7 +257,8 @@ def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, 
         if step % CKPT_EVERY == 0 and step < params['steps']:
             _save_head(ckpt, head, opt, dict(step=step, log=json.dumps(log)))
     log = train_head(pr, n, own['h'], own['routed'], nxt['logits'], params['steps'], params['batch'], params['lr'],
-                     params['seed'], params['seq'], start, opt, log, on_step, show)
+                     params['seed'], params['seq'], start, opt, log, on_step, show, target_routed=nxt['routed'],
+                     weighted=params['weighted'])
     held = {n: _caps(scratch, n, slice(T, None)), m: _caps(scratch, m, slice(T, None))}
     report = dict(recall_report(pr, model, held, pr.k, owners=[n])[n], final_kl=float(np.mean(log[-50:])))
     _save_head(_head_file(scratch, n), head)
@@ -479,18 +481,20 @@ def sample_windows(tokens:np.ndarray, n_tokens:int, seq:int, seed:int) -> np.nda
     return np.concatenate([tokens[start:start + seq] for start in starts])
 
 # %% ../nbs/04c_phase1.ipynb #b53903b3
-PHASE1 = dict(RECIPE, tokens=120_000, steps=1500)  # the recipe of the committed heads
+PHASE1 = dict(RECIPE, tokens=120_000, steps=1500)  # the teachers' heads (each heads file records its own recipe)
 
 def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> Calibration:
     "Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in whole windows"
-    _, tokens, _ = prepare(corpus_dir, work, show)
-    seq = params['seq']
+    tokens, seq = teacher_tokens(name, corpus_dir, work, show), params['seq']
     train = sample_windows(tokens, params['tokens'], seq, params['seed']).reshape(-1, seq)
-    held = excerpt_ids(open_tokenizer(teacher_path(name)), dtype=np.int64)
+    held = teacher_heldout_ids(name, open_tokenizer(teacher_path(name)), dtype=np.int64)
     held = held[:len(held) // seq * seq].reshape(-1, seq)
-    record = dict(sources=list(CORPUS), split='the training split (first 98% of each file); held out: the excerpt '
-                  'edge0/data/heldout-*.txt of the last 2%', tokens=dict(train=int(train.size), heldout=int(held.size)),
-                  seq=seq, seed=params['seed'])
+    code = teacher_corpus(name) == 'code'
+    split = ('the training files (before the 2% cut of each); held out: the excerpt edge0/data/heldout-python.txt of '
+             'the held-out files' if code else 'the training split (first 98% of each file); held out: the excerpt '
+             'edge0/data/heldout-*.txt of the last 2%')
+    record = dict(sources=list(CODE_CORPUS if code else CORPUS), split=split,
+                  tokens=dict(train=int(train.size), heldout=int(held.size)), seq=seq, seed=params['seed'])
     return Calibration(train.astype(np.int32), held.astype(np.int32), record)
 
 def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True, **overrides) -> Path:

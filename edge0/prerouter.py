@@ -9,16 +9,17 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, Routing, block, route, router_bias, RouterTap, _attr
+from .routing import MoESpec, Routing, block, route, router_bias, weigh, RouterTap, _attr
 from .store import read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
-           'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'head_batch', 'train_head', 'phase1',
-           'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable', 'heads_dir_for',
-           'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter', 'load_prerouter']
+           'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'weighted_nll', 'head_batch',
+           'train_head', 'phase1', 'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
+           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter',
+           'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -145,6 +146,12 @@ def _probs(spec, lg):
     s = B.sigmoid(lg)
     return s / s.sum(axis=-1, keepdims=True)
 
+def weighted_nll(spec:MoESpec, q, target_logits, routed):
+    "Mean over rows of -sum over the routed experts of (routing weight, summing to 1) x log q: heavy experts count more"
+    w = weigh(spec.routing, target_logits, routed).astype(B.float32)
+    w = w / w.sum(axis=-1, keepdims=True)
+    return -(w * B.log(B.take_along_axis(q, routed, axis=-1) + 1e-9)).sum(axis=-1).mean()
+
 def head_batch(n:int, step:int, seed:int, positions:np.ndarray, batch:int) -> np.ndarray:
     "The pair positions head `n` trains on at `step`: drawn from a generator of its own, so any step can be redrawn"
     return positions[np.random.default_rng([seed, n, step]).integers(0, len(positions), batch)]
@@ -154,23 +161,29 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
                                          # row-indexable arrays, memory-mapped files included
                steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, seq:int=256,
                start:int=0, opt=None, # resume: the step to start at and the optimizer state reached there
-               log:list|None=None, on_step=None, show:bool=True) -> list:
-    "Train head `n` on its captured pairs by KL to the next router; returns its loss log (`on_step(step, opt, log)`)"
+               log:list|None=None, on_step=None, show:bool=True,
+               target_routed=None, # the next layer's routed ids (T, K): needed when `weighted` > 0
+               weighted:float=1.0) -> list: # weight of the routing-weighted term (0: KL alone)
+    "Train head `n` on its captured pairs by KL to the next router (plus `weighted` x the routing-weighted NLL); KL log"
     head, spec = pr.heads[f"layer{n}"], pr.spec
+    if weighted and target_routed is None: raise ValueError("a routing-weighted loss needs the next layer's routed ids")
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
     positions = pair_positions(len(h), seq)
-    def loss_fn(head, f, target):
+    def loss_fn(head, f, target, routed_next):
         p, q = _probs(spec, target), _probs(spec, head(f))
-        return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
+        kl = (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
+        if not weighted: return kl, kl
+        return kl + weighted * weighted_nll(spec, q, target, routed_next), kl
     loss_and_grad = bnn.value_and_grad(head, loss_fn)
     bar = tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step', disable=not show)
     for step in range(start, steps):
         t = head_batch(n, step, seed, positions, batch)
         f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
-        loss, grads = loss_and_grad(head, f, B.array(target_logits[t + 1]))
+        routed_next = B.array(np.asarray(target_routed[t + 1]).astype(np.int32)) if weighted else None
+        (_, kl), grads = loss_and_grad(head, f, B.array(target_logits[t + 1]), routed_next)
         opt.update(head, grads)
         B.eval(head.parameters(), opt.state)
-        log.append(loss.item())
+        log.append(kl.item())
         bar.update(1)
         if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}", kl=f"{np.mean(log[-50:]):.4f}")
         if on_step is not None: on_step(step + 1, opt, log)
@@ -178,10 +191,11 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
     return log
 
 def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True,
-           seq:int=256) -> list:
-    "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean loss log"
+           seq:int=256, weighted:float=1.0) -> list:
+    "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean KL log"
     logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps, batch, lr, seed,
-                       seq, show=show) for n in pr.owners]
+                       seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'], weighted=weighted)
+            for n in pr.owners]
     return np.mean(logs, axis=0).tolist()
 
 

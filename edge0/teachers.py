@@ -13,15 +13,15 @@ from fastcore.basics import patch
 from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
-from .calib import CORPUS, HELDOUT, corpus_split
-from .files import PARTS, InputError, atomic_dir, heldout_excerpt, line_cut, read_json
+from .calib import CORPUS, HELDOUT, code_split, corpus_split
+from .files import PARTS, InputError, atomic_dir, code_excerpt, heldout_excerpt, line_cut, read_json, teacher_path
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
 __all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias',
            'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use', 'recipe',
-           'prepare', 'reproduce', 'excerpt_ids']
+           'prepare', 'reproduce', 'excerpt_ids', 'teacher_corpus', 'teacher_tokens', 'teacher_heldout_ids']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
@@ -302,3 +302,25 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:boo
 def excerpt_ids(tokenizer, chars:int|None=None, dtype=np.uint16) -> np.ndarray:
     "Token ids of the held-out excerpt by a loaded model's `tokenizer`: its parts in order, each cut to `chars`"
     return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
+
+# %% ../nbs/04a_teachers.ipynb #d66f34f8
+def teacher_corpus(name:str) -> str:
+    "`code` for a committed teacher trained on the code corpus (its provenance says so), else `prose`"
+    config = read_json(teacher_path(name) / 'config.json', 'teacher config')
+    return config.get('edge0_provenance', {}).get('corpus', 'prose')
+
+def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
+    "Token ids of the training split of teacher `name`'s corpus, by its own tokenizer, made once under `work`"
+    if teacher_corpus(name) == 'prose': return prepare(corpus_dir, work, show)[1]
+    cache = Path(work) / f"{name}-train_tokens.npy"
+    if not cache.exists():
+        Path(work).mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f".{cache.name}.tmp-{uuid.uuid4().hex[:8]}")
+        with open(partial, 'wb') as f: np.save(f, encode(teacher_path(name), [s for _, s in code_split(corpus_dir)[0]], show))
+        os.replace(partial, cache)
+    return np.load(cache)
+
+def teacher_heldout_ids(name:str, tokenizer, chars:int|None=None, dtype=np.uint16) -> np.ndarray:
+    "Token ids of teacher `name`'s held-out excerpt (the prose parts, or the code) by a loaded `tokenizer`"
+    if teacher_corpus(name) == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
+    return excerpt_ids(tokenizer, chars, dtype)
