@@ -29,21 +29,24 @@ test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2
 	$(BIN)/python -m pytest -q tests
 
+# the code teacher completes a Python function, its experts streamed and predicted one token ahead (the prose teacher:
+# edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --prerouter routing --k 4)
 demo: setup
-	$(BIN)/edge0 spec edge0-tiny
-	$(BIN)/edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --max-tokens 48 --prerouter routing --k 4 --stats
+	$(BIN)/edge0 spec edge0-tiny-code
+	printf 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n' | $(BIN)/edge0 generate -m edge0-tiny-code -p - --ignore-chat-template --max-tokens 64 --prerouter routing --stats
 
-# Reproduce the committed tiny teachers from ../shared/data/corpus (about 40 min on 2 cores). The mlx[cpu] wheel links
-# the reference BLAS; Debian's OpenBLAS, when installed, is preloaded (5x faster training; recorded in the provenance).
+# Reproduce the committed tiny teachers from ../shared/data/corpus (the prose ones about 40 min on 2 cores, the code teacher
+# about 70 min in torch; each resumes where it stopped). The mlx[cpu] wheel links the reference BLAS; Debian's OpenBLAS,
+# when installed, is preloaded (5x faster MLX training; recorded in the provenance).
 OPENBLAS := $(wildcard /usr/lib/x86_64-linux-gnu/libopenblas.so.0 /usr/lib/aarch64-linux-gnu/libopenblas.so.0)
 teachers: setup
-	for t in edge0-tiny edge0-tiny-ds; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
+	for t in edge0-tiny edge0-tiny-ds edge0-tiny-code; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out with edge0/models, then copy it there to update the committed teachers"
 
-# Phase 1: the prerouter heads of edge0-tiny at K=8 and K=4 (10-20 min each) and of edge0-tiny-ds at K=4 and K=2
-# (2-6 min each), beside a copy of the committed base (`edge0 train MODEL --phase 1` does the same for any model).
+# Phase 1: the prerouter heads of edge0-tiny and edge0-tiny-code at K=8 and K=4 (10-20 min each) and of edge0-tiny-ds at
+# K=4 and K=2 (2-6 min each), beside a copy of the committed base (`edge0 train MODEL --phase 1` does the same for any model).
 prerouters: setup
-	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase 1 --k $${tk#*:} --dst build/teachers/out || exit 1; done
+	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2 edge0-tiny-code:8 edge0-tiny-code:4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase 1 --k $${tk#*:} --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out/*-int4/prerouter*.safetensors with edge0/models/*-int4, then copy them there"
 
 # Phases 2 and 3: the recovery LoRA of edge0-tiny at K=8 and K=4 (about 20 min each with OpenBLAS) and of edge0-tiny-ds

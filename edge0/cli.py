@@ -243,7 +243,7 @@ def _train_parser(sub):
     t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) "
                        "or its recovery LoRA (phases 2 and 3)")
     t.add_argument('model', help='phase 1: a model directory, bundled model or Hugging Face repo id; phases 0, 2, 3: '
-                   'edge0-tiny or edge0-tiny-ds')
+                   'edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
     t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
                    "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
@@ -251,6 +251,8 @@ def _train_parser(sub):
                    'or chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N',
                    help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--weighted', type=float, metavar='W', help="phase 1: weight of the loss's routing-weighted term "
+                   f"(the heavy experts count more; 0: KL alone; default {RECIPE['weighted']:g})")
     t.add_argument('--heldout-tokens', type=_positive(int), metavar='N',
                    help="phase 1: held-out tokens the heads are scored on (default: a quarter of --tokens)")
     t.add_argument('--self-tokens', type=_positive(int), metavar='N',
@@ -387,8 +389,10 @@ def _cmd_plan(a):
 
 def _cmd_heads(a):
     "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
+    if a.weighted is not None and not 0 <= a.weighted < float('inf'):
+        raise CLIError(f"--weighted {a.weighted}: expected a number >= 0")
     recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens),
-                                    ('heldout_tokens', a.heldout_tokens)) if v}
+                                    ('heldout_tokens', a.heldout_tokens), ('weighted', a.weighted)) if v is not None}
     if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
@@ -413,7 +417,7 @@ def _cmd_train(a):
     if a.model not in known:
         raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: "
                        f"{', '.join(known)}); phase 1 takes any model")
-    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens'):
+    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'

@@ -24,9 +24,10 @@ from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_heldout_ids, 
 
 
 # %% auto #0
-__all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'run_layers',
-           'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key',
-           'provenance', 'heads_table', 'train_heads', 'sample_windows', 'teacher_windows', 'train_prerouter']
+__all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer',
+           'run_layers', 'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens',
+           'data_key', 'provenance', 'heads_table', 'train_heads', 'sample_windows', 'teacher_windows',
+           'train_prerouter']
 
 # %% ../nbs/04c_phase1.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -481,7 +482,8 @@ def sample_windows(tokens:np.ndarray, n_tokens:int, seq:int, seed:int) -> np.nda
     return np.concatenate([tokens[start:start + seq] for start in starts])
 
 # %% ../nbs/04c_phase1.ipynb #b53903b3
-PHASE1 = dict(RECIPE, tokens=120_000, steps=1500)  # the teachers' heads (each heads file records its own recipe)
+PHASE1 = dict(RECIPE, tokens=120_000, steps=1500, weighted=0.0)  # the prose teachers' committed heads: KL alone
+CODE_PHASE1 = dict(PHASE1, weighted=1.0)  # the code teacher's heads: with the routing-weighted term
 
 def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> Calibration:
     "Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in whole windows"
@@ -499,7 +501,7 @@ def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> 
 
 def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True, **overrides) -> Path:
     "Phase 1 for teacher `name`'s int4 base (or its copy in `base_dir`) at `k` by its recipe; heads beside that base"
-    params = dict(PHASE1, **overrides)
+    params = dict(CODE_PHASE1 if teacher_corpus(name) == 'code' else PHASE1, **overrides)
     base = Path(base_dir or teacher_path(name))
     return train_heads(base, k, teacher_windows(name, corpus_dir, work, params, show), work=Path(work) / 'phase1',
                        dst=base, show=show, extra=dict(teacher=name), **params)
