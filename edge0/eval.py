@@ -214,6 +214,7 @@ class Arm:
     adapter:str|None = None       # recovery LoRA to attach (None: none)
     total_budget:bool = False     # pool_mb bounds the resident layers and planned slots too (else: added to it)
     cold_steps:bool = False       # evict the experts before every step (checkpoints too small for a cap)
+    exact_top:int = 0             # mode 'routing': the own M heaviest experts always computed (edge0.decode)
     name:str = ''
     def __post_init__(self):
         from edge0.streaming import PATHS
@@ -228,7 +229,7 @@ class Arm:
         if not (Path(self.model) / 'config.json').is_file():
             raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm model directory)")
         if not self.name:
-            self.name = (self.mode + (f"/K{self.k}" if self.k else '')
+            self.name = (self.mode + (f"/K{self.k}" if self.k else '') + (f"/top{self.exact_top}" if self.exact_top else '')
                          + (f"/{self.path}" if self.path != 'exact' else ''))
 
 # %% ../nbs/05_eval.ipynb #fb267799
@@ -272,7 +273,8 @@ def _open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
                       pool_bytes='auto' if auto else int(arm.pool_mb * 2**20) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels)
-    h = load(arm.model, arm.mode, arm.k, arm.heads, trace=trace, record_trace=record, options=o, spec=spec)
+    h = load(arm.model, arm.mode, arm.k, arm.heads, trace=trace, record_trace=record, options=o, spec=spec,
+             exact_top=arm.exact_top)
     if arm.adapter:
         from edge0.lora import use_adapter
         use_adapter(h, arm.model, arm.adapter)
