@@ -14,7 +14,7 @@ from .backend import core as B
 from .calib import CODE_CORPUS, HELDOUT, code_split
 from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut
 from .routing import model_class
-from .teachers import encode, export_checkpoints, train_tokenizer
+from .teachers import TeacherSpec, encode, export_checkpoints, train_tokenizer
 from fastcore.basics import patch
 
 # %% auto #0
@@ -156,19 +156,12 @@ def to_mlx(model:TorchQwen3Moe):
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0020
 @dataclass
-class CodeRecipe:
-    "The code teacher's shape and training recipe"
-    name:str
-    config:dict
-    steps:int
+class CodeRecipe(TeacherSpec):
+    "The code teacher's shape and recipe: a `TeacherSpec` trained in torch, in windows of 512, its gradients clipped"
     batch:int = 8
     seq:int = 512
-    lr:float = 3e-3
     warmup:int = 100
-    weight_decay:float = 0.05
-    aux_coef:float = 0.01   # switch-style load balance
-    clip:float = 1.0
-    seed:int = 0
+    clip:float = 1.0  # the gradients' global norm at most
 
 CODE_TEACHER = CodeRecipe('edge0-tiny-code', dict(
     model_type='qwen3_moe', hidden_size=192, num_hidden_layers=6, vocab_size=8192, num_attention_heads=4,
