@@ -141,7 +141,7 @@ def _bool(text):
 def _model_arguments(g):
     "The flags that say what a `Session` serves: the model, how its experts are streamed, heads and adapter"
     g.add_argument('-m', '--model', required=True,
-                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds) or Hugging Face repo id')
+                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, edge0-tiny-code) or Hugging Face repo id')
     g.add_argument('--adapter-path', '--adapter', dest='adapter',
                    help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, when there is one)")
     g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
