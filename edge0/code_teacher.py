@@ -23,10 +23,15 @@ __all__ = ['CODE_TEACHER', 'write_code_excerpt', 'RMSNorm', 'rope_tables', 'rope
            'predictability', 'prepare_code', 'export_code_teacher', 'reproduce_code']
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0005
-def write_code_excerpt(held:list, dst_dir, chars:int=20_000) -> Path:
-    "Write the first `chars` characters (at a line boundary) of the held-out sources to `dst_dir/heldout-python.txt`"
+def write_code_excerpt(held:list, dst_dir, chars:int=20_000, files:int=5) -> Path:
+    "Write `files` blocks of whole lines (`chars` in all), each from the middle of a held-out source, to `dst_dir`"
+    picks = [held[i] for i in np.linspace(0, len(held) - 1, files).round().astype(int)]
+    blocks = []
+    for path, src in picks:  # the middle: past the licence header and module docstring a file opens with
+        body = src[src.find('\n', len(src) // 2) + 1:]
+        blocks.append(f"# ==== {path}\n" + line_cut(body, chars // files - len(path) - 8))
     p = Path(dst_dir) / CODE_EXCERPT
-    p.write_text(line_cut(''.join(src for _, src in held), chars), encoding='utf-8')
+    p.write_text(''.join(blocks), encoding='utf-8')
     return p
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0008
