@@ -141,7 +141,8 @@ def _bool(text):
 def _model_arguments(g):
     "The flags that say what a `Session` serves: the model, how its experts are streamed, heads and adapter"
     g.add_argument('-m', '--model', required=True,
-                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, edge0-tiny-code) or Hugging Face repo id')
+                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, edge0-tiny-code) or Hugging Face '
+                   'repo id')
     g.add_argument('--adapter-path', '--adapter', dest='adapter',
                    help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, when there is one)")
     g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
@@ -320,7 +321,8 @@ def _session_kw(a) -> dict:
         raise CLIError(f"--max-kv-size must be at least 1, got {a.max_kv_size}")
     if a.exact_top and a.prerouter != 'routing':
         raise CLIError(f"--exact-top {a.exact_top} needs --prerouter routing")
-    return dict(mode=a.prerouter, k=a.k, exact_top=a.exact_top, adapter=a.adapter, no_adapter=a.no_adapter, resident=a.resident,
+    return dict(mode=a.prerouter, k=a.k, exact_top=a.exact_top, adapter=a.adapter, no_adapter=a.no_adapter,
+                resident=a.resident,
                 options=_options(a), max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
 
 def _sampling(a) -> Sampling:

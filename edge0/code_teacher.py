@@ -251,14 +251,15 @@ def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True
         self.train_step()
         bar.update()
         if self.step % 10 == 0:
-            bar.set_postfix(loss=f"{np.mean([e['loss'] for e in self.log[-10:]]):.3f}", tok_s=f"{self.log[-1]['tok_s']:,.0f}")
+            loss, tok_s = np.mean([e['loss'] for e in self.log[-10:]]), self.log[-1]['tok_s']
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
         if self.out and (self.step % ckpt_every == 0 or self.step == until): self.save()
     bar.close()
     return self
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0028
 def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:float=0.6, show:bool=False) -> dict:
-    "`{ppl, sure, top1}` of an mlx-lm `model` over `tokens` in windows of `seq`: `sure` is the share of positions whose most likely token has p >= `sure`"
+    "`{ppl, sure, top1}` of mlx-lm `model` on `tokens` in windows of `seq` (`sure`: share of top p >= `sure`)"
     n = (len(tokens) - 1) // seq
     windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n)]).astype(np.int32)
     ce, confident, right = 0.0, 0, 0
@@ -298,7 +299,7 @@ def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir, provenance:dict) 
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0032
 def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, show:bool=True) -> tuple[Path, Path]:
-    "Train the code teacher from the corpus (resuming under `work`) and write its bf16 and int4 checkpoints into `dst_dir`"
+    "Train the code teacher from the corpus (resuming under `work`); its bf16 and int4 checkpoints into `dst_dir`"
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)
     trainer = CodeTrainer(recipe, tokens, Path(work) / f"{recipe.name}.pt", threads=os.cpu_count())
     if trainer.out.exists(): trainer.resume()
@@ -309,9 +310,10 @@ def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, sh
         teacher=recipe.name, corpus='code', trainer='torch ' + torch.__version__, seed=recipe.seed, steps=recipe.steps,
         batch=recipe.batch, seq=recipe.seq, lr=recipe.lr, train_tokens=int(len(tokens)),
         tokens_seen=recipe.steps * recipe.batch * recipe.seq,
-        data=(f"{', '.join(CODE_CORPUS)} (CPython 3.11.7 Lib/, PSF licence): files before the {100 * (1 - HELDOUT):.0f}% "
-              f"cut of each; held out: {len(held)} files from the cut on"),
+        data=(f"{', '.join(CODE_CORPUS)} (CPython 3.11.7 Lib/, PSF licence): files before the "
+              f"{100 * (1 - HELDOUT):.0f}% cut of each; held out: {len(held)} files from the cut on"),
         final_loss=float(np.mean([e['loss'] for e in trainer.log[-20:]])),
         heldout=dict(predictability(m, held_ids, recipe.seq), tokens=int(len(held_ids))),
-        train_s=round(sum(recipe.batch * recipe.seq / e['tok_s'] for e in trainer.log)), builder='edge0.code_teacher.reproduce_code', date=time.strftime('%Y-%m-%d'))
+        train_s=round(sum(recipe.batch * recipe.seq / e['tok_s'] for e in trainer.log)),
+        builder='edge0.code_teacher.reproduce_code', date=time.strftime('%Y-%m-%d'))
     return export_code_teacher(trainer, tok_dir, dst_dir, provenance)

@@ -229,7 +229,8 @@ class Arm:
         if not (Path(self.model) / 'config.json').is_file():
             raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm model directory)")
         if not self.name:
-            self.name = (self.mode + (f"/K{self.k}" if self.k else '') + (f"/top{self.exact_top}" if self.exact_top else '')
+            self.name = (self.mode + (f"/K{self.k}" if self.k else '')
+                         + (f"/top{self.exact_top}" if self.exact_top else '')
                          + (f"/{self.path}" if self.path != 'exact' else ''))
 
 # %% ../nbs/05_eval.ipynb #fb267799

@@ -11,7 +11,8 @@ import numpy as np
 from tqdm.auto import tqdm
 import edge0
 from .backend import core as B, nn as bnn
-from .calib import CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents, self_prompts
+from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents,
+                         self_prompts)
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
 from .memory import ROOM, headroom

@@ -316,7 +316,8 @@ def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
     if not cache.exists():
         Path(work).mkdir(parents=True, exist_ok=True)
         partial = cache.with_name(f".{cache.name}.tmp-{uuid.uuid4().hex[:8]}")
-        with open(partial, 'wb') as f: np.save(f, encode(teacher_path(name), [s for _, s in code_split(corpus_dir)[0]], show))
+        sources = [src for _, src in code_split(corpus_dir)[0]]
+        with open(partial, 'wb') as f: np.save(f, encode(teacher_path(name), sources, show))
         os.replace(partial, cache)
     return np.load(cache)
 
