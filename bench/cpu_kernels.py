@@ -55,7 +55,7 @@ def make_heads(mlx_dir, torch_dir, k, tokens=512, steps=60):
             t0 = time.time(); cap = capture(h.spec, h.model, ids, k, seq=256)
             print(f'  captured {len(ids)} tokens in {time.time() - t0:.0f} s', flush=True)
     if steps:
-        log = phase1(pr, cap, steps=steps, batch=128, lr=1e-4, show=False)
+        log = phase1(pr, cap, steps=steps, batch=128, lr=1e-4, show=False, weighted=0)  # as its committed run (KL alone)
         print(f'  phase 1: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
     else: ids = []
     p = save_prerouter(pr, mlx_dir, extra=dict(builder='bench/cpu_kernels.py', train_tokens=len(ids), steps=steps, lr=1e-4))

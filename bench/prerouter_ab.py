@@ -67,7 +67,7 @@ def make_heads(model, k):
     best = (float('inf'), None, None)
     for lr in (1e-4, 1e-5):  # random weights give large hidden states: the teacher's learning rate diverges here
         pr = init_prerouter(spec, m, owners=spec.moe_layers[:-1], k=k)
-        log = phase1(pr, cap, steps=60, batch=128, lr=lr, show=False)
+        log = phase1(pr, cap, steps=60, batch=128, lr=lr, show=False, weighted=0)  # as its committed run (KL alone)
         print(f'  phase 1 at lr {lr:g}: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
         if log[-1] < min(best[0], log[0]): best = (log[-1], pr, lr)
     pr = best[1] or init_prerouter(spec, m, owners=spec.moe_layers[:-1], k=k)
