@@ -144,7 +144,7 @@ class Decoder:
         self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
         self.trace_in, self.trace = trace, [] if record else None
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        self.pred_w = {}
+        self.pred_w, self.prewaited = {}, set()  # exact top-M: the flush's ranking; layers whose task was waited on
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
@@ -159,7 +159,7 @@ class Decoder:
         "Start a new sequence: wait for the reads in flight, forget the plan, restart the step count (and the trace)"
         for f in self.pending.values(): f.result()
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        self.pred_w, self.step, self.beyond = {}, -1, False
+        self.pred_w, self.prewaited, self.step, self.beyond = {}, set(), -1, False
         if self.trace is not None: self.trace = []
 
     def close(self):
@@ -209,7 +209,9 @@ def moe_block(self:Decoder, layer:int, blk, x):
 def _planned(self:Decoder, layer:int, blk, x, ids, inds):
     engine = self.engine
     if engine is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
-    if not self._wait(layer) or self._unstaged(layer, ids):  # nothing (or not all) staged ahead: stage it now
+    staged_ahead = self._wait(layer) or layer in self.prewaited
+    self.prewaited.discard(layer)
+    if not staged_ahead or self._unstaged(layer, ids):  # nothing (or not all) staged ahead: stage it now
         t0 = time.perf_counter()
         cost = engine.stage(layer, ids)
         engine.record(layer, cost, time.perf_counter() - t0)
@@ -254,13 +256,14 @@ def _exact_top(self:Decoder, layer:int, logits, planned):
     "The set planned layer `layer` computes: its own M heaviest experts, then the best predicted others, K in all"
     own, w = route(self.spec.routing, logits, self.k, self.bias[layer])
     own, w = np.array(own).ravel(), np.array(w.astype(B.float32)).ravel()  # the host read this costs
+    if self._wait(layer): self.prewaited.add(layer)  # the staged set in place before asking what is pooled
     d = self.stats
     d.syncs += 1
     heaviest = own[np.argsort(-w, kind='stable')[:self.exact_top]].tolist()
     staged = set(planned.tolist())
     for rank, e in enumerate(heaviest):
         if e in staged: d.exact_staged[rank] += 1
-        elif self.engine is not None and layer not in self.engine.resident and not self.engine.pool.has(layer, e):
+        elif self.engine is not None and layer not in self.engine.resident and not self.engine.pooled(layer, e):
             d.exact_read += 1
     d.exact_checked += len(heaviest)
     rest = [e for e in planned.tolist() if e not in heaviest][:self.k - len(heaviest)]
@@ -269,9 +272,7 @@ def _exact_top(self:Decoder, layer:int, logits, planned):
 @patch
 def _unstaged(self:Decoder, layer:int, ids) -> bool:
     "Whether some of `ids` are not in `layer`'s planned slots (exact top-M: an own expert the heads did not predict)"
-    if not self.exact_top: return False
-    slots = self.engine.planned[layer]
-    return not (slots.held[0][slots.table[ids]] == ids).all()
+    return bool(self.exact_top) and not self.engine.holds_planned(layer, ids)
 
 
 # %% ../nbs/02b_decode.ipynb #d0000018

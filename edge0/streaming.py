@@ -469,6 +469,18 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     return y, exact
 
 
+# %% ../nbs/01b_streaming.ipynb #452160a3
+@patch
+def pooled(self:StreamEngine, layer:int, e:int) -> bool:
+    "Whether expert `e` of `layer` is in the pool now (using it reads nothing)"
+    return self.pool.has(layer, e)
+
+@patch
+def holds_planned(self:StreamEngine, layer:int, experts) -> bool:
+    "Whether `layer`'s planned slots hold every one of `experts` now (exact top-M asks before computing)"
+    slots = self.plan_slots(layer)
+    return bool((slots.held[0][slots.table[np.asarray(experts)]] == np.asarray(experts)).all())
+
 # %% ../nbs/01b_streaming.ipynb #b1f5f3ab
 @patch
 def keep_resident(self:StreamEngine, layer:int):

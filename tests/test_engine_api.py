@@ -51,7 +51,8 @@ def test_close_restores_the_model_and_hangs_nothing_on_it():
     assert len(use(h, 6)) == len(streamed)  # the model runs again, resident, as mlx-lm built it
     h.close()  # closing twice is harmless
 
-PUBLIC = {'k', 'plan_slots', 'stage', 'compute_planned', 'keep_resident', 'warm', 'record', 'resident'}
+PUBLIC = {'k', 'plan_slots', 'stage', 'compute_planned', 'keep_resident', 'warm', 'record', 'resident', 'pooled',
+          'holds_planned'}
 
 def test_decoder_uses_only_the_engines_public_methods():
     tree = ast.parse((PKG / 'decode.py').read_text())
