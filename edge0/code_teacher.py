@@ -4,7 +4,7 @@
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0002
 from __future__ import annotations
-import json, math, os, time, uuid
+import json, math, os, time
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .calib import CODE_CORPUS, HELDOUT, code_split
 from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut
+from .prerouter import replace_whole
 from .routing import model_class
 from .teachers import TeacherSpec, encode, export_checkpoints, train_tokenizer
 from fastcore.basics import patch
@@ -218,13 +219,10 @@ def _recipe_json(r:CodeRecipe) -> dict: return json.loads(json.dumps(asdict(r)))
 @patch
 def save(self:CodeTrainer):
     "Write the checkpoint to `self.out` through a temporary file: the previous one stays until this one is whole"
-    tmp = self.out.with_name(f".{self.out.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        torch.save(dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step, log=self.log,
-                        config=self.recipe.config, recipe={k: v for k, v in asdict(self.recipe).items()
-                                                           if k not in ('name', 'config')}), tmp)
-        os.replace(tmp, self.out)
-    finally: tmp.unlink(missing_ok=True)
+    state = dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step, log=self.log,
+                 config=self.recipe.config,
+                 recipe={k: v for k, v in asdict(self.recipe).items() if k not in ('name', 'config')})
+    replace_whole(self.out, lambda tmp: torch.save(state, tmp))
 
 @patch
 def resume(self:CodeTrainer, ckpt=None):
@@ -286,9 +284,8 @@ def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
     for part, files in (('train', train), ('heldout', held)):
         cache = work / f"{part}_tokens.npy"
         if not cache.exists():
-            partial = cache.with_name(f".{cache.name}.tmp-{uuid.uuid4().hex[:8]}")
-            with open(partial, 'wb') as f: np.save(f, encode(tok_dir, [src for _, src in files], show))
-            os.replace(partial, cache)
+            part_ids = encode(tok_dir, [src for _, src in files], show)
+            replace_whole(cache, lambda tmp: np.save(tmp, part_ids))
         ids[part] = np.load(cache)
     return tok_dir, ids['train'], ids['heldout'], held
 

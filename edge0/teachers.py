@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers
 from .backend import core as B, nn as bnn
 from .calib import CORPUS, HELDOUT, code_split, corpus_split
 from .files import PARTS, InputError, atomic_dir, code_excerpt, heldout_excerpt, line_cut, read_json, teacher_path
+from .prerouter import replace_whole
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
@@ -277,9 +278,8 @@ def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
     if not (tok_dir / 'tokenizer.json').exists():
         with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer(train_texts, tmp, show=show)
     if not token_cache.exists():
-        partial = token_cache.with_name(f".{token_cache.name}.tmp-{uuid.uuid4().hex[:8]}")
-        with open(partial, 'wb') as f: np.save(f, encode(tok_dir, train_texts, show))
-        os.replace(partial, token_cache)
+        ids = encode(tok_dir, train_texts, show)
+        replace_whole(token_cache, lambda tmp: np.save(tmp, ids))
     return tok_dir, np.load(token_cache), heldout_texts
 
 def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:bool=True) -> tuple[Path, Path]:
@@ -315,10 +315,8 @@ def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
     cache = Path(work) / f"{name}-train_tokens.npy"
     if not cache.exists():
         Path(work).mkdir(parents=True, exist_ok=True)
-        partial = cache.with_name(f".{cache.name}.tmp-{uuid.uuid4().hex[:8]}")
-        sources = [src for _, src in code_split(corpus_dir)[0]]
-        with open(partial, 'wb') as f: np.save(f, encode(teacher_path(name), sources, show))
-        os.replace(partial, cache)
+        ids = encode(teacher_path(name), [src for _, src in code_split(corpus_dir)[0]], show)
+        replace_whole(cache, lambda tmp: np.save(tmp, ids))
     return np.load(cache)
 
 def teacher_heldout_ids(name:str, tokenizer, chars:int|None=None, dtype=np.uint16) -> np.ndarray:
