@@ -243,12 +243,12 @@ def _plan_parser(sub):
 def _train_parser(sub):
     t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) "
                        "or its recovery LoRA (phases 2 and 3)")
-    t.add_argument('model', help='phase 1: a model directory, bundled model or Hugging Face repo id; phases 0, 2, 3: '
-                   'edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
+    t.add_argument('model', help='phases 1 and 3: a model directory, bundled model or Hugging Face repo id; phases 0 '
+                   'and 2 (and 3 from its bf16 teacher): edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
     t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
                    "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
-    t.add_argument('--data', nargs='+', metavar='PATH', help='phase 1: calibration text files, folders or JSONL (text '
+    t.add_argument('--data', nargs='+', metavar='PATH', help='phases 1 and 3: calibration text files, folders or JSONL (text '
                    'or chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N',
                    help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
@@ -260,7 +260,7 @@ def _train_parser(sub):
                    help="phase 1: add about this many tokens of text the model writes itself from the calibration "
                    "documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
-                   help="phase 1: memory for experts (at least one MoE layer's; the states stay in memory when they "
+                   help="phases 1 and 3 of any model: memory for experts (at least one MoE layer's; the states stay in memory when they "
                    "fit beside it, else in scratch files); default 256, or a layer and a quarter")
     t.add_argument('--work', metavar='DIR',
                    help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
@@ -269,6 +269,8 @@ def _train_parser(sub):
                    "build/teachers/out)")
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
+    t.add_argument('--teacher', metavar='DIR', help="phase 3 of any model: a bf16 checkpoint of it to distil from "
+                   "(default: the served checkpoint under its own routing), streamed like it")
 
 
 # %% ../nbs/09_cli.ipynb #082aae7d
@@ -410,12 +412,21 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
         shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns(*drop))
     return base
 
+def _cmd_distil(a):
+    "Phase 3 for any model, streamed: self-distillation (or from --teacher) into the adapter for `routing` at --k"
+    from edge0.distil import distil
+    for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
+    distil(a.model, a.k, a.teacher, a.data, a.pool_mib, a.work, a.dst, **({'steps': a.steps} if a.steps else {}))
+
 def _cmd_train(a):
     if a.phase == 1: return _cmd_heads(a)
     from edge0.teachers import TEACHERS, reproduce
     from dataclasses import replace
     from edge0.code_teacher import CODE_TEACHER, reproduce_code
     known = [*TEACHERS, CODE_TEACHER.name]
+    if a.phase == 3 and (a.model not in known or a.teacher or a.pool_mib or a.data): return _cmd_distil(a)
+    if a.teacher: raise CLIError("--teacher is for phase 3")
     if a.model not in known:
         raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: "
                        f"{', '.join(known)}); phase 1 takes any model")

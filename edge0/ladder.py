@@ -13,16 +13,22 @@ from .prerouter import heads_file, load_prerouter
 from .lora import load_adapter
 from .recovery import StudentPath, load_teacher, stage_file, student_generate
 from .store import model_spec
+from .teachers import teacher_corpus
 from .quality import heldout_windows, repetition, rung_metrics
 
 # %% auto #0
-__all__ = ['PROMPT', 'ladder']
+__all__ = ['PROMPTS', 'PROMPT', 'prompt_for', 'ladder']
 
 # %% ../nbs/04e_ladder.ipynb #86bac6f7
-PROMPT = "The history of the city"
+PROMPTS = dict(prose="The history of the city", code='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n')
+PROMPT = PROMPTS['prose']
 
-def _sample(fn, tokenizer, n:int) -> dict:
-    ids = fn(np.array([tokenizer.encode(PROMPT)]), n)[0].tolist()
+def prompt_for(name:str) -> str:
+    "The prompt of teacher `name`'s greedy samples (its corpus's)"
+    return PROMPTS[teacher_corpus(name)]
+
+def _sample(fn, tokenizer, n:int, prompt:str=PROMPT) -> dict:
+    ids = fn(np.array([tokenizer.encode(prompt)]), n)[0].tolist()
     return dict(text=tokenizer.decode(ids), repetition=repetition(ids))
 
 def _greedy(model):
@@ -38,33 +44,40 @@ def _greedy(model):
 
 # %% ../nbs/04e_ladder.ipynb #867dc612
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
-           sample:int=48, show:bool=True) -> list:
-    "Rows `dict(rung, ppl, agreement, kl, sample)` of teacher `name` served at `k`, every rung in this one process"
+           sample:int=48, exact:tuple=(1, 2), show:bool=True) -> list:
+    "Rows `dict(rung, ppl, agreement, kl, sample, serving)` of teacher `name` served at `k`, every rung in one process"
     import mlx_lm
     base = teacher_path(name)
     spec = model_spec(base)
     teacher = load_teacher(name)
     model, tokenizer = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
-    data = heldout_windows(tokenizer, seq, windows)
+    data, prompt = heldout_windows(tokenizer, seq, windows, name), prompt_for(name)
     rows = []
-    def rung(label, served, sampler):
+    def rung(label, served, sampler, **serving):  # serving: how `edge0.session.Session` serves this rung
         t0 = time.time()
         metrics = rung_metrics(served, teacher, data, show=show)
-        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample)))
-        if show: print(f"{name} K={k} {label:<28} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} s)")
-    rung('bf16 teacher', teacher, _greedy(teacher))
-    rung(f'int4 (K={spec.k})', model, _greedy(model))
+        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample, prompt), serving=serving))
+        if show: print(f"{name} K={k} {label:<30} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} s)")
+    rung('bf16 teacher', teacher, _greedy(teacher), model=str(teacher_path(name, int4=False)), resident=True)
+    rung(f'int4 (K={spec.k})', model, _greedy(model), mode='off', no_adapter=True)
     heads = heads_file(base, spec, k)
     student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
     served = lambda prefill: lambda x: student.from_start(x, prefill)
     generate = lambda prompts, n: student_generate(student, prompts, n, temp=0)
     own = lambda prompts, n: student_generate(student, prompts, n, temp=0, prefill=10 ** 9)  # no token after the prompt
-    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own)
-    rung('+ prerouter routing', served(1), generate)
+    def exact_top(label, m, **serving):  # the layer's own m heaviest experts in every predicted set
+        student.keep, student.ranked = m, True
+        try: rung(label, served(1), generate, mode='routing', k=k, exact_top=m, **serving)
+        finally: student.keep, student.ranked = 0, False
+    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k, no_adapter=True)
+    rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
+    for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
     files = adapters or {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
     for phase, path in files.items():
         with load_adapter(model, base, spec, k, heads, path):
-            rung(f'+ phase-{phase} LoRA', served(1), generate)
+            rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k, adapter=str(path))
+            if phase == max(files) and exact: exact_top(f'+ phase-{phase} LoRA, exact-top-{exact[0]}', exact[0],
+                                                        adapter=str(path))
     student.close()
     return rows

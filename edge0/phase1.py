@@ -65,12 +65,14 @@ class LayerPass:
         self.tap = RouterTap(spec, model)
 
     def __call__(self, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-                 state:np.ndarray|None=None, # (b, seq, D) input of `layer` (None: layer 0, fed by the embedding)
+                 state=None, # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the embedding)
                  to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-        "`(output of layer, (router input, router logits, chosen or None) or None)`; the output is None if not computed"
+        "`(output of layer, (router input, router logits, chosen or None) or None)`; the last layer's output is the logits"
         L, own = self.layers, self.own
         L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
-        if layer > 0: object.__setattr__(L[layer - 1], 'held', B.array(state).astype(self.dtype))
+        if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
+            held = state if isinstance(state, B.array) else B.array(state)
+            object.__setattr__(L[layer - 1], 'held', held.astype(self.dtype))
         catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
         if catch is not None: L[layer + 1] = catch
         blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
@@ -78,12 +80,13 @@ class LayerPass:
             def stop(*a, **kw): raise _Reached
             object.__setattr__(blk, 'switch_mlp', stop)
         self.tap.seen.clear()
-        try: self.model(B.array(ids.astype(np.int32)))
+        out = None
+        try: out = self.model(B.array(ids.astype(np.int32)))
         except _Reached: pass
         finally:
             L[:] = own
             if to_router: blk.__dict__.pop('switch_mlp', None)
-        return (None if catch is None else catch.held), self.tap.seen.get(layer)
+        return (out if catch is None else catch.held), self.tap.seen.get(layer)
 
     def close(self):
         self.layers[:] = self.own

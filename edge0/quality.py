@@ -16,7 +16,7 @@ from .prerouter import heads_file, load_prerouter
 from .lora import load_adapter
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
-from .teachers import excerpt_ids
+from .teachers import excerpt_ids, teacher_heldout_ids
 
 # %% auto #0
 __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
@@ -41,9 +41,9 @@ def repetition(ids:list, n:int=4) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 # %% ../nbs/05b_quality.ipynb #f1dcf5f3
-def heldout_windows(tokenizer, seq:int, n:int) -> np.ndarray:
-    "Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids under `tokenizer`"
-    ids = excerpt_ids(tokenizer, dtype=np.int64)
+def heldout_windows(tokenizer, seq:int, n:int, name:str|None=None) -> np.ndarray:
+    "Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids (teacher `name`'s own, if given)"
+    ids = excerpt_ids(tokenizer, dtype=np.int64) if name is None else teacher_heldout_ids(name, tokenizer, dtype=np.int64)
     n = min(n, len(ids) // seq)
     return ids[:n * seq].reshape(n, seq)
 

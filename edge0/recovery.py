@@ -16,19 +16,24 @@ from .decode import combine, shadow_blocks, unshadow
 from .prerouter import Prerouter, features, heads_file, load_prerouter
 from .lora import TARGETS, Adapter, attach, adapter_file, heads_fingerprint, save_adapter, read_adapter
 from .store import model_spec
-from .teachers import CORPUS, blas_in_use, lr_schedule, prepare
+from .calib import CODE_CORPUS
+from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'StudentPath', 'keep_heaviest', 'student_generate', 'grouped_experts',
-           'load_teacher', 'sample_prompts', 'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax', 'reverse_kl_topk',
-           'dequantized_base', 'stage_file', 'Recovery', 'train_adapter']
+__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'StudentPath', 'keep_heaviest', 'student_generate',
+           'grouped_experts', 'load_teacher', 'sample_prompts', 'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax',
+           'teacher_topk', 'reverse_kl_stored', 'reverse_kl_topk', 'recipe_for', 'sources', 'dequantized_base',
+           'stage_file', 'Recovery', 'train_adapter']
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b
 class StudentPath:
     "`model` routed as `routing` mode serves it (prompt: own routers; after it: the heads' predictions), batched"
     def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None, grouped:bool=False,
-                 keep:int=0): # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
+                 keep:int=0, # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
+                 ranked:bool=False): # the rest of a kept set are the best predicted (decode's exact top-M), not the first
         self.model, self.spec, self.prerouter, self.k, self.keep = model, spec, prerouter, k or prerouter.k, keep
+        self.ranked = ranked
+        self.used, self.forced = {}, None  # the sets each layer served last; sets to serve instead ({layer: (B, L, K)})
         self.grouped = grouped and spec.layout == 'separate'  # training: `grouped_experts` (below)
         if prerouter.k != self.k: raise InputError(f"the heads were trained for K={prerouter.k}, not K={self.k}")
         self.owners = dict(prerouter.next_layer)
@@ -73,19 +78,23 @@ def keep_heaviest(pred, inds, w, m:int):
 def moe_block(self:StudentPath, layer:int, blk, x):
     spec, n = self.spec, x.shape[1]
     logits = router_logits(spec, blk, x)
-    inds = route(spec.routing, logits, self.k, self.bias[layer])[0]
-    if layer in self.preds:  # a planned layer: the prediction rules after the prompt
+    forced = self.forced is not None and layer in self.forced  # recomputed with the sets it served before
+    inds = self.forced[layer] if forced else route(spec.routing, logits, self.k, self.bias[layer])[0]
+    if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
         pred = self.preds.pop(layer)
         if self.keep: pred = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep)
         inds = B.where(after_prompt, pred, inds)
+    self.used[layer] = inds
     y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)
     out = combine(spec, blk, x, y, weigh(spec.routing, logits, inds))
-    if layer in self.owners:
+    if layer in self.owners and not forced:
         nxt = self.owners[layer]
         prev = B.concatenate([self.carry.get(('used', layer), inds[:, :1]), inds[:, :-1]], axis=1)
         f = features(x.astype(self.head_dtype), inds, prev, spec.num_experts)
-        predicted = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])[0]  # for t + 1
+        predicted, pw = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])  # for t + 1
+        if self.ranked:  # best first, as the decoder's flush ranks a prediction: exact top-M fills K - M from the front
+            predicted = B.take_along_axis(predicted, B.argsort(-pw.astype(B.float32), axis=-1), axis=-1)
         self.preds[nxt] = B.concatenate([self.carry.get(('predicted', nxt), predicted[:, :1]), predicted[:, :-1]], 1)
         self.carry[('used', layer)], self.carry[('predicted', nxt)] = inds[:, -1:], predicted[:, -1:]
     return out
@@ -163,7 +172,7 @@ def rows_for(name:str, tokens:np.ndarray, work, rows:int, prompt:int, gen:int, t
     "Teacher `name`'s rows for this recipe, made once under `work` and reused; `(ids, provenance)`"
     made = dict(format=ROWS_FORMAT, teacher=name, teacher_sha=_teacher_hash(name), rows=rows, prompt=prompt,
                 gen=gen, temp=temp, seed=seed, train_tokens=int(len(tokens)),
-                data=f"prompts: {prompt}-token windows of the training split of {', '.join(CORPUS)}")
+                data=f"prompts: {prompt}-token windows of the training split of {sources(name)}")
     key = hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:12]
     ids_path, meta_path = Path(work) / f"rows-{name}-{key}.npy", Path(work) / f"rows-{name}-{key}.json"
     if ids_path.exists() and meta_path.exists():
@@ -191,21 +200,42 @@ def log_softmax(z):
     "Log-probabilities of logits `z` over the last axis"
     return z - B.logsumexp(z, axis=-1, keepdims=True)
 
-def reverse_kl_topk(student_logits, teacher_logits, top:int=32):
-    "Per position: KL(student || teacher) over the teacher's `top` tokens and the tail outside them"
-    lq, lp = log_softmax(student_logits.astype(B.float32)), log_softmax(teacher_logits.astype(B.float32))
+def _outside(shape, idx): return B.put_along_axis(B.zeros(shape, B.bool_), idx, B.array(True), axis=-1)
+
+def teacher_topk(teacher_logits, top:int=32):
+    "What the loss needs of the teacher per position: its `top` tokens, their log-probabilities, the tail's"
+    lp = log_softmax(teacher_logits.astype(B.float32))
     idx = B.argpartition(-lp, kth=top - 1, axis=-1)[..., :top]
-    lq_top, lp_top = B.take_along_axis(lq, idx, axis=-1), B.take_along_axis(lp, idx, axis=-1)
-    outside = B.put_along_axis(B.zeros(lp.shape, B.bool_), idx, B.array(True), axis=-1)
-    lq_tail = B.logsumexp(B.where(outside, -np.inf, lq), axis=-1)
-    lp_tail = B.logsumexp(B.where(outside, -np.inf, lp), axis=-1)
+    return idx, B.take_along_axis(lp, idx, axis=-1), B.logsumexp(B.where(_outside(lp.shape, idx), -np.inf, lp), axis=-1)
+
+def reverse_kl_stored(student_logits, idx, lp_top, lp_tail):
+    "Per position: KL(student || teacher) over the teacher's tokens `idx` and the tail outside them (`teacher_topk`)"
+    lq = log_softmax(student_logits.astype(B.float32))
+    lq_top = B.take_along_axis(lq, idx, axis=-1)
+    lq_tail = B.logsumexp(B.where(_outside(lq.shape, idx), -np.inf, lq), axis=-1)
     tail = B.where(lq_tail == -np.inf, 0.0, B.exp(lq_tail) * (lq_tail - lp_tail))  # no tail when top covers all
     return (B.exp(lq_top) * (lq_top - lp_top)).sum(-1) + tail
+
+def reverse_kl_topk(student_logits, teacher_logits, top:int=32):
+    "Per position: KL(student || teacher) over the teacher's `top` tokens and the tail outside them"
+    return reverse_kl_stored(student_logits, *teacher_topk(teacher_logits, top))
 
 # %% ../nbs/04d_recovery.ipynb #200dc971
 PHASE2 = dict(rows=2048, prompt=32, gen=96, temp=1.0, steps=240, batch=16, lr=2e-3, warmup=20, rank=8, alpha=16.0,
               targets=list(TARGETS), seed=0)
 PHASE3 = dict(prompt=32, gen=48, temp=1.0, top=32, steps=40, batch=16, lr=1e-3, warmup=4, seed=0)  # ~1/10 of phase 2
+# the code teacher copies from its context: longer prompts; phase 3 sees about as many tokens as phase 2
+CODE_PHASE2 = dict(PHASE2, rows=1024, prompt=128, gen=128, steps=120, warmup=10)
+CODE_PHASE3 = dict(PHASE3, prompt=128, gen=64, steps=60, warmup=6)  # 184k tokens seen against phase 2's 492k
+
+def recipe_for(name:str, phase:int) -> dict:
+    "The phase-2 or phase-3 recipe of teacher `name` (by the corpus it was trained on)"
+    code = teacher_corpus(name) == 'code'
+    return dict((CODE_PHASE2 if code else PHASE2) if phase == 2 else (CODE_PHASE3 if code else PHASE3))
+
+def sources(name:str) -> str:
+    "The corpus files teacher `name` was trained on"
+    return ', '.join(CODE_CORPUS if teacher_corpus(name) == 'code' else CORPUS)
 
 def dequantized_base(base_dir):
     "The int4 base in `base_dir` dequantized (what is served, reconstructed), in the backend's dtype, frozen"
@@ -227,13 +257,13 @@ class Recovery:
     def __init__(self, name:str, phase:int, k:int|None, corpus_dir, work, base_dir=None, show:bool=True, **overrides):
         if phase not in (2, 3): raise InputError(f"recovery phase {phase} is not 2 or 3")
         self.name, self.phase, self.work, self.show = name, phase, Path(work), show
-        self.recipe = dict(PHASE2 if phase == 2 else PHASE3, **overrides)
+        self.recipe = dict(recipe_for(name, phase), **overrides)
         self.base = Path(base_dir or teacher_path(name))
         self.spec = spec = model_spec(self.base)
         self.k = k or spec.k
         self.heads = heads_file(self.base, spec, self.k)
         prerouter = load_prerouter(self.base, spec, self.k, self.heads)
-        _, self.tokens, _ = prepare(corpus_dir, work, show)
+        self.tokens = teacher_tokens(name, corpus_dir, work, show)
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()
         for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
@@ -348,7 +378,7 @@ def finish(self:Recovery) -> Path:
     if self.phase == 2:
         m = self.rows_meta
         data = (f"{m['rows']} rows (sha {m['sha']}) written by {name} (bf16) sampling at temperature {m['temp']} after "
-                f"{m['prompt']}-token prompts from the training split of {', '.join(CORPUS)}; {seen:,} tokens seen")
+                f"{m['prompt']}-token prompts from the training split of {sources(name)}; {seen:,} tokens seen")
     else:
         data = (f"on-policy: {self.step * r['batch']} continuations of {r['gen']} tokens sampled by the student at "
                 f"temperature {r['temp']} after {r['prompt']}-token prompts from the training split, scored by {name} "

@@ -107,3 +107,20 @@ def test_chat_over_a_pipe(edge0_cmd):
     out = r.stdout.splitlines()
     assert out[0].startswith('edge0 chat with edge0-tiny') and len(out[1]) > 0 and len(out[2]) > 0
     assert '2 replies' in r.stdout and 'from the cache' in r.stdout and 'forgotten' in r.stdout
+
+def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
+    "`edge0 train MODEL --phase 3` of a model that is not a bundled teacher: what it needs, said before anything runs"
+    import shutil
+    from edge0.files import teacher_path
+    model = tmp_path / 'tiny'
+    shutil.copytree(teacher_path('edge0-tiny'), model, ignore=shutil.ignore_patterns('lora*'))
+    for flags, says in (((model, '--phase', 3, '--k', 2), 'train them with `edge0 train'),
+                        ((model, '--phase', 3, '--teacher', teacher_path('edge0-tiny-ds', int4=False)),
+                         "is not " + f"{model}'s model"),
+                        ((model, '--phase', 3, '--tokens', 100), '--tokens is for phase 1'),
+                        (('edge0-tiny', '--phase', 2, '--teacher', model), '--teacher is for phase 3')):
+        r = run(edge0_cmd, 'train', *flags, '--work', tmp_path / 'work')
+        assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, (flags, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in teacher_path('edge0-tiny').iterdir()
+                                                             if not p.name.startswith('lora'))  # nothing written
