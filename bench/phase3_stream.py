@@ -44,7 +44,7 @@ def main():
     ap.add_argument('--prompt', type=int, default=64)
     ap.add_argument('--gen', type=int, default=32)
     ap.add_argument('--batch', type=int, default=2)
-    ap.add_argument('--pool-mib', type=float, default=256)
+    ap.add_argument('--pool-mib', type=float, default=128)
     ap.add_argument('--cap-mib', type=float, help='the memory cap (default: half the checkpoint)')
     ap.add_argument('--scratch', default=str(ROOT / 'build' / 'phase3-stream'))
     ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')

@@ -110,6 +110,8 @@ def _bench_parser(sub):
     b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     b.add_argument('--kernels', choices=KERNELS)
     b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
+    b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...', help="comma-separated exact top-M of "
+                   "the routing arms: one arm per M (0: plain routing); the own M heaviest experts always computed")
     b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
     b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
                    'v1): for checkpoints whose prompt alone reads most of their experts')
@@ -371,11 +373,28 @@ def _cmd_serve(a):
     find_model(a.model)  # a bad model fails here, before the server starts
     serve(a.model, a.host, a.port, a.max_queue, a.max_tokens_limit, **_session_kw(a))
 
+def _exact_top_arms(arms:list, ms:list) -> list:
+    "Each routing arm once per exact top-M in `ms`; refused where no arm routes or M is outside 0..K"
+    from dataclasses import replace
+    from edge0.decode import check_exact_top
+    from edge0.store import model_spec
+    if not any(x.mode == 'routing' for x in arms): raise CLIError("--exact-top needs the routing mode in --modes")
+    out = []
+    for x in arms:
+        if x.mode != 'routing':
+            out.append(x)
+            continue
+        for m in ms:
+            check_exact_top('routing', m, x.k or model_spec(x.model).k)
+            out.append(replace(x, exact_top=m, name=x.name.replace('routing', f"routing/top{m}") if m else x.name))
+    return out
+
 def _cmd_bench(a):
     from edge0.eval import arms_for, bench, tier_rate
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
     arms = arms_for(a.model, a.modes, a.k, a.pool_mb, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
+    if a.exact_top != [0]: arms = _exact_top_arms(arms, a.exact_top)
     bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, cache=a.cache,
           cap_mb=a.cap_mb, out=a.out, throttle_prefill=not a.throttle_after_prefill)
     if a.json: print(f"wrote {a.json}")

@@ -19,7 +19,8 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'Sampling', 'load', 'decode_stats']
+           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'Sampling', 'load', 'decode_stats',
+           'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -406,3 +407,19 @@ def decode_stats(handle:Handle) -> dict:
     return dict(stream_stats(handle.engine), mode=dec.mode, k=dec.k, decoder=asdict(dec.stats),
                 syncs_per_step=dec.stats.syncs / n)
 
+
+# %% ../nbs/02b_decode.ipynb #03e1e172
+def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
+    "Bytes `mode` holds outside the pool's LRU: the layers no head predicts, kept resident, and K slots a planned layer"
+    from edge0.store import ExpertStore, read_header
+    if mode not in ('routing', 'oracle'): return 0
+    spec = model_spec(model)
+    moe, k = list(spec.moe_layers), k or spec.k
+    if mode == 'oracle': predicted = set(moe)  # every layer replays the trace from K slots
+    else:
+        owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
+        predicted = {moe[moe.index(n) + 1] for n in owners}
+    store = ExpertStore(model, spec, residency=False)
+    try: return (sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+                 + len(predicted) * k * store.expert_nbytes)
+    finally: store.close()

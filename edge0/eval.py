@@ -14,10 +14,10 @@ from .memory import io_counters
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'STYLE', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup',
            'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'checkpoint_files', 'evict', 'evict_experts', 'warm',
-           'measure_read', 'Arm', 'held_bytes', 'run_arm', 'sequence', 'routing_report', 'run', 'fit_load_cost',
-           'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers', 'speedup_table', 'model_dir',
-           'arms_for', 'bench', 'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps', 'plot_bytes',
-           'cold_load_explorer', 'cold_load_grid', 'cold_loads']
+           'measure_read', 'Arm', 'run_arm', 'sequence', 'routing_report', 'run', 'fit_load_cost', 'summarize', 'table',
+           'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench',
+           'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps', 'plot_bytes', 'cold_load_explorer',
+           'cold_load_grid', 'cold_loads']
 
 # %% ../nbs/05_eval.ipynb #198990a8
 TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
@@ -234,22 +234,7 @@ class Arm:
                          + (f"/{self.path}" if self.path != 'exact' else ''))
 
 # %% ../nbs/05_eval.ipynb #fb267799
-def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
-    "Bytes `mode` holds outside the pool's LRU: the layers no head predicts, kept resident, and K slots a planned layer"
-    from edge0.prerouter import heads_file
-    from edge0.store import ExpertStore, read_header
-    from edge0.streaming import model_spec
-    if mode not in ('routing', 'oracle'): return 0
-    spec = model_spec(model)
-    moe, k = list(spec.moe_layers), k or spec.k
-    if mode == 'oracle': predicted = set(moe)  # every layer replays the trace from K slots
-    else:
-        owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
-        predicted = {moe[moe.index(n) + 1] for n in owners}
-    store = ExpertStore(model, spec, residency=False)
-    try: return (sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
-                 + len(predicted) * k * store.expert_nbytes)
-    finally: store.close()
+from .decode import held_bytes  # what a prerouted decoder holds beside the pool (02b_decode)
 
 # %% ../nbs/05_eval.ipynb #920b0f1b
 def _totals(engine) -> np.ndarray:
@@ -302,7 +287,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))  # the decode's conditions
     evict(arm.model) if cache == 'cold' else warm(arm.model)
     if eng is not None: reset_stats(eng)
-    if dec is not None: dec.stats = DecodeStats()
+    if dec is not None: dec.stats = DecodeStats(exact_staged=[0] * dec.exact_top)  # counters by rank, as at start
     B.reset_peak_memory()
     io0 = io_counters()
     evicting = []  # seconds spent evicting before each step (`cold_steps`), taken out of its time

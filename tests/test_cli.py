@@ -47,6 +47,10 @@ def test_exact_top_as_a_user_runs_it(edge0_cmd):
         r = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'x', *flags)
         assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, (flags, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for flags, says in ((('--modes', 'off', '--exact-top', 1), '--exact-top needs the routing mode in --modes'),
+                        (('--modes', 'routing', '--k', 4, '--exact-top', '1,5'), 'between 0 and K=4, got 5')):
+        r = run(edge0_cmd, 'bench', '--model', 'edge0-tiny', *flags)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (flags, r.stderr)
 
 def test_version_and_python_m(edge0_cmd):
     import edge0, sys
