@@ -95,7 +95,7 @@ def plot(results, path):
         tx.set_ylabel('decode tok/s (dots)', fontsize=7)
     for ax in axes.T.ravel()[len(runs):]: ax.axis('off')
     fig.tight_layout()
-    fig.savefig(path, dpi=72)
+    fig.savefig(path, dpi=60)
 
 def reproduced(previous:dict, run:dict) -> str:
     "How far this run's rungs are from the same rungs of the previous committed ladder (same teacher, K, adapters)"
