@@ -250,7 +250,8 @@ def _train_parser(sub):
     t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
                    "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
     t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
-    t.add_argument('--data', nargs='+', metavar='PATH', help='phases 1 and 3: calibration text files, folders or JSONL (text '
+    t.add_argument('--data', nargs='+', metavar='PATH', help='phases 1 and 3: calibration text files, folders or JSONL '
+                   '(text '
                    'or chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N',
                    help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
@@ -262,7 +263,8 @@ def _train_parser(sub):
                    help="phase 1: add about this many tokens of text the model writes itself from the calibration "
                    "documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
-                   help="phases 1 and 3 of any model: memory for experts (at least one MoE layer's; the states stay in memory when they "
+                   help="phases 1 and 3 of any model: memory for experts (at least one MoE layer's; the states stay in "
+                   "memory when they "
                    "fit beside it, else in scratch files); default 256, or a layer and a quarter")
     t.add_argument('--work', metavar='DIR',
                    help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')

@@ -67,7 +67,7 @@ class LayerPass:
     def __call__(self, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
                  state=None, # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the embedding)
                  to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-        "`(output of layer, (router input, router logits, chosen or None) or None)`; the last layer's output is the logits"
+        "`(output of layer (the last one's: the logits), (router input, router logits, chosen or None) or None)`"
         L, own = self.layers, self.own
         L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
         if layer > 0:  # an array is fed as it is (a function of it stays differentiable)

@@ -43,7 +43,8 @@ def repetition(ids:list, n:int=4) -> float:
 # %% ../nbs/05b_quality.ipynb #f1dcf5f3
 def heldout_windows(tokenizer, seq:int, n:int, name:str|None=None) -> np.ndarray:
     "Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids (teacher `name`'s own, if given)"
-    ids = excerpt_ids(tokenizer, dtype=np.int64) if name is None else teacher_heldout_ids(name, tokenizer, dtype=np.int64)
+    ids = (excerpt_ids(tokenizer, dtype=np.int64) if name is None else
+           teacher_heldout_ids(name, tokenizer, dtype=np.int64))
     n = min(n, len(ids) // seq)
     return ids[:n * seq].reshape(n, seq)
 

@@ -30,7 +30,7 @@ class StudentPath:
     "`model` routed as `routing` mode serves it (prompt: own routers; after it: the heads' predictions), batched"
     def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None, grouped:bool=False,
                  keep:int=0, # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
-                 ranked:bool=False): # the rest of a kept set are the best predicted (decode's exact top-M), not the first
+                 ranked:bool=False): # the rest of a kept set: the best predicted (decode's exact top-M), not the first
         self.model, self.spec, self.prerouter, self.k, self.keep = model, spec, prerouter, k or prerouter.k, keep
         self.ranked = ranked
         self.used, self.forced = {}, None  # the sets each layer served last; sets to serve instead ({layer: (B, L, K)})
