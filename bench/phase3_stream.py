@@ -84,6 +84,8 @@ def main():
         sys.exit(f"phase 3 failed under the cap: {json.dumps(p3)}\n{log.read_text()[-3000:]}")
     meta = read_header(out)[1]
     steps = json.loads(meta['step_log'])
+    said = [ln.strip() for ln in log.read_text().splitlines() if ln.startswith("the student's own text:")]
+    sampling = said[0] if said else "the student's own text: the layers no head predicts kept resident within the pool"
     per_step = int(meta['bytes_read_per_step'])
     ok = lambda b: 'MET' if b else 'NOT MET'
     killed = load['returncode'] in (-9, 137) or load['oom_kills'] > 0
@@ -98,7 +100,7 @@ def main():
              f"{'OOM-killed' if killed else 'NOT killed'}",
              f"2. python -c {call!r}",
              f"   exit status {p3['returncode']}, cgroup oom_kill {p3['oom_kills']}, wall {p3['wall_s']:.0f} s "
-             f"(the run: {meta['seconds']} s)", '',
+             f"(the run: {meta['seconds']} s)", f"   {sampling}", '',
              f"{'bytes the cgroup read from the disk':44}{p3['read_bytes'] / MiB:>10,.0f} MiB",
              f"{'expert bytes read: the teacher pass':44}{int(meta['teacher_bytes_read']) / MiB:>10,.0f} MiB"
              f"  ({int(meta['teacher_bytes_read']) / experts:.2f} x the experts)",

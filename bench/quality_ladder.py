@@ -35,11 +35,22 @@ def adapters_for(name:str, k:int, work) -> tuple[dict, str]:
     from edge0.files import teacher_path
     from edge0.lora import adapter_file
     from edge0.recovery import stage_file
+    import hashlib
+    from edge0.store import read_header
     staged = {p: stage_file(work, name, k, p) for p in (2, 3) if stage_file(work, name, k, p).exists()}
-    if 3 in staged: return staged, f"stage files of {work}"
+    exact = [p for p in (2, 3) if stage_file(work, name, k, p, 1).exists()]
+    also = f"; trained at exact top-1: phase {', '.join(map(str, exact))} (stage files)" if exact else ''
+    if 3 in staged: return staged, f"stage files of {work}{also}"
     committed = teacher_path(name) / adapter_file(k)
-    if committed.exists(): return {3: committed}, f"committed {committed.name} (phase 3); phase 2 not in {work}"
-    raise SystemExit(f"no adapters for {name} at K={k}: run `make adapters` (stage files in {work})")
+    if not committed.exists():
+        raise SystemExit(f"no adapters for {name} at K={k}: run `make adapters` (stage files in {work})")
+    if 2 in staged:  # phase 2 retrained: it stands beside the committed phase 3 only if that is the one it started from
+        digest = hashlib.sha256(staged[2].read_bytes()).hexdigest()[:16]
+        if read_header(committed)[1].get('from_phase2') == digest:
+            return ({2: staged[2], 3: committed}, f"phase 2 from {work} (sha {digest}, the file the committed "
+                    f"{committed.name} started from), phase 3 committed{also}")
+    return {3: committed}, f"committed {committed.name} (phase 3); phase 2 not in {work}{also}"
+
 
 def speed(name:str, serving:dict, prompt:str, tokens:int, repeats:int=3) -> float:
     "Median decode tok/s of the rung served by a Session: greedy, `tokens` after `prompt`"
@@ -59,16 +70,16 @@ def table(results) -> str:
     for run in results['runs']:
         rows, rec = run['rows'], recovered(run['rows'], run['k'])
         lines += ['', f"{run['teacher']} K={run['k']} (adapters: {run['adapters']})",
-                  f"  {'rung':<30}{'ppl':>8}{'top-1':>8}{'KL':>8}{'recovered':>11}{'tok/s':>8}{'repeats':>9}"]
+                  f"  {'rung':<36}{'ppl':>8}{'top-1':>8}{'KL':>8}{'recovered':>11}{'tok/s':>8}{'repeats':>9}"]
         for r in rows:
             share = f"{rec[r['rung']]:.0%}" if r['rung'] in rec else ''
-            lines.append(f"  {r['rung']:<30}{r['ppl']:>8.1f}{r['agreement']:>8.3f}{r['kl']:>8.4f}{share:>11}"
+            lines.append(f"  {r['rung']:<36}{r['ppl']:>8.1f}{r['agreement']:>8.3f}{r['kl']:>8.4f}{share:>11}"
                          f"{r['tok_s']:>8.1f}{r['sample']['repetition']:>9.2f}")
         for rung, goal in TARGETS.get(run['teacher'], {}).items():
             got = rec[rung]
             lines.append(f"  target: {rung} recovers >= {goal:.0%}: {got:.0%} ({'met' if got >= goal else 'missed'})")
         if run.get('reproduced'): lines.append(f"  against the previous committed ladder: {run['reproduced']}")
-        lines += [f"    {r['rung']:<28} {r['sample']['text']!r}" for r in rows]
+        lines += [f"    {r['rung']:<34} {r['sample']['text']!r}" for r in rows]
     return '\n'.join(lines)
 
 def plot(results, path):
@@ -127,7 +138,7 @@ def main(argv=None):
         rows = ladder(name, k, args.work, adapters=files, windows=args.windows)
         for r in rows:
             r['tok_s'] = speed(name, r['serving'], prompt_for(name), args.tokens)
-            print(f"  {r['rung']:<30} {r['tok_s']:.1f} tok/s", flush=True)
+            print(f"  {r['rung']:<36} {r['tok_s']:.1f} tok/s", flush=True)
         runs.append(dict(teacher=name, k=k, adapters=source, rows=rows))
         runs[-1]['reproduced'] = reproduced(previous, runs[-1])
     header = (f"quality ladder, {time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, BLAS "

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_cli.ipynb #4d620ef7
 from __future__ import annotations
-import argparse, sys
+import argparse, os, sys
 from pathlib import Path
 import edge0
 from .backend import core as B
@@ -273,6 +273,8 @@ def _train_parser(sub):
                    "build/teachers/out)")
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
+    t.add_argument('--exact-top', type=int, default=0, metavar='M', help="phases 2 and 3: train the adapter on the "
+                   "path --prerouter routing --exact-top M serves (saved as lora-k{K}-top{M}, which that path loads)")
     t.add_argument('--teacher', metavar='DIR', help="phase 3 of any model: a bf16 checkpoint of it to distil from "
                    "(default: the served checkpoint under its own routing), streamed like it")
 
@@ -429,8 +431,13 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     import shutil
     from edge0.files import teacher_path
     base = Path(dst) / f"{name}-int4"
-    if not (base / 'config.json').exists():
-        shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns(*drop))
+    if not (base / 'config.json').exists():  # copied aside, then renamed: two runs started at once share one copy
+        tmp = base.with_name(f".{base.name}.tmp-{os.getpid()}")
+        shutil.copytree(teacher_path(name), tmp, ignore=shutil.ignore_patterns(*drop))
+        try: os.rename(tmp, base)
+        except OSError:
+            shutil.rmtree(tmp)
+            if not (base / 'config.json').exists(): raise
     return base
 
 def _cmd_distil(a):
@@ -438,9 +445,16 @@ def _cmd_distil(a):
     from edge0.distil import distil
     for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
-    distil(a.model, a.k, a.teacher, a.data, a.pool_mib, a.work, a.dst, **({'steps': a.steps} if a.steps else {}))
+    distil(a.model, a.k, a.teacher, a.data, a.pool_mib, a.work, a.dst, **_overrides(a))
+
+def _overrides(a) -> dict:
+    "The recipe keys phases 2 and 3 take from the command line"
+    return {**({'steps': a.steps} if a.steps else {}), **({'exact_top': a.exact_top} if a.exact_top else {})}
 
 def _cmd_train(a):
+    if a.exact_top and a.phase in (0, 1): raise CLIError(f"--exact-top is for phases 2 and 3, not phase {a.phase}")
+    if a.exact_top < 0 or (a.k and a.exact_top > a.k):
+        raise CLIError(f"--exact-top {a.exact_top}: expected 0 to K{f'={a.k}' if a.k else ''}")
     if a.phase == 1: return _cmd_heads(a)
     from edge0.teachers import TEACHERS, reproduce
     from dataclasses import replace
@@ -461,7 +475,7 @@ def _cmd_train(a):
     if a.phase == 0: return print(*reproduce(a.model, a.corpus, work, dst, a.steps), sep='\n')
     from edge0.recovery import train_adapter
     base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads
-    print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **({'steps': a.steps} if a.steps else {})))
+    print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **_overrides(a)))
 
 def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)

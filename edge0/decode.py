@@ -125,7 +125,8 @@ class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
                  prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False,
-                 exact_top:int=0): # routing mode: the own router's M heaviest experts are always computed
+                 exact_top:int=0, # routing mode: the own router's M heaviest experts are always computed
+                 hold:bool=True): # routing mode: keep the layers no head predicts resident (False: read on demand)
         check_mode(mode)
         if mode in ('routing', 'prefetch') and prerouter is None:
             raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
@@ -149,7 +150,7 @@ class Decoder:
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
-        if engine is not None and mode == 'routing':
+        if engine is not None and mode == 'routing' and hold:
             for layer in spec.moe_layers:
                 if layer not in self.planned: engine.keep_resident(layer)
         for layer in self.planned if engine is not None else ():
@@ -381,7 +382,7 @@ class Sampling:
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
-         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, **kw) -> Handle:
+         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True, **kw) -> Handle:
     "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter_path`, else `find_heads`)"
     check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
@@ -394,7 +395,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     handle = stream_load(model_dir, options, spec=spec, k=k, **kw)
     if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
     try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace,
-                                         exact_top)
+                                  exact_top, hold)
     except BaseException:
         handle.close()
         raise
@@ -409,8 +410,8 @@ def decode_stats(handle:Handle) -> dict:
 
 
 # %% ../nbs/02b_decode.ipynb #03e1e172
-def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
-    "Bytes `mode` holds outside the pool's LRU: the layers no head predicts, kept resident, and K slots a planned layer"
+def held_bytes(model, mode:str, k:int|None=None, heads=None, hold:bool=True) -> int:
+    "Bytes `mode` holds beside the pool's LRU: the layers no head predicts, kept (`hold`), and K slots a planned one"
     from edge0.store import ExpertStore, read_header
     if mode not in ('routing', 'oracle'): return 0
     spec = model_spec(model)
@@ -420,6 +421,6 @@ def held_bytes(model, mode:str, k:int|None=None, heads=None) -> int:
         owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
         predicted = {moe[moe.index(n) + 1] for n in owners}
     store = ExpertStore(model, spec, residency=False)
-    try: return (sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+    try: return (hold * sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
                  + len(predicted) * k * store.expert_nbytes)
     finally: store.close()

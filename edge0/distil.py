@@ -4,7 +4,7 @@
 
 # %% ../nbs/04g_distil.ipynb #8af2a441
 from __future__ import annotations
-import hashlib, json, os, resource, shutil, sys, time
+import hashlib, json, shutil, time
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -12,9 +12,11 @@ from .backend import core as B, nn as bnn
 from .calib import calibration, default_documents, read_documents
 from .decode import Sampling, generate_ids, held_bytes, load as decode_load
 from .files import InputError, find_model, read_json
-from .lora import TARGETS, adapter_file, attach, heads_fingerprint, save_adapter
+from .memory import peak_rss
+from .lora import TARGETS, adapter_file, attach, heads_fingerprint, load_checkpoint, save_adapter, save_checkpoint
 from .phase1 import LayerPass, decoder_layers, layer_bytes
-from .prerouter import edge0_home, fingerprint, heads_dir_for, heads_file, is_writable, load_prerouter
+from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, is_writable, load_prerouter,
+                             replace_whole)
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block
 from .store import ExpertStore, model_spec
@@ -58,10 +60,6 @@ class ResidentExperts:
         for layer, blk in self.blocks.items(): blk['switch_mlp'] = self.own[layer]
 
 # %% ../nbs/04g_distil.ipynb #1d65ccfa
-def _peak_rss() -> int:
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r if sys.platform == 'darwin' else r * 1024
-
 def teacher_targets(d:Path, ids:np.ndarray, # (N, L) windows: `prefill` prompt tokens, then the written ones
                     prefill:int, top:int, pool:int, batch:int=4, show:bool=True) -> dict:
     "`{idx, lp, tail}` (N, L - prefill, ...) of the checkpoint in `d` under its own routing at its native K; streamed"
@@ -94,10 +92,18 @@ def teacher_targets(d:Path, ids:np.ndarray, # (N, L) windows: `prefill` prompt t
 
 # %% ../nbs/04g_distil.ipynb #4cd8508b
 def student_windows(d:Path, k:int, heads, prompts:np.ndarray, gen:int, pool:int, seed:int,
-                    show:bool=True) -> np.ndarray:
+                    show:bool=True, exact_top:int=0) -> np.ndarray:
     "`prompts` (N, P) each continued by `gen` tokens the checkpoint in `d` writes as served (`routing`, `k`, `heads`)"
-    out, beside = [], held_bytes(d, 'routing', k, heads)  # what routing holds outside the pool, as the harness adds it
-    with decode_load(d, 'routing', k, prerouter_path=heads, options=StreamOptions(pool_bytes=pool + beside)) as h:
+    slots = held_bytes(d, 'routing', k, heads, hold=False)  # K slots a predicted layer: routing's own, beside the pool
+    layers = held_bytes(d, 'routing', k, heads) - slots  # the layers no head predicts: kept when the pool has room
+    store = ExpertStore(d, residency=False)
+    try: hold = layers + k * store.expert_nbytes <= pool
+    finally: store.close()
+    if show and not hold:
+        print(f"the student's own text: the layers no head predicts are read on demand (keeping them, "
+              f"{layers / 2**20:,.0f} MiB, would pass the {pool / 2**20:,.0f} MiB pool); the same tokens, slower")
+    out, options = [], StreamOptions(pool_bytes=pool + slots)
+    with decode_load(d, 'routing', k, prerouter_path=heads, options=options, exact_top=exact_top, hold=hold) as h:
         for i, p in enumerate(tqdm(prompts, desc="the student's own text", unit='window', disable=not show)):
             h.decoder.reset()
             drawn = generate_ids(h.model, p.tolist(), gen, decoder=h.decoder,
@@ -114,7 +120,7 @@ def _flat(tree, prefix:str='') -> dict:
 
 class Distiller:
     "A streamed phase-3 run on the checkpoint in `d` at `k`: the student served with its heads and an adapter"
-    def __init__(self, d:Path, k:int, heads:Path, pool:int, recipe:dict):
+    def __init__(self, d:Path, k:int, heads:Path, pool:int, recipe:dict):  # recipe['exact_top']: M, the path served
         self.d, self.k, self.recipe, self.spec = Path(d), k, recipe, model_spec(d)
         self.handle = stream_load(d, StreamOptions(pool_bytes=pool, kernels='mlx'), spec=self.spec, k=k)
         model = self.model = self.handle.model
@@ -126,7 +132,8 @@ class Distiller:
         self.prefix = self.spec.block_path.split('.{layer}')[0]
         self.lp = LayerPass(self.spec, model)
         self.experts = ResidentExperts(self.spec, model, self.handle.engine)
-        self.student = StudentPath(model, self.spec, load_prerouter(d, self.spec, k, heads), k)
+        m = recipe.get('exact_top', 0)
+        self.student = StudentPath(model, self.spec, load_prerouter(d, self.spec, k, heads), k, keep=m, ranked=bool(m))
         self.opt = bnn.optim.Adam(lr_schedule(recipe['lr'], recipe['warmup'], recipe['steps']))
         self.step_no, self.log = 0, []
 
@@ -185,7 +192,7 @@ def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
     B.eval(self.model.trainable_parameters(), self.opt.state)
     self.step_no += 1
     entry = dict(step=self.step_no, loss=loss, seconds=round(time.time() - t0, 2),
-                 bytes_read=self.experts.bytes_read() - read0, peak_rss=_peak_rss())
+                 bytes_read=self.experts.bytes_read() - read0, peak_rss=peak_rss())
     self.log.append(entry)
     return entry
 
@@ -195,33 +202,13 @@ def _key(d:Path, k:int, heads:Path, teacher:Path, recipe:dict, data) -> str:
                 recipe=recipe, data=[str(p) for p in data] if data else 'bundled')
     return hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:16]
 
-def _save_npz(path:Path, **arrays):
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
 def _checkpoint(root:Path, dist:Distiller):
-    "Adapter, optimizer, step and log in `root/state` (written beside it, then renamed: whole or absent)"
-    tmp, state = root / f".state.tmp-{os.getpid()}", root / 'state'
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    B.save_safetensors(tmp / 'adapter.safetensors', dist.adapter.weights())
-    B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(dist.opt.state)))
-    (tmp / 'state.json').write_text(json.dumps(dict(step=dist.step_no, log=dist.log)))
-    old = root / f".state.old-{os.getpid()}"
-    if state.exists(): os.replace(state, old)
-    os.replace(tmp, state)
-    shutil.rmtree(old, ignore_errors=True)
+    "Adapter, optimizer, step and log in `root/state` (whole, or the previous one as it was)"
+    save_checkpoint(root / 'state', dist.adapter, dist.opt, step=dist.step_no, log=dist.log)
 
 def _resume(root:Path, dist:Distiller):
-    state = root / 'state'
-    if not (state / 'state.json').exists(): return
-    weights = B.load_arrays(state / 'adapter.safetensors')
-    for path, m in dist.adapter.modules.items():
-        m.lora_a, m.lora_b = (weights[f"{path}.{n}"] for n in ('lora_a', 'lora_b'))
-    dist.opt.state = B.tree_unflatten(list(B.load_arrays(state / 'optimizer.safetensors').items()))
-    saved = read_json(state / 'state.json', 'phase-3 state')
-    dist.step_no, dist.log = saved['step'], saved['log']
+    saved = load_checkpoint(root / 'state', dist.adapter, dist.opt)
+    if saved is not None: dist.step_no, dist.log = saved['step'], saved['log']
 
 # %% ../nbs/04g_distil.ipynb #cd6cad69
 def _pool(d:Path, spec, k:int, pool_mib:float|None) -> int:
@@ -246,6 +233,8 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
     spec = model_spec(d)
     k, r = k or spec.k, dict(DISTIL, **recipe)
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
+    m = r.get('exact_top', 0)  # trained on the path `routing --exact-top M` serves, saved as its own file
+    if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
     heads = heads_file(d, spec, k)
     if not heads.exists():
         raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase 1 "
@@ -273,9 +262,10 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
         if len(prompts) < r['windows']:
             raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; {r['windows']} are "
                              "needed (more --data, or a smaller recipe)")
-        windows = student_windows(d, k, heads, prompts[:r['windows']], r['gen'], pool, r['seed'], show)
+        windows = student_windows(d, k, heads, prompts[:r['windows']], r['gen'], pool, r['seed'], show, m)
         t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
-        _save_npz(made, windows=windows, idx=t['idx'], lp=t['lp'], tail=t['tail'], teacher_bytes=t['bytes_read'])
+        replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'], tail=t['tail'],
+                                                 teacher_bytes=t['bytes_read']))
     with np.load(made) as f:
         windows, teacher_bytes = f['windows'], int(f['teacher_bytes'])
         targets = {n: f[n] for n in ('idx', 'lp', 'tail')}
@@ -295,13 +285,14 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
                      final_loss=f"{np.mean([e['loss'] for e in log[-8:]]):.4f}",
                      data=f"{len(windows)} windows: {r['prompt']}-token prompts of "
                           f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, each continued by "
-                          f"{r['gen']} tokens the student wrote (routing, K={k}, sampled at temperature 1)",
+                          f"{r['gen']} tokens the student wrote (routing, K={k}{f', exact top-{m}' if m else ''}, "
+                          "sampled at temperature 1)", exact_top=m,
                      pool_mib=round(pool / 2**20), teacher_bytes_read=teacher_bytes,
                      bytes_read_per_step=int(np.median([e['bytes_read'] for e in log])),
                      peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
                      step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')}
                                           for e in log]))
-        out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra, path=dst / adapter_file(k))
+        out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra, path=dst / adapter_file(k, m))
     shutil.rmtree(root, ignore_errors=True)
     if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes read per step "
                    f"{extra['bytes_read_per_step'] / 2**20:,.0f} MiB, peak RSS {extra['peak_rss'] / 2**20:,.0f} MiB")

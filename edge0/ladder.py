@@ -44,7 +44,8 @@ def _greedy(model):
 
 # %% ../nbs/04e_ladder.ipynb #867dc612
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
-           sample:int=48, exact:tuple=(1, 2), show:bool=True) -> list:
+           sample:int=48, exact:tuple=(1, 2), show:bool=True,
+           exact_adapters:dict|None=None) -> list: # {phase: file} trained at exact top-`exact[0]` (default: staged)
     "Rows `dict(rung, ppl, agreement, kl, sample, serving)` of teacher `name` served at `k`, every rung in one process"
     import mlx_lm
     base = teacher_path(name)
@@ -79,5 +80,11 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
             rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k, adapter=str(path))
             if phase == max(files) and exact: exact_top(f'+ phase-{phase} LoRA, exact-top-{exact[0]}', exact[0],
                                                         adapter=str(path))
+    m = exact[0] if exact else 0
+    trained = exact_adapters if exact_adapters is not None else {
+        p: stage_file(work, name, k, p, m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
+    for phase, path in trained.items():  # adapters trained on the path they serve: exact top-m
+        with load_adapter(model, base, spec, k, heads, path):
+            exact_top(f'+ phase-{phase} LoRA@top-{m}, exact-top-{m}', m, adapter=str(path))
     student.close()
     return rows

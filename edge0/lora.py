@@ -4,20 +4,21 @@
 
 # %% ../nbs/03_lora.ipynb #3c971d8e
 from __future__ import annotations
-import hashlib, json, math, os, time
+import hashlib, json, math, os, shutil, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .files import InputError
+from .files import InputError, read_json
 from .routing import MoESpec, _attr
 from .store import read_header, model_spec
 from .prerouter import fingerprint, base_fingerprints
 
 # %% auto #0
 __all__ = ['TARGETS', 'PROJECTIONS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file',
-           'heads_fingerprint', 'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'requantize',
-           'weight_retention', 'logits_retention', 'weight_report', 'merge_requantized']
+           'heads_fingerprint', 'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'save_checkpoint',
+           'load_checkpoint', 'requantize', 'weight_retention', 'logits_retention', 'weight_report',
+           'merge_requantized']
 
 # %% ../nbs/03_lora.ipynb #fd037366
 def _dims(linear) -> tuple:
@@ -76,6 +77,7 @@ class Adapter:
     modules:dict                                          # {path: LoRALinear} in the model
     meta:dict = field(default_factory=dict)               # provenance (read from or written to the file)
     originals:list = field(default_factory=list, repr=False)  # (parent, name, module) to put back
+    path:Path|None = None                                 # the file it was read from or written to
     def weights(self) -> dict:
         "`{'<path>.lora_a': A, '<path>.lora_b': B}` of every wrapped projection"
         return {f"{p}.{n}": getattr(m, n) for p, m in self.modules.items() for n in ('lora_a', 'lora_b')}
@@ -105,9 +107,9 @@ def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, s
 # %% ../nbs/03_lora.ipynb #cfbd2232
 FORMAT = 'edge0-lora/1'
 
-def adapter_file(k:int) -> str:
-    "The file name of the adapter for serving width `k`"
-    return f'lora-k{k}.safetensors'
+def adapter_file(k:int, exact_top:int=0) -> str:
+    "The file name of the adapter for serving width `k` (trained under exact top-`exact_top`: its own file)"
+    return f"lora-k{k}{f'-top{exact_top}' if exact_top else ''}.safetensors"
 
 def heads_fingerprint(path) -> str:
     "Hash of a prerouter file's bytes (the heads an adapter was trained with)"
@@ -125,7 +127,7 @@ def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2
     tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}-{time.time_ns():x}.safetensors")  # mlx wants the suffix
     B.save_safetensors(tmp, {n: w.astype(B.float32) for n, w in adapter.weights().items()}, meta)
     tmp.replace(p)  # a reader never sees half a file
-    adapter.meta = meta
+    adapter.meta, adapter.path = meta, p
     return p
 
 # %% ../nbs/03_lora.ipynb #b03064e0
@@ -179,7 +181,7 @@ def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads
                          f"{meta['heads_fingerprint']}; {heads} is {heads_fingerprint(heads)})")
     _check_weights(p, weights, spec, model, meta)
     adapter = attach(model, spec, meta['rank'], meta['alpha'], meta['targets'], dtype=dtype, weights=weights)
-    adapter.meta = meta
+    adapter.meta, adapter.path = meta, p
     return adapter
 
 # %% ../nbs/03_lora.ipynb #0550bf19
@@ -188,7 +190,9 @@ def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
     from edge0.prerouter import heads_file
     dec, spec = handle.decoder, handle.spec
     k = dec.k if dec is not None else handle.engine.k if handle.engine is not None else spec.k
-    p = Path(path) if path is not None else Path(model_dir) / adapter_file(k)
+    m = dec.exact_top if dec is not None else 0
+    p = Path(path) if path is not None else Path(model_dir) / adapter_file(k, m)
+    if path is None and m and not p.exists(): p = Path(model_dir) / adapter_file(k)  # one trained on plain routing
     if path is None and not p.exists(): return None
     if heads is None and dec is not None and dec.mode in ('routing', 'prefetch'):
         heads = heads_file(model_dir, spec, k)  # the file the decoder loaded (`edge0.decode.load`)
@@ -196,6 +200,34 @@ def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
     if handle.adapter is not None: handle.adapter.detach()
     handle.adapter = adapter
     return adapter
+
+# %% ../nbs/03_lora.ipynb #54d8f792
+def save_checkpoint(out, adapter:Adapter, opt, **state) -> Path:
+    "The adapter's matrices, the optimizer's state and `state` (JSON) in folder `out`: whole, or as it was"
+    out = Path(out)
+    stamp = f"{os.getpid()}-{time.time_ns():x}"
+    tmp, previous = (out.with_name(f".{out.name}.{what}-{stamp}") for what in ('tmp', 'old'))
+    tmp.mkdir(parents=True)
+    try:
+        B.save_safetensors(tmp / 'adapter.safetensors', adapter.weights())
+        B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(opt.state)))
+        (tmp / 'state.json').write_text(json.dumps(state))
+        if out.exists(): os.replace(out, previous)
+        os.replace(tmp, out)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(previous, ignore_errors=True)
+    return out
+
+def load_checkpoint(out, adapter:Adapter, opt) -> dict|None:
+    "Put the checkpoint in folder `out` back into `adapter` and `opt`; its state (None: there is none)"
+    out = Path(out)
+    if not (out / 'state.json').exists(): return None
+    state = read_json(out / 'state.json', 'training checkpoint')
+    weights = B.load_arrays(out / 'adapter.safetensors')
+    for path, m in adapter.modules.items():
+        m.lora_a, m.lora_b = (weights[f"{path}.{n}"] for n in ('lora_a', 'lora_b'))
+    opt.state = B.tree_unflatten(list(B.load_arrays(out / 'optimizer.safetensors').items()))
+    return state
 
 # %% ../nbs/03_lora.ipynb #d0c06a5a
 def requantize(w, group_size:int=64, bits:int=4):

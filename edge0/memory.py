@@ -14,8 +14,8 @@ _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as 2**63 rounded down to a p
 
 # %% auto #0
 __all__ = ['MiB', 'KV_TOKENS', 'ROOM', 'CgroupMemory', 'cgroup_memory', 'SystemMemory', 'system_memory', 'ProcessMemory',
-           'process_memory', 'metal_working_set', 'Headroom', 'headroom', 'Budget', 'pool_budget', 'step_and_room',
-           'io_counters', 'ThrashWatch']
+           'process_memory', 'peak_rss', 'metal_working_set', 'Headroom', 'headroom', 'Budget', 'pool_budget',
+           'step_and_room', 'io_counters', 'ThrashWatch']
 
 # %% ../nbs/00_memory.ipynb #d6cca3a8
 def _read_int(p:Path) -> int|None:
@@ -128,8 +128,12 @@ def process_memory(pid:int|str='self') -> ProcessMemory:
     try: return ProcessMemory(int(subprocess.run(['ps', '-o', 'rss=', '-p', str(p)], capture_output=True, text=True,
                                                  timeout=5).stdout) * 1024)
     except (OSError, ValueError, subprocess.SubprocessError):
-        ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the peak: an upper bound of the current size
-        return ProcessMemory(ru if sys.platform == 'darwin' else ru * 1024)
+        return ProcessMemory(peak_rss())  # the peak: an upper bound of the current size
+
+def peak_rss() -> int:
+    "This process's peak resident memory in bytes (`getrusage`: kB on Linux, bytes on macOS)"
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r if sys.platform == 'darwin' else r * 1024
 
 
 # %% ../nbs/00_memory.ipynb #5e275aa5

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_phase1.ipynb #e060b2cd
 from __future__ import annotations
-import errno, fcntl, hashlib, json, os, resource, shutil, sys, time
+import errno, fcntl, hashlib, json, os, shutil, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -15,7 +15,7 @@ from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, d
                          self_prompts)
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, teacher_path
-from .memory import ROOM, headroom
+from .memory import ROOM, headroom, peak_rss
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
                              recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, _attr, block, route
@@ -289,7 +289,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
             cost = capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch, bar)
             m = scratch.m
             scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'], bytes_read=m['bytes_read'] + cost['bytes'],
-                           capture_s=m['capture_s'] + cost['capture_s'], peak_rss=max(m['peak_rss'], _peak_rss()))
+                           capture_s=m['capture_s'] + cost['capture_s'], peak_rss=max(m['peak_rss'], peak_rss()))
             if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
@@ -297,18 +297,13 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     finally:
         lp.close()
         bar.close()
-    scratch.commit(peak_rss=max(scratch.m['peak_rss'], _peak_rss()))
+    scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()))
 
 
 # %% ../nbs/04c_phase1.ipynb #540b68cd
 def layer_bytes(store) -> int:
     "Bytes of the largest MoE layer's routed experts: what the pool must hold to read each layer once"
     return max(sum(t.nbytes for t in ts.values()) for ts in store.layers.values())
-
-def _peak_rss() -> int:
-    "This process's peak resident memory in bytes"
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r if sys.platform == 'darwin' else r * 1024
 
 def _kernels(store) -> str:
     "MLX's kernels for the capture, unless the experts are packed for torch's (`edge0 convert --layout torch-cpu`)"

@@ -14,7 +14,8 @@ from .files import InputError, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
 from .decode import combine, shadow_blocks, unshadow
 from .prerouter import Prerouter, features, heads_file, load_prerouter
-from .lora import TARGETS, Adapter, attach, adapter_file, heads_fingerprint, save_adapter, read_adapter
+from .lora import (TARGETS, Adapter, attach, adapter_file, heads_fingerprint, load_checkpoint, save_adapter,
+                        save_checkpoint, read_adapter)
 from .store import model_spec
 from .calib import CODE_CORPUS
 from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
@@ -247,9 +248,9 @@ def dequantized_base(base_dir):
     model.freeze()
     return model, tokenizer
 
-def stage_file(work, name:str, k:int, phase:int) -> Path:
-    "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's)"
-    return Path(work) / f"{name}-lora-k{k}-phase{phase}.safetensors"
+def stage_file(work, name:str, k:int, phase:int, exact_top:int=0) -> Path:
+    "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's at the same K and exact top-M)"
+    return Path(work) / f"{name}-lora-k{k}{f'-top{exact_top}' if exact_top else ''}-phase{phase}.safetensors"
 
 # %% ../nbs/04d_recovery.ipynb #ccfbc687
 class Recovery:
@@ -258,6 +259,7 @@ class Recovery:
         if phase not in (2, 3): raise InputError(f"recovery phase {phase} is not 2 or 3")
         self.name, self.phase, self.work, self.show = name, phase, Path(work), show
         self.recipe = dict(recipe_for(name, phase), **overrides)
+        self.exact_top = self.recipe.get('exact_top', 0)  # trained on the path exact top-M serves
         self.base = Path(base_dir or teacher_path(name))
         self.spec = spec = model_spec(self.base)
         self.k = k or spec.k
@@ -267,23 +269,26 @@ class Recovery:
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()
         for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
-        self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True)
+        m = self.exact_top
+        if not 0 <= m <= self.k: raise InputError(f"exact_top {m}: expected 0 to K={self.k}")
+        self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True, keep=m, ranked=bool(m))
         self.teacher = load_teacher(name) if phase == 3 else None
         if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work, *(self.recipe[key] for key in (
             'rows', 'prompt', 'gen', 'temp', 'seed')), show=show)
         r = self.recipe
         self.opt = bnn.optim.Adam(lr_schedule(r['lr'], r['warmup'], r['steps']))
         self.step, self.log = 0, []
-        self.out = self.work / f"{name}-k{self.k}-phase{phase}-ckpt"
+        self.out = self.work / f"{name}-k{self.k}{f'-top{m}' if m else ''}-phase{phase}-ckpt"  # a run of its own
         self._loss_and_grad = bnn.value_and_grad(self.model, self._loss)
 
     def _adapter(self) -> Adapter:
         r = self.recipe
         if self.phase == 2:
             return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'], B.float32)
-        p = stage_file(self.work, self.name, self.k, 2)
+        p = stage_file(self.work, self.name, self.k, 2, self.exact_top)
         if not p.exists():
-            raise InputError(f"phase 3 starts from phase 2's adapter {p}: run phase 2 at K={self.k} first")
+            raise InputError(f"phase 3 starts from phase 2's adapter {p}: run phase 2 at K={self.k}"
+                             f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} first")
         weights, meta = read_adapter(p)
         if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
             raise InputError(f"{p} was trained with other heads than {self.heads}; run phase 2 again")
@@ -345,15 +350,7 @@ def run(self:Recovery, until:int|None=None, ckpt_every:int=50):
 @patch
 def save(self:Recovery):
     "Write the checkpoint (adapter, optimizer, step, log, recipe); the previous one stays until this one is whole"
-    tmp = self.out.with_name(f".{self.out.name}.tmp-{os.getpid()}-{time.time_ns():x}")
-    tmp.mkdir(parents=True)
-    B.save_safetensors(tmp / 'adapter.safetensors', self.adapter.weights())
-    B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(self.opt.state)))
-    (tmp / 'state.json').write_text(json.dumps(dict(step=self.step, log=self.log, recipe=self.recipe)))
-    previous = self.out.with_name(f".{self.out.name}.old-{os.getpid()}-{time.time_ns():x}")
-    if self.out.exists(): os.replace(self.out, previous)
-    os.replace(tmp, self.out)
-    if previous.exists(): shutil.rmtree(previous)
+    save_checkpoint(self.out, self.adapter, self.opt, step=self.step, log=self.log, recipe=self.recipe)
 
 @patch
 def resume(self:Recovery):
@@ -362,10 +359,7 @@ def resume(self:Recovery):
     if state['recipe'] != json.loads(json.dumps(self.recipe)):
         raise InputError(f"{self.out / 'state.json'} was written for another recipe; remove {self.out} or use "
                          "another work folder")
-    weights = B.load_arrays(self.out / 'adapter.safetensors')
-    for path, m in self.adapter.modules.items():
-        m.lora_a, m.lora_b = (weights[f"{path}.{n}"] for n in ('lora_a', 'lora_b'))
-    self.opt.state = B.tree_unflatten(list(B.load_arrays(self.out / 'optimizer.safetensors').items()))
+    load_checkpoint(self.out, self.adapter, self.opt)
     self.step, self.log = state['step'], state['log']
     return self
 
@@ -386,11 +380,14 @@ def finish(self:Recovery) -> Path:
     extra = dict(builder='edge0.recovery.train_adapter', teacher=name, recipe=json.dumps(r), data=data, steps=self.step,
                  final_loss=f"{np.mean([e['loss'] for e in self.log[-20:]]):.4f}", blas=blas_in_use())
     if self.phase == 3:
-        extra['from_phase2'] = hashlib.sha256(stage_file(self.work, name, self.k, 2).read_bytes()).hexdigest()[:16]
+        p2 = stage_file(self.work, name, self.k, 2, self.exact_top)
+        extra['from_phase2'] = hashlib.sha256(p2.read_bytes()).hexdigest()[:16]
+    extra['exact_top'] = self.exact_top  # the path it was trained on: `routing` with the own M heaviest computed
     phase = f"phase{self.phase}"
-    stage = stage_file(self.work, name, self.k, self.phase)
+    stage = stage_file(self.work, name, self.k, self.phase, self.exact_top)
     save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra, path=stage)
-    return save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra)
+    return save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra,
+                        path=self.base / adapter_file(self.k, self.exact_top))
 
 def train_adapter(name:str, phase:int, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True,
                   **overrides) -> Path:

@@ -122,7 +122,11 @@ def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
                         ((model, '--phase', 3, '--teacher', teacher_path('edge0-tiny-ds', int4=False)),
                          "is not " + f"{model}'s model"),
                         ((model, '--phase', 3, '--tokens', 100), '--tokens is for phase 1'),
-                        (('edge0-tiny', '--phase', 2, '--teacher', model), '--teacher is for phase 3')):
+                        (('edge0-tiny', '--phase', 2, '--teacher', model), '--teacher is for phase 3'),
+                        ((model, '--phase', 1, '--exact-top', 1), '--exact-top is for phases 2 and 3, not phase 1'),
+                        ((model, '--phase', 3, '--k', 4, '--exact-top', 5), '--exact-top 5: expected 0 to K=4'),
+                        ((model, '--phase', 3, '--exact-top', 9), '--exact-top 9: expected 0 to K=8'),
+                        (('edge0-tiny', '--phase', 2, '--exact-top', -1), '--exact-top -1: expected 0 to K')):
         r = run(edge0_cmd, 'train', *flags, '--work', tmp_path / 'work')
         assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, (flags, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
