@@ -15,7 +15,7 @@ from .calib import CODE_CORPUS, HELDOUT, code_split
 from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut
 from .prerouter import replace_whole
 from .routing import model_class
-from .teachers import TeacherSpec, encode, export_checkpoints, train_tokenizer
+from .teachers import TeacherSpec, encode, export_checkpoints, train_tokenizer, windows_at
 from fastcore.basics import patch
 
 # %% auto #0
@@ -196,8 +196,7 @@ class CodeTrainer:
 
     def batch(self, step:int):
         r = self.recipe
-        starts = np.random.default_rng([r.seed, step]).integers(0, len(self.tokens) - r.seq - 1, r.batch)
-        return torch.from_numpy(np.stack([self.tokens[s:s + r.seq + 1] for s in starts]).astype(np.int64))
+        return torch.from_numpy(windows_at(self.tokens, step, r.seed, r.batch, r.seq).astype(np.int64))
 
     def train_step(self) -> float:
         "One optimizer step; returns the cross-entropy"

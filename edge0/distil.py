@@ -14,7 +14,7 @@ from .decode import Sampling, generate_ids, held_bytes, load as decode_load
 from .files import InputError, find_model, read_json
 from .memory import peak_rss
 from .lora import TARGETS, adapter_file, attach, heads_fingerprint, load_checkpoint, save_adapter, save_checkpoint
-from .phase1 import LayerPass, decoder_layers, layer_bytes
+from .phase1 import LayerPass, decoder_layers, training_pool
 from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, is_writable, load_prerouter,
                              replace_whole)
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
@@ -211,18 +211,6 @@ def _resume(root:Path, dist:Distiller):
     if saved is not None: dist.step_no, dist.log = saved['step'], saved['log']
 
 # %% ../nbs/04g_distil.ipynb #cd6cad69
-def _pool(d:Path, spec, k:int, pool_mib:float|None) -> int:
-    "The pool: `pool_mib`, else a layer and a quarter (at least 256 MiB); refused below one MoE layer and a token's"
-    store = ExpertStore(d, spec, residency=False)
-    try: lb, expert = layer_bytes(store), store.expert_nbytes
-    finally: store.close()
-    need = lb + spec.k * expert
-    pool = int(pool_mib * 2**20) if pool_mib else max(256 * 2**20, int(1.25 * need))
-    if pool < need:
-        raise InputError(f"--pool-mib {pool / 2**20:g} is below one layer's working set: the largest MoE layer of {d} "
-                         f"holds {lb / 2**20:.1f} MiB of experts; give at least {need / 2**20 + 1:.0f}")
-    return pool
-
 def distil(model, # a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
            k:int|None=None, # serving K (default: native); its heads must exist (phase 1)
            teacher=None, # a bf16 checkpoint of the same model (default: the served one under its own routing)
@@ -251,7 +239,7 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
             raise InputError(f"teacher {tdir}'s tokenizer differs from {d}'s: they must share the vocabulary")
     dst = Path(dst) if dst is not None else heads_dir_for(d)
     if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable folder (--dst)")
-    pool = _pool(d, spec, k, pool_mib)
+    pool = training_pool(d, spec, spec.k, pool_mib, 'phase 3')[0]  # the teacher's pass routes at native K
     key = _key(d, k, heads, tdir, r, data)
     root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"  # another recipe: another run
     root.mkdir(parents=True, exist_ok=True)

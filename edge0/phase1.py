@@ -26,9 +26,9 @@ from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_heldout_ids, 
 
 # %% auto #0
 __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer',
-           'run_layers', 'layer_bytes', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens',
-           'data_key', 'provenance', 'heads_table', 'train_heads', 'sample_windows', 'teacher_windows',
-           'train_prerouter']
+           'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
+           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'sample_windows',
+           'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_phase1.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -311,8 +311,9 @@ def _kernels(store) -> str:
                  for q in (qs.values() if isinstance(qs, dict) else [qs]))
     return 'torch' if packed else 'mlx'
 
-def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dict:
-    "The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one layer is refused"
+def training_pool(d:Path, spec:MoESpec, k:int, pool_mib:float|None, what:str='phase 1') -> tuple:
+    """`(pool, largest layer's bytes, kernels)` of a streamed training run: `pool_mib`, else a layer and a quarter (at
+    least 256 MiB) within what this process may still use; a pool that cannot hold one layer is refused"""
     store = ExpertStore(d, spec, residency=False)
     try: lb, expert, kernels = layer_bytes(store), store.expert_nbytes, _kernels(store)
     finally: store.close()
@@ -320,12 +321,17 @@ def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dic
     free = headroom().bytes - ROOM  # what this process may still use, less page cache for the reads and its code
     pool = int(pool_mib * 2**20) if pool_mib else min(max(256 * 2**20, int(1.25 * need)), free)
     if not pool_mib and pool < need:
-        raise InputError(f"not enough memory for phase 1 of {d}: its largest MoE layer holds {lb / 2**20:.1f} MiB of "
+        raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds {lb / 2**20:.1f} MiB of "
                          f"experts, {need / 2**20:.0f} MiB with a token's, and this process may use {free / 2**20:.0f} "
                          "MiB more (the page cache's room kept aside)")
     if pool < need:
         raise InputError(f"--pool-mib {pool_mib:g} is below one layer's working set: the largest MoE layer of {d} "
                          f"holds {lb / 2**20:.1f} MiB of experts; give at least {need / 2**20 + 1:.0f}")
+    return pool, lb, kernels
+
+def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dict:
+    "The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one layer is refused"
+    pool, lb, kernels = training_pool(d, spec, k, pool_mib)
     D, E = spec.hidden_size, spec.num_experts
     scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)  # two layers' states, an owner's inputs, two targets' logits
     return dict(pool=pool, layer=lb, scratch=scratch, memory=lb + scratch <= pool, kernels=kernels)
@@ -472,8 +478,6 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
 
 
 # %% ../nbs/04c_phase1.ipynb #f6959426
-PHASE1 = dict(tokens=120_000, seq=256, steps=1500, batch=512, lr=1e-3, seed=0, hidden=512)
-
 def sample_windows(tokens:np.ndarray, n_tokens:int, seq:int, seed:int) -> np.ndarray:
     "`n_tokens // seq` distinct windows of `seq` tokens drawn from `tokens` (at multiples of `seq`), concatenated"
     rng = np.random.default_rng(seed)

@@ -20,9 +20,9 @@ from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
 # %% auto #0
-__all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'batch_at', 'balance_loss', 'update_bias',
-           'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use', 'recipe',
-           'prepare', 'reproduce', 'excerpt_ids', 'teacher_corpus', 'teacher_tokens', 'teacher_heldout_ids']
+__all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'windows_at', 'batch_at', 'balance_loss',
+           'update_bias', 'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use',
+           'recipe', 'prepare', 'reproduce', 'excerpt_ids', 'teacher_corpus', 'teacher_tokens', 'teacher_heldout_ids']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
@@ -95,11 +95,14 @@ TEACHERS = {
 }
 
 # %% ../nbs/04a_teachers.ipynb #d8f7d4ea
+def windows_at(tokens:np.ndarray, step:int, seed:int, batch:int, seq:int) -> np.ndarray:
+    "The `batch` windows of `seq + 1` tokens that training step `step` reads (seeded by the step: a resumed run agrees)"
+    starts = np.random.default_rng([seed, step]).integers(0, len(tokens) - seq - 1, batch)
+    return np.stack([tokens[s:s + seq + 1] for s in starts])
+
 def batch_at(tokens:np.ndarray, step:int, seed:int, batch:int, seq:int):
     "Inputs and targets (batch, seq) for training step `step`"
-    rng = np.random.default_rng([seed, step])
-    starts = rng.integers(0, len(tokens) - seq - 1, batch)
-    windows = np.stack([tokens[s:s + seq + 1] for s in starts]).astype(np.int32)
+    windows = windows_at(tokens, step, seed, batch, seq).astype(np.int32)
     return B.array(windows[:, :-1]), B.array(windows[:, 1:])
 
 # %% ../nbs/04a_teachers.ipynb #15694891
