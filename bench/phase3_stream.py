@@ -49,7 +49,9 @@ def main():
     ap.add_argument('--scratch', default=str(ROOT / 'build' / 'phase3-stream'))
     ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'phase3_stream'))
+    ap.add_argument('--report', action='store_true', help="only write the .txt again from the run's .json")
     a = ap.parse_args()
+    if a.report: return Path(a.out + '.txt').write_text(report(json.loads(Path(a.out + '.json').read_text())) + '\n')
     model, scratch = Path(a.model), Path(a.scratch)
     size = build(model, 16, 1024, 512)
     from edge0.eval import routing_report
@@ -83,44 +85,60 @@ def main():
     if p3['returncode'] or not out.exists():
         sys.exit(f"phase 3 failed under the cap: {json.dumps(p3)}\n{log.read_text()[-3000:]}")
     meta = read_header(out)[1]
-    steps = json.loads(meta['step_log'])
     said = [ln.strip() for ln in log.read_text().splitlines() if ln.startswith("the student's own text:")]
     sampling = said[0] if said else "the student's own text: the layers no head predicts kept resident within the pool"
-    per_step = int(meta['bytes_read_per_step'])
+    d = dict(model=str(model), checkpoint_bytes=size, expert_bytes=experts, layer_bytes=layer, cap=cap, call=call,
+             routing=routing, mlx_lm_load=load, phase3=p3, metadata=meta, note=a.note, sampling=sampling,
+             date=time.strftime('%Y-%m-%d %H:%M'), cpus=os.cpu_count(), env=env_note,
+             shape=[len(spec.moe_layers), spec.num_experts, spec.k])
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out + '.json').write_text(json.dumps(d, indent=1))
+    text = report(d)
+    print('\n' + text)
+    Path(a.out + '.txt').write_text(text + '\n')
+
+def report(d:dict) -> str:
+    "The results as text, from the run's JSON record"
+    size, experts, layer, cap, load, p3, meta = (d[key] for key in ('checkpoint_bytes', 'expert_bytes', 'layer_bytes',
+                                                                    'cap', 'mlx_lm_load', 'phase3', 'metadata'))
+    moe, n_experts, k = d['shape']
+    steps, per_step = json.loads(meta['step_log']), int(meta['bytes_read_per_step'])
     ok = lambda b: 'MET' if b else 'NOT MET'
     killed = load['returncode'] in (-9, 137) or load['oom_kills'] > 0
-    lines = [f"phase 3 streamed (self-distillation), {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs{env_note}"
-             + (f"; NOTE: {a.note}" if a.note else ''),
-             f"checkpoint {model}: {size / 1e9:.2f} GB on disk ({size / MiB:,.0f} MiB), {len(spec.moe_layers)} MoE layers x "
-             f"{spec.num_experts} experts, K={spec.k}; experts {experts / MiB:,.0f} MiB, largest MoE layer's "
-             f"{layer / MiB:.1f} MiB", routing, '',
+    disk = (f"{p3['read_bytes'] / MiB:>10,.0f} MiB" if p3['read_bytes'] else
+            "  not counted (no blkio/io controller in this cgroup)")
+    lines = [f"phase 3 streamed (self-distillation), {d['date']}, {d['cpus']} CPUs{d['env']}"
+             + (f"; NOTE: {d['note']}" if d['note'] else ''),
+             f"checkpoint {d['model']}: {size / 1e9:.2f} GB on disk ({size / MiB:,.0f} MiB), {moe} MoE layers x "
+             f"{n_experts} experts, K={k}; experts {experts / MiB:,.0f} MiB, largest MoE layer's "
+             f"{layer / MiB:.1f} MiB", d['routing'], '',
              f"memory cap: {cap / MiB:,.0f} MiB ({cap / size:.2f} x the checkpoint), child memory cgroup, no swap; pool "
              f"{meta['pool_mib']} MiB",
              f"1. mlx_lm.load under the cap: exit status {load['returncode']}, oom_kill {load['oom_kills']}: "
              f"{'OOM-killed' if killed else 'NOT killed'}",
-             f"2. python -c {call!r}",
+             f"2. python -c {d['call']!r}",
              f"   exit status {p3['returncode']}, cgroup oom_kill {p3['oom_kills']}, wall {p3['wall_s']:.0f} s "
-             f"(the run: {meta['seconds']} s)", f"   {sampling}", '',
-             f"{'bytes the cgroup read from the disk':44}{p3['read_bytes'] / MiB:>10,.0f} MiB",
+             f"(the run: {meta['seconds']} s)", f"   {d['sampling']}", '',
+             f"{'bytes the cgroup read from the disk':44}{disk}",
+             f"{'bytes the child read from the disk (getrusage)':44}{p3['child_read_blocks_bytes'] / MiB:>10,.0f} MiB"
+             "  (the page cache cannot hold the checkpoint under the cap: the student's text re-reads what it stages)",
              f"{'expert bytes read: the teacher pass':44}{int(meta['teacher_bytes_read']) / MiB:>10,.0f} MiB"
              f"  ({int(meta['teacher_bytes_read']) / experts:.2f} x the experts)",
              f"{'expert bytes read per training step (median)':44}{per_step / MiB:>10,.0f} MiB"
              f"  ({per_step / experts:.2f} x the experts)",
              f"{'peak memory, page cache included (cgroup)':44}{p3['peak_charged'] / MiB:>10,.0f} MiB",
+             f"{'peak anonymous memory (sampled)':44}{p3['peak_anon'] / MiB:>10,.0f} MiB"
+             f"  ({p3['peak_anon'] / cap:.2f} x the cap)",
              f"{'peak RSS (child maxrss / run)':44}{p3['child_maxrss'] / MiB:>10,.0f} MiB / "
-             f"{int(meta['peak_rss']) / MiB:,.0f} MiB  ({p3['child_maxrss'] / cap:.2f} x the cap)", '',
+             f"{int(meta['peak_rss']) / MiB:,.0f} MiB  ({p3['child_maxrss'] / cap:.2f} x the cap"
+             + ("; RSS counts shared-library pages already cached and charged outside this cgroup)"
+                if p3['child_maxrss'] > cap else ')'), '',
              f"{'step':>6}{'loss':>10}{'seconds':>10}{'expert MiB read':>17}",
              *(f"{e['step']:>6}{e['loss']:>10.4f}{e['seconds']:>10.1f}{e['bytes_read'] / MiB:>17,.0f}" for e in steps), '',
              f"recipe {meta['recipe']}", f"data: {meta['data']}", '', 'targets',
              f"  mlx_lm.load is OOM-killed under the cap: {ok(killed)}",
              f"  phase 3 finishes under the cap: {ok(p3['returncode'] == 0 and p3['oom_kills'] == 0)}",
              f"  a step reads <= 2.1 x the experts: {per_step / experts:.2f} {ok(per_step <= 2.1 * experts)}"]
-    text = '\n'.join(lines)
-    print('\n' + text)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out + '.txt').write_text(text + '\n')
-    Path(a.out + '.json').write_text(json.dumps(dict(model=str(model), checkpoint_bytes=size, expert_bytes=experts,
-                                                     layer_bytes=layer, cap=cap, call=call, routing=routing,
-                                                     mlx_lm_load=load, phase3=p3, metadata=meta, note=a.note), indent=1))
+    return '\n'.join(lines)
 
 if __name__ == '__main__': main()

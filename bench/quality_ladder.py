@@ -9,8 +9,9 @@ Per rung: held-out perplexity, top-1 agreement with the teacher, mean KL(teacher
 KL that routing replacement opened (over int4 under its own routing at the same K) that the rung recovers, decode tok/s
 (`edge0.session.Session` serving the rung: greedy, the sample's prompt, median of 3), and a greedy sample with its
 4-gram repetition. The adapters are the stage files `edge0 train --phase 2|3` leaves in the work folder; where a teacher
-has none there, its committed adapter (phase 3) stands in for phase 3, beside a phase-2 stage file only when that is the
-file the committed adapter started from (its `from_phase2` hash), else phase 2 is not measured. Adapters trained on the
+has none there, its committed adapter (phase 3) stands in for phase 3, beside a phase-2 stage file when there is one (the
+run says whether it is the file the committed adapter started from, by its `from_phase2` hash), else phase 2 is not
+measured. Adapters trained on the
 exact top-1 path (`--exact-top 1`, stage files `...-top1-phase{2,3}`) add rungs served at exact top-1.
 """
 import argparse, json, os, platform, sys, time
@@ -27,11 +28,11 @@ def own_rung(rows, k:int) -> dict:
     "The rung routing replacement is measured against: int4 under its own routing at `k`"
     return next(r for r in rows if r['rung'] in (f'int4, K={k} own routing', f'int4 (K={k})'))
 
-def recovered(rows, k:int) -> dict:
-    "Per rung after routing: the share of the KL routing replacement opened (over own routing at `k`) it takes back"
-    routed, own = next(r for r in rows if r['rung'] == '+ prerouter routing')['kl'], own_rung(rows, k)['kl']
+def recovered(rows, k:int, key:str='kl') -> dict:
+    "Per rung after routing: the share of the `key` gap routing replacement opened (over own routing at `k`) it takes back"
+    routed, own = next(r for r in rows if r['rung'] == '+ prerouter routing')[key], own_rung(rows, k)[key]
     after = rows[[r['rung'] for r in rows].index('+ prerouter routing') + 1:]
-    return {r['rung']: (routed - r['kl']) / (routed - own) for r in after}
+    return {r['rung']: (routed - r[key]) / (routed - own) for r in after}
 
 def adapters_for(name:str, k:int, work) -> tuple[dict, str]:
     "The adapter files of each phase, and where they come from"
@@ -47,11 +48,12 @@ def adapters_for(name:str, k:int, work) -> tuple[dict, str]:
     committed = teacher_path(name) / adapter_file(k)
     if not committed.exists():
         raise SystemExit(f"no adapters for {name} at K={k}: run `make adapters` (stage files in {work})")
-    if 2 in staged:  # phase 2 retrained: it stands beside the committed phase 3 only if that is the one it started from
-        digest = hashlib.sha256(staged[2].read_bytes()).hexdigest()[:16]
-        if read_header(committed)[1].get('from_phase2') == digest:
-            return ({2: staged[2], 3: committed}, f"phase 2 from {work} (sha {digest}, the file the committed "
-                    f"{committed.name} started from), phase 3 committed{also}")
+    if 2 in staged:  # phase 2 retrained by the same recipe beside the committed phase 3: say whether it is the same file
+        digest, was = hashlib.sha256(staged[2].read_bytes()).hexdigest()[:16], read_header(committed)[1]['from_phase2']
+        same = ('the file it started from' if digest == was else
+                f"not the file it started from (sha {was}): the same recipe, retrained")
+        return {2: staged[2], 3: committed}, (f"phase 2 from {work} (sha {digest}; for the committed {committed.name} "
+                                              f"{same}), phase 3 committed{also}")
     return {3: committed}, f"committed {committed.name} (phase 3); phase 2 not in {work}{also}"
 
 

@@ -70,7 +70,8 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
                        generation_tokens=last['completion_tokens'], generation_tps=last['generation_tps'],
                        finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
                        stats=s.stats()['serving'], kernels=s.handle.kernels, notes=list(s.handle.notes),
-                       adapter=None if lora is None else dict(lora.meta, modules=len(lora.modules)))
+                       adapter=None if lora is None else dict(
+                           lora.meta, modules=len(lora.modules), file=lora.path.name if lora.path else None))
     return figures
 
 # %% ../nbs/09_cli.ipynb #a6e30afe
@@ -357,8 +358,9 @@ def _cmd_generate(a):
     if not a.verbose: return
     if f['adapter']:
         m = f['adapter']
+        top, name = int(m.get('exact_top') or 0), m.get('file')
         print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} projections, "
-              f"K={m['k']}")
+              f"K={m['k']}" + (f", trained at exact top-{top}" if top else '') + (f" ({name})" if name else ''))
     kind = 'resident' if a.resident else 'streamed'
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
           f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "

@@ -23,17 +23,19 @@ __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Ser
 
 # %% ../nbs/05b_quality.ipynb #448e7bad
 def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4, show:bool=False) -> dict:
-    "Perplexity, top-1 agreement with `teacher` and mean KL(teacher || served) of `served` over `windows` (N, L)"
-    kl, agree, nll = [], [], []
+    "Perplexity, top-1 agreement with `teacher`, mean KL(teacher || served) and the reverse KL of `served` on `windows`"
+    kl, rkl, agree, nll = [], [], [], []
     for i in tqdm(range(0, len(windows), batch), desc='windows', unit='batch', leave=False, disable=not show):
         x = B.array(windows[i:i + batch].astype(np.int32))
         lp, lq = log_softmax(teacher(x).astype(B.float32)), log_softmax(served(x).astype(B.float32))
         kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
+        rkl.append(np.array((B.exp(lq) * (lq - lp)).sum(-1))[:, :-1])  # KL(served || teacher): what phase 3 minimizes
         agree.append(np.array(B.argmax(lp, axis=-1) == B.argmax(lq, axis=-1))[:, :-1])
         targets = windows[i:i + batch, 1:, None].astype(np.int64)
         nll.append(-np.take_along_axis(np.array(lq[:, :-1]), targets, -1)[..., 0])
-    kl, agree, nll = (np.concatenate(a).ravel() for a in (kl, agree, nll))
-    return dict(ppl=float(np.exp(nll.mean())), agreement=float(agree.mean()), kl=float(kl.mean()), tokens=int(kl.size))
+    kl, rkl, agree, nll = (np.concatenate(a).ravel() for a in (kl, rkl, agree, nll))
+    return dict(ppl=float(np.exp(nll.mean())), agreement=float(agree.mean()), kl=float(kl.mean()),
+                reverse_kl=float(rkl.mean()), tokens=int(kl.size))
 
 def repetition(ids:list, n:int=4) -> float:
     "Share of a sample's `n`-grams that repeat an earlier one (0: no loop; near 1: one phrase over and over)"

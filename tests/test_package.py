@@ -10,7 +10,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 TEACHERS = ('edge0-tiny', 'edge0-tiny-ds', 'edge0-tiny-code')  # bf16, training only: not shipped
 DEMOS = {'edge0-tiny-int4': ('lora-k4', 'lora-k8', 'prerouter-k4'), 'edge0-tiny-ds-int4': ('lora-k2', 'lora-k4'),
-         'edge0-tiny-code-int4': ('lora-k4', 'lora-k8', 'prerouter-k4')}
+         'edge0-tiny-code-int4': ('lora-k4', 'lora-k8', 'lora-k4-top1', 'lora-k8-top1', 'prerouter-k4')}
 HIDDEN = ('torch', 'lm_eval', 'matplotlib')  # the `torch`, `eval` and `notebooks` extras (dist-infos too)
 
 
