@@ -26,35 +26,57 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ('edge0-tiny:8', 'edge0-tiny:4', 'edge0-tiny-ds:4', 'edge0-tiny-ds:2')
 
 def recall_of(path) -> dict:
+    "The held-out recall a heads file's provenance records (measured on the held-out set of its own run)"
     return {int(n): r for n, r in json.loads(read_header(path)[1]['heldout_recall']).items()}
 
-def compare(name:str, k:int, corpus, work:Path, **overrides) -> dict:
+def measured(name:str, k:int, files:list) -> list:
+    "Held-out recall of each heads file in `files`, all measured here on the teacher's current held-out windows"
+    import mlx_lm
+    import numpy as np
+    from edge0.backend import core as B
+    from edge0.prerouter import capture, load_prerouter, recall_report
+    from edge0.streaming import open_tokenizer
+    from edge0.teachers import teacher_heldout_ids
+    base = teacher_path(name)
+    spec, (model, _) = model_spec(base), mlx_lm.load(str(base))
+    model.set_dtype(B.compute_dtype())
+    cap = capture(spec, model, teacher_heldout_ids(name, open_tokenizer(base), dtype=np.int64), k)
+    return [recall_report(load_prerouter(base, spec, k, f), model, cap, k) for f in files]
+
+def compare(name:str, k:int, corpus, work:Path, train:bool=True, **overrides) -> dict:
+    "Retrain `name`'s heads at `k` (`train=False`: take the ones a previous run left in `work`) and compare them"
     committed = teacher_path(name) / prerouter_file(model_spec(teacher_path(name)), k)
     base = work / f"{name}-k{k}-int4"
-    shutil.rmtree(base, ignore_errors=True)
-    shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns('prerouter*', 'lora*'))
     t0 = time.time()
-    out = train_prerouter(name, corpus, work, k, base, **overrides)
-    new, old = recall_of(out), recall_of(committed)
+    if train:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns('prerouter*', 'lora*'))
+        out = train_prerouter(name, corpus, work, k, base, **overrides)
+    else: out = base / committed.name
+    new, recorded = recall_of(out), recall_of(committed)
+    old, again = measured(name, k, [committed, out])  # both on the same windows: provenance may predate an excerpt
     meta = read_header(out)[1]
     weights = [json.loads(read_header(p)[1]['recipe']).get('weighted', 0.0) for p in (committed, out)]
     return dict(teacher=name, k=k, seconds=round(time.time() - t0), time=json.loads(meta['time']), weighted=weights,
-                heads={n: dict(committed=old[n]['head'], retrained=new[n]['head'], reuse=new[n]['reuse'],
-                               heaviest=new[n]['heaviest'], heaviest_committed=old[n]['heaviest'],
-                               diff=new[n]['head'] - old[n]['head']) for n in old})
+                heads={n: dict(recorded=recorded[n]['head'], committed=old[n]['head'], retrained=new[n]['head'],
+                               retrained_here=again[n]['head'], reuse=old[n]['reuse'], heaviest=new[n]['heaviest'],
+                               heaviest_committed=old[n]['heaviest'], diff=new[n]['head'] - old[n]['head'])
+                       for n in recorded})
 
 def report(results:list, reproduce:bool=True) -> str:
     what = ("committed (first recipe) vs retrained through train_heads" if reproduce else
             "the committed heads vs heads retrained with another weight of the routing-weighted loss term "
             "(`weighted`, 0: KL alone); heaviest: how often the head's set holds the layer's heaviest expert")
     lines = [f"Held-out top-K recall of each head: {what}",
-             f"{'teacher':>14}{'K':>3}{'head':>7}{'committed':>11}{'retrained':>11}{'diff':>8}{'reuse':>8}"
+             "(committed: its recall measured here on the current held-out windows; recorded: what its provenance says)",
+             f"{'teacher':>14}{'K':>3}{'head':>7}{'recorded':>10}{'committed':>11}{'retrained':>11}{'diff':>8}{'reuse':>8}"
              f"{'heaviest':>10}{'(committed)':>12}" + ('  within 0.02' if reproduce else '')]
     for r in results:
         if not reproduce: lines.append(f"{r['teacher']:>14}{r['k']:>3}  weighted: committed {r['weighted'][0]:g}, "
                                        f"retrained {r['weighted'][1]:g}")
         for n, h in r['heads'].items():
-            lines.append(f"{r['teacher']:>14}{r['k']:>3}{f'{n}->{n + 1}':>7}{h['committed']:>11.4f}{h['retrained']:>11.4f}"
+            lines.append(f"{r['teacher']:>14}{r['k']:>3}{f'{n}->{n + 1}':>7}{h['recorded']:>10.4f}{h['committed']:>11.4f}"
+                         f"{h['retrained']:>11.4f}"
                          f"{h['diff']:>+8.4f}{h['reuse']:>8.4f}{h['heaviest']:>10.4f}{h['heaviest_committed']:>12.4f}"
                          + (f"  {abs(h['diff']) <= 0.02}" if reproduce else ''))
         t = r['time']
@@ -77,11 +99,12 @@ if __name__ == '__main__':
     ap.add_argument('--work', default=str(ROOT / 'build' / 'phase1-teachers'))
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'phase1_teachers'))
     ap.add_argument('--weighted', type=float, help="retrain with this weight of the routing-weighted term (0: KL alone)")
+    ap.add_argument('--rescore', action='store_true', help="do not train: measure the heads a previous run left in --work")
     a = ap.parse_args()
     overrides = {} if a.weighted is None else dict(weighted=a.weighted)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    results = [compare(run.split(':')[0], int(run.split(':')[1]), a.corpus, work, **overrides) for run in a.only]
+    results = [compare(run.split(':')[0], int(run.split(':')[1]), a.corpus, work, not a.rescore, **overrides) for run in a.only]
     text = report(results, reproduce=not overrides)
     print(text)
     Path(a.out + '.txt').write_text(text + '\n')
