@@ -30,7 +30,7 @@ test: setup chromium
 	$(BIN)/python -m pytest -q tests
 
 # the code teacher completes a Python function, its experts streamed and predicted one token ahead, each layer's own two
-# heaviest always computed (the prose teacher:
+# heaviest always computed; no recovery LoRA (none is trained at exact top-2: a note says so) (the prose teacher:
 # edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --prerouter routing --k 4)
 demo: setup
 	$(BIN)/edge0 spec edge0-tiny-code

@@ -192,8 +192,11 @@ def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
     k = dec.k if dec is not None else handle.engine.k if handle.engine is not None else spec.k
     m = dec.exact_top if dec is not None else 0
     p = Path(path) if path is not None else Path(model_dir) / adapter_file(k, m)
-    if path is None and m and not p.exists(): p = Path(model_dir) / adapter_file(k)  # one trained on plain routing
-    if path is None and not p.exists(): return None
+    if path is None and not p.exists():
+        if m and (Path(model_dir) / adapter_file(k)).exists():  # trained for plain routing: it hurts here (04e_ladder)
+            handle.notes.append(f"no adapter trained at exact top-{m} beside the model ({adapter_file(k, m)}): serving "
+                                f"without one ({adapter_file(k)} was trained for plain routing; --adapter uses it)")
+        return None
     if heads is None and dec is not None and dec.mode in ('routing', 'prefetch'):
         heads = heads_file(model_dir, spec, k)  # the file the decoder loaded (`edge0.decode.load`)
     adapter = load_adapter(handle.model, model_dir, spec, k, heads, p)
