@@ -250,7 +250,7 @@ def dequantized_base(base_dir):
 
 def stage_file(work, name:str, k:int, phase:int, exact_top:int=0) -> Path:
     "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's at the same K and exact top-M)"
-    return Path(work) / f"{name}-lora-k{k}{f'-top{exact_top}' if exact_top else ''}-phase{phase}.safetensors"
+    return Path(work) / f"{name}-{Path(adapter_file(k, exact_top)).stem}-phase{phase}.safetensors"
 
 # %% ../nbs/04d_recovery.ipynb #ccfbc687
 class Recovery:
