@@ -170,6 +170,8 @@ def _model_arguments(g):
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
+    g.add_argument('--no-torch-step', action='store_true', help="with torch's kernels, keep MLX's graph around them "
+                   "(default: each step in torch where the model allows; a note says which serves)")
 
 def _sampling_arguments(g, what='sampling'):
     "mlx-lm's sampler flags, with its defaults"
@@ -321,7 +323,8 @@ def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
 
 def _options(a) -> StreamOptions:
     return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
-                         slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead, kernels=a.kernels)
+                         slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead, kernels=a.kernels,
+                         torch_step=not a.no_torch_step)
 
 def _session_kw(a) -> dict:
     "What the flags of `_model_arguments` give a `Session`"

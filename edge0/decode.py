@@ -258,9 +258,14 @@ def _exact_top(self:Decoder, layer:int, logits, planned):
     "The set planned layer `layer` computes: its own M heaviest experts, then the best predicted others, K in all"
     own, w = route(self.spec.routing, logits, self.k, self.bias[layer])
     own, w = np.array(own).ravel(), np.array(w.astype(B.float32)).ravel()  # the host read this costs
+    self.stats.syncs += 1
+    return self.pick_exact_top(layer, own, w, planned)
+
+@patch
+def pick_exact_top(self:Decoder, layer:int, own, w, planned):
+    "From the own routing's ids `own` and weights `w` (host arrays): the M heaviest, then the best predicted others"
     if self._wait(layer): self.prewaited.add(layer)  # the staged set in place before asking what is pooled
     d = self.stats
-    d.syncs += 1
     heaviest = own[np.argsort(-w, kind='stable')[:self.exact_top]].tolist()
     staged = set(planned.tolist())
     for rank, e in enumerate(heaviest):
@@ -285,16 +290,23 @@ def flush(self:Decoder, *arrays):
     preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
     self.preds, self.own_routed, self.pred_w = {}, {}, {}
     B.eval(*arrays, *preds.values(), *own_routed.values(), *pred_w.values())
+    self.stats.flush_s += time.perf_counter() - t0
+    self.stats.syncs += self.step >= 0
+    host = lambda d: {layer: np.array(v.astype(B.float32) if v.dtype == B.bfloat16 else v).ravel()
+                      for layer, v in d.items()}
+    self.plan_next(host(preds), host(own_routed), host(pred_w))
+
+@patch
+def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
+    "Plan the next step from this one's host arrays (predicted ids, own routing, prediction weights); start its reads"
     d = self.stats
-    d.flush_s += time.perf_counter() - t0
     if self.step >= 0:
         d.steps += 1
-        d.syncs += 1
-        if self.trace is not None: self.trace.append({layer: np.array(v).ravel() for layer, v in own_routed.items()})
+        if self.trace is not None: self.trace.append(own_routed)
     self.step += 1
-    ids = {layer: np.array(v).ravel().astype(np.int64) for layer, v in preds.items()}
+    ids = {layer: v.astype(np.int64) for layer, v in preds.items()}
     for layer, w in pred_w.items():  # exact top-M: heaviest first, so the K - M slots left take the prediction's best
-        ids[layer] = ids[layer][np.argsort(-np.array(w.astype(B.float32)).ravel(), kind='stable')]
+        ids[layer] = ids[layer][np.argsort(-w, kind='stable')]
     if self.mode == 'oracle':
         self.beyond = self.step >= len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else self.trace_in[self.step]

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
-from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
+from edge0.streaming import (StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats,
+    torch_quant)
 from .decode import Sampling, generate_ids, decode_stats, load as decode_load
 from .lora import use_adapter
 from .memory import Budget, MiB, ThrashWatch
@@ -32,6 +33,18 @@ def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtyp
         raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
     return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec,
                        dtype=dtype, exact_top=exact_top)
+
+def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
+    "The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it, and a note says why)"
+    if handle.kernels != 'torch' or not options.torch_step: return None
+    from edge0.torchstep import TorchStep, check_torch_step  # torch is there: `kernels` resolved to it
+    why = check_torch_step(handle) or (max_kv_size and "a rotating KV cache (max_kv_size) is asked")
+    if why is None:
+        handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to MLX within it)")
+        return TorchStep(handle)
+    if handle.engine is not None and all(torch_quant(q) for q in handle.engine.quant.values()):
+        handle.notes.append(f"the MLX graph computes each step, torch's kernels each projection: {why}")
+    return None
 
 def _add_eos(tokenizer, token):
     try: tokenizer.add_eos_token(str(token))
@@ -66,6 +79,7 @@ class Session:
         try:
             self.adapter = None if no_adapter else use_adapter(self.handle, self.model_dir, adapter)
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
+            self.step = _torch_step(self.handle, options, max_kv_size)
         except BaseException:
             self.handle.close()
             raise
@@ -134,6 +148,10 @@ def reuse(self:Session, ids:list) -> int:
     "Trim the prompt cache to the longest prefix it shares with `ids` (leaving one id to feed); returns its length"
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
     n = min(_shared(self.tokens, ids), len(ids) - 1)
+    if self.step is not None:  # the torch step's cache: always trimmable
+        self.step.trim(n)
+        self.tokens = self.tokens[:n]
+        return n
     if self.cache is not None and n > 0 and (n == len(self.tokens) or can_trim_prompt_cache(self.cache)):
         trim_prompt_cache(self.cache, len(self.tokens) - n)
         self.tokens = self.tokens[:n]
@@ -170,14 +188,18 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     "Yield the `Piece`s of the text generated after `ids`"
     sampling, stop = sampling or Sampling(), [s for s in stop if s]
     _check_request(self, ids, max_tokens, sampling)
-    if not keep: self.cache = None
+    if not keep: self.cache, self.tokens = None, []
     n = self.reuse(ids)
     h, todo, got, text, sent, reason = self.handle, list(ids[n:]), [], '', 0, 'length'
     if h.decoder is not None: h.decoder.reset()
     detok, hold = self.tokenizer.detokenizer, max((len(s) for s in stop), default=1) - 1
     detok.reset()
-    gen = generate_ids(h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder, vocab_size=self.vocab_size,
-                       sampling=sampling, cache=self.cache, history=self.tokens)
+    if self.step is not None:
+        from edge0.torchstep import generate_ids as step_ids
+        gen = step_ids(self.step, todo, max_tokens, eos=self.eos, vocab_size=self.vocab_size, sampling=sampling,
+                       history=self.tokens if n else None)
+    else: gen = generate_ids(h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder, vocab_size=self.vocab_size,
+                             sampling=sampling, cache=self.cache, history=self.tokens)
     times, ok, paused = [], False, False  # paused: at a yield, where a consumer that stops leaves the cache whole
     try:
         for t, dt in gen:
@@ -258,6 +280,9 @@ def stats(self:Session) -> dict:
     "The session's counters, and the streaming and prerouter counters of what serves it"
     h = self.handle
     serving = None if h.engine is None else decode_stats(h) if h.decoder is not None else stream_stats(h.engine)
+    if serving is not None and self.step is not None:
+        serving['torch_step'] = dict(steps=self.step.counts.steps, crossings=self.step.counts.crossings,
+                                     kernel_calls=self.step.kernel_calls())
     return dict(self.counts, cached_tokens=len(self.tokens), last=self.last, serving=serving)
 
 @patch
@@ -293,5 +318,9 @@ def format_stats(s:dict) -> str:
             staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}" for r, n in enumerate(d['exact_staged']))
             lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged ({staged}); "
                          f"{d['exact_read']} of {d['exact_checked']} read at once")
+    if s.get('torch_step'):
+        t, n = s['torch_step'], max(s['torch_step']['steps'], 1)
+        lines.append(f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to MLX/step, "
+                     f"{t['kernel_calls'] / n:.0f} int4 expert products/step")
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)

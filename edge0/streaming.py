@@ -19,10 +19,10 @@ from fastcore.basics import patch
 
 
 # %% auto #0
-__all__ = ['PATHS', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine', 'Staged',
-           'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'open_tokenizer', 'serving_dtype', 'cast_params',
-           'Handle', 'kv_growth', 'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident', 'stats',
-           'reset_stats']
+__all__ = ['PATHS', 'torch_quant', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine',
+           'Staged', 'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'open_tokenizer', 'serving_dtype',
+           'cast_params', 'Handle', 'kv_growth', 'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident',
+           'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -35,7 +35,7 @@ def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
     if (proj, 'bias') in w: y = y + B.expand_dims(w[proj, 'bias'][idx], -2)
     return y
 
-def _torch_quant(quant) -> 'QuantSpec|None':
+def torch_quant(quant) -> 'QuantSpec|None':
     "The `QuantSpec` of experts packed for torch (`quant`: one spec or `{proj: spec}`), else None"
     q = next(iter(quant.values())) if isinstance(quant, dict) else quant
     return q if q is not None and q.mode == 'torch' else None
@@ -45,7 +45,7 @@ def expert_mlp(x, # (..., D) hidden states
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
                quant) -> 'array': # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
-    if q := _torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
+    if q := torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
@@ -66,7 +66,7 @@ def per_expert_mlp(x, # (..., 1 token, D)
                    bundles:dict, # {expert: {(proj, part): array}}
                    quant) -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
-    if q := _torch_quant(quant):  # one call for all of them, on the bundles as they are
+    if q := torch_quant(quant):  # one call for all of them, on the bundles as they are
         keep = [i for i, e in enumerate(experts) if e is not None]
         w = {key: [bundles[int(experts[i])][key] for i in keep] for key in bundles[int(experts[keep[0]])]}
         y = bq.torch_expert_mlp(x, np.broadcast_to(np.arange(len(keep)), x.shape[:-1] + (len(keep),)), w, q.group_size)
@@ -223,6 +223,8 @@ class StreamOptions:
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
     whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
     kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
+    torch_step:bool = True                     # with torch's kernels, a session runs each step in torch where
+                                               # `torchstep.check_torch_step` allows (False: the MLX graph)
     def __post_init__(self):
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
@@ -355,7 +357,7 @@ def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:Laye
         if e is None or e < 0: e = need[0]
         return fresh[e] if e in fresh else self.pool.get(layer, [e], stats)[0]
     slots.stacks[buffer], n = incr_stack(slots.stacks[buffer], slots.held[buffer], slots.slot_expert, bundle_of,
-                                         stacked=_torch_quant(self.quant[layer]) is None)
+                                         stacked=torch_quant(self.quant[layer]) is None)
     slots.rewrites += n
     return slots.stacks[buffer]
 
@@ -708,7 +710,7 @@ def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     return model, _tokenizer_of(d, config.get('eos_token_id'))
 
 def _torch_packed(store:ExpertStore) -> bool:
-    return any(_torch_quant(qs) for qs in store.quant.values())
+    return any(torch_quant(qs) for qs in store.quant.values())
 
 def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
     "Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user should know otherwise"

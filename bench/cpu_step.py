@@ -1,0 +1,270 @@
+"""Decode and prefill off Metal: edge0's torch step (each step in torch) against the MLX graph with torch's kernels it
+replaces, and against llama.cpp reading the same weights, from one run.
+
+    python bench/cpu_step.py                  # build what is missing, run every part, write bench/results/cpu_step.*
+    python bench/cpu_step.py --parts uncapped,profile --rounds 3
+    python bench/cpu_step.py --report         # the tables again from the json
+
+The checkpoint is the 1.85 GB synthetic Qwen3-MoE (edge0.zoo.build_synthetic: 16 layers, 128 experts, top-8, hidden 1024,
+expert FFN 512; build/bench/qwen3moe-16l, the one bench/memory_budget.py uses) in its torch-cpu conversion; its routing
+statistics are printed first (degenerate routing would turn streaming into cache hits). llama.cpp is built, and the
+checkpoint turned into a Q4_0 GGUF of the same weights, by ../shared/tools/llama_anchor.sh (the steps are printed when
+it cannot run). Parts, each arm in its own process, the arms alternating within each round:
+
+- uncapped: everything in memory, page cache warm. edge0 with a pool that holds every expert, `off` (own routing),
+  greedy; llama.cpp's llama-bench with --repack 0 and -lm mmap (the weights read where they lie, as edge0 reads them).
+  Prefill of 23- and 512-token prompts and decode of 256 tokens after the 23-token prompt, medians of --rounds rounds.
+  Targets: the torch step >= 0.5x llama.cpp at decode and at prefill.
+- capped: the same decode (--cap-tokens tokens) in a child memory cgroup without swap at 600 and 1200 MB; edge0 with
+  its default budget (`auto`) in `off` and in `routing` (heads warm-started from the routers: speed needs heads, not
+  good ones); llama.cpp stock (mmap) and tuned (LD_PRELOAD of madv_random.so: MADV_RANDOM on the mapping). Targets:
+  edge0 >= 4x stock and >= 2x tuned at both caps.
+- profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
+  arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
+  step (after).
+"""
+import argparse, cProfile, json, os, pstats, shutil, statistics, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 2**20
+NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
+ANCHOR = ROOT.parent / 'shared' / 'tools' / 'llama_anchor.sh'
+SHORT, LONG, DECODE = 23, 512, 256
+
+
+def checkpoint(model:Path) -> Path:
+    "The mlx-layout checkpoint, built once, and its torch-cpu conversion"
+    if not (model / 'config.json').exists():
+        from edge0.zoo import build_synthetic
+        print(f'building {model} ...', flush=True)
+        build_synthetic(model, num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)
+    packed = model.with_name(model.name + '-torch-cpu')
+    if not (packed / 'config.json').exists():
+        from edge0.convert import convert
+        print(f'converting {model} to {packed} ...', flush=True)
+        convert(model, packed, layout='torch-cpu')
+    return packed
+
+
+def anchor(model:Path, work:Path) -> tuple:
+    "`(llama-bench, gguf)` built by llama_anchor.sh; the steps it needs when it cannot run"
+    gguf, bench = work / f'{model.name}-Q4_0.gguf', work / 'bin' / 'llama-bench'
+    if not (gguf.exists() and bench.exists()):
+        if not ANCHOR.exists():
+            sys.exit(f"llama.cpp is not built and {ANCHOR} is missing: build llama.cpp (llama-bench) from the "
+                     f"llama-cpp-python==0.3.36 sdist, convert {model} to a Q4_0 GGUF at {gguf}, then run this again")
+        print(f'building llama.cpp and {gguf.name} with {ANCHOR} (about 15 minutes) ...', flush=True)
+        env = dict(os.environ, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        r = subprocess.run(['bash', str(ANCHOR), str(work), str(model)], env=env)
+        if r.returncode: sys.exit(f"{ANCHOR} failed (exit {r.returncode}); run it by hand: bash {ANCHOR} {work} {model}")
+    return bench, gguf
+
+
+def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) -> dict:
+    "One llama-bench test (`pp` prefill or `tg` decode of `n` tokens, 2 threads, mmap, no repacking): tok/s"
+    flag = '-p' if what == 'pp' else '-n'
+    other = '-n' if what == 'pp' else '-p'
+    cmd = [str(bench), '-m', str(gguf), flag, str(n), other, '0', '-r', '1', '-t', '2', '--repack', '0', '-lm', 'mmap',
+           '-o', 'json']
+    env = dict(os.environ, LD_PRELOAD=str(gguf.parent / 'madv_random.so')) if tuned else None
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=cap.preexec if cap else None,
+                       timeout=3600)
+    if r.returncode: return dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:], wall_s=time.time() - t0)
+    return dict(tps=json.loads(r.stdout)[0]['avg_ts'], wall_s=time.time() - t0)
+
+
+def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False) -> dict:
+    "One edge0 arm in a child process (`--arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
+    cmd = [sys.executable, __file__, '--arm', what, str(n), str(model), '--step', str(int(step)), '--mode', mode,
+           '--pool', pool] + (['--profile'] if profile else [])
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cap.preexec if cap else None, timeout=3600)
+    for line in r.stdout.splitlines():
+        if line.startswith('RESULT '): return dict(json.loads(line[7:]), wall_s=time.time() - t0)
+    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:],
+                wall_s=time.time() - t0)
+
+
+def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool):
+    "Child: load, run one prefill or one decode, print `RESULT {json}`"
+    import numpy as np
+    from edge0 import decode, torchstep
+    from edge0.streaming import StreamOptions
+    opts = StreamOptions(kernels='torch', pool_bytes=None if pool == 'all' else 'auto')
+    h = decode.load(model, mode, options=opts)
+    if pool == 'all':  # every expert in memory before anything is timed, as the MLX graph's resident layers
+        for layer in h.spec.moe_layers: h.engine.keep_resident(layer)
+    vocab = h.model.args.vocab_size
+    prompt = np.random.default_rng(0).integers(10, vocab, SHORT if what == 'tg' else n).tolist()
+    st = torchstep.TorchStep(h) if step else None
+    def run(tokens:int, pr=None):
+        "`(seconds to the first token, seconds of the decode steps after it)`; `pr` profiles the decode steps"
+        gen = (torchstep.generate_ids(st, prompt, tokens) if step else
+               decode.generate_ids(h.model, prompt, tokens, decoder=h.decoder))
+        t0 = time.perf_counter()
+        next(gen)
+        t1 = time.perf_counter()
+        if pr: pr.enable()
+        for _ in gen: pass
+        if pr: pr.disable()
+        return t1 - t0, time.perf_counter() - t1
+    run(2)  # warm: the page cache, the pool, the allocator
+    if profile:
+        pr = cProfile.Profile()
+        _, dt = run(n + 1, pr)
+        print('RESULT ' + json.dumps(dict(profile=counts(pstats.Stats(pr), n), tps=n / dt)))
+        return
+    first, rest = run(1 if what == 'pp' else n + 1)
+    tps = len(prompt) / first if what == 'pp' else n / rest
+    print('RESULT ' + json.dumps(dict(tps=tps, prompt=len(prompt), tokens=n, stats=decode.decode_stats(h)['total'])))
+
+
+def counts(st:pstats.Stats, n:int) -> dict:
+    "Per decode token (`n` of them): MLX evaluations, arrays converted between MLX and torch, int4 kernel calls"
+    by = {}
+    for (file, line, fn), (cc, nc, tt, ct, callers) in st.stats.items():
+        by[(Path(file).name, fn)] = by.get((Path(file).name, fn), 0) + nc
+    pick = lambda pred: sum(c for (f, fn), c in by.items() if pred(f, fn))
+    return dict(
+        mlx_evals=pick(lambda f, fn: fn in ('eval', 'async_eval') and f == 'core.py') / n,
+        crossings=pick(lambda f, fn: fn in ('to_torch', 'from_torch') and f == 'quant.py') / n,
+        int4_calls=pick(lambda f, fn: '_weight_int4pack_mm_for_cpu' in fn) / n,
+        python_calls=sum(c for (f, fn), c in by.items() if f != '~') / n)
+
+
+def median_of(rows:list) -> float|None:
+    ok = [r['tps'] for r in rows if not r.get('failed')]
+    return statistics.median(ok) if ok else None
+
+
+def uncapped(a, model, bench, gguf) -> dict:
+    tests = [('pp', SHORT), ('pp', LONG), ('tg', DECODE)]
+    arms = {'llama.cpp': lambda w, n: llama(bench, gguf, w, n), 'edge0 torch step': lambda w, n: edge0(model, w, n, True),
+            'edge0 MLX graph': lambda w, n: edge0(model, w, n, False)}
+    rows = {f'{name}/{w}{n}': [] for name in arms for w, n in tests}
+    for r in range(a.rounds):
+        for w, n in tests:
+            for name, f in (arms.items() if r % 2 == 0 else reversed(arms.items())):
+                res = f(w, n)
+                rows[f'{name}/{w}{n}'].append(res)
+                print(f"  round {r + 1} {name:17} {w}{n:<4} " + (f"{res['tps']:8.1f} tok/s" if not res.get('failed')
+                      else f"failed: {res.get('stderr', '')[-200:]}"), flush=True)
+    return rows
+
+
+def capped(a, model, mlx_model, bench, gguf) -> dict:
+    from edge0.eval import Cgroup, evict, memory_cap
+    heads = list(model.glob('prerouter*.safetensors'))
+    if not heads:
+        print('  heads for routing: warm-started from the routers (bench/cpu_kernels.py --make-heads)', flush=True)
+        subprocess.run([sys.executable, str(ROOT / 'bench' / 'cpu_kernels.py'), '--make-heads', str(mlx_model), str(model),
+                        '8', '--head-steps', '0'], check=True)
+    arms = {'llama.cpp stock': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap),
+            'llama.cpp tuned': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap, tuned=True),
+            'edge0 off': lambda cap: edge0(model, 'tg', a.cap_tokens, True, cap, 'off', 'auto'),
+            'edge0 routing': lambda cap: edge0(model, 'tg', a.cap_tokens, True, cap, 'routing', 'auto')}
+    rows = {}
+    for cap_mb in a.caps:
+        for r in range(a.rounds):
+            for name, f in (arms.items() if r % 2 == 0 else reversed(arms.items())):
+                evict(model)
+                evict(gguf)
+                cg = Cgroup(memory_cap(int(cap_mb * MiB)), optional=NO_SWAP)
+                try: res = f(cg)
+                finally: cg.close()
+                rows.setdefault(f'{cap_mb}/{name}', []).append(res)
+                print(f"  {cap_mb} MB round {r + 1} {name:16} " + (f"{res['tps']:6.2f} tok/s" if not res.get('failed')
+                      else f"failed (exit {res.get('returncode')}): {res.get('stderr', '')[-200:]}"), flush=True)
+    return rows
+
+
+def profile(a, model) -> dict:
+    out = {}
+    for name, step in (('MLX graph (before)', False), ('torch step (after)', True)):
+        res = edge0(model, 'tg', a.profile_tokens, step, profile=True)
+        out[name] = res
+        print(f"  {name}: {res.get('profile')}", flush=True)
+    return out
+
+
+def report(d:dict) -> str:
+    lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}", '', d.get('routing', '')]
+    if 'uncapped' in d:
+        u = d['uncapped']
+        med = {key: median_of(rows) for key, rows in u.items()}
+        lines += ['', f"=== uncapped, page cache warm, medians of {d['rounds']} alternating rounds (tok/s)",
+                  f"  {'':18} {'prefill 23':>10} {'prefill 512':>11} {'decode 256':>10}"]
+        for name in ('llama.cpp', 'edge0 torch step', 'edge0 MLX graph'):
+            vals = [med.get(f'{name}/{t}') for t in ('pp23', 'pp512', 'tg256')]
+            lines.append(f"  {name:18} " + ' '.join(f"{v:>10.1f}" if v else f"{'failed':>10}" for v in vals))
+        for t, what in (('tg256', 'decode'), ('pp23', 'prefill 23'), ('pp512', 'prefill 512')):
+            s, l, g = med.get(f'edge0 torch step/{t}'), med.get(f'llama.cpp/{t}'), med.get(f'edge0 MLX graph/{t}')
+            if s and l: lines.append(f"  target: torch step >= 0.5x llama.cpp at {what}: {s / l:.2f}x -> "
+                                     f"{'MET' if s / l >= 0.5 else 'NOT MET'}" + (f" (the MLX graph: {g / l:.2f}x)" if g else ''))
+    if 'capped' in d:
+        c = d['capped']
+        lines += ['', f"=== decode under memory caps, {d['cap_tokens']} tokens, medians of {d['rounds']} rounds (tok/s)"]
+        for cap in d['caps']:
+            med = {name: median_of(c.get(f'{cap}/{name}', [])) for name in
+                   ('llama.cpp stock', 'llama.cpp tuned', 'edge0 off', 'edge0 routing')}
+            lines.append(f"  {cap} MB: " + ', '.join(f"{k} {v:.2f}" if v else f"{k} failed" for k, v in med.items()))
+            for e in ('edge0 off', 'edge0 routing'):
+                for peer, want in (('llama.cpp stock', 4), ('llama.cpp tuned', 2)):
+                    if med[e] and med[peer]:
+                        x = med[e] / med[peer]
+                        lines.append(f"    target: {e} >= {want}x {peer}: {x:.2f}x -> {'MET' if x >= want else 'NOT MET'}")
+    if 'profile' in d:
+        lines += ['', f"=== per decode token ({d['profile_tokens']} tokens under cProfile, uncapped)"]
+        for name, r in d['profile'].items():
+            p = r.get('profile')
+            if p: lines.append(f"  {name:20} MLX evaluations {p['mlx_evals']:6.1f}, arrays crossing {p['crossings']:6.1f}, "
+                               f"int4 kernel calls {p['int4_calls']:6.1f}, Python calls {p['python_calls']:7.0f}")
+    return '\n'.join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
+    ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp is built')
+    ap.add_argument('--parts', default='uncapped,capped,profile')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
+    ap.add_argument('--cap-tokens', type=int, default=32)
+    ap.add_argument('--profile-tokens', type=int, default=64)
+    ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'cpu_step'))
+    ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
+    ap.add_argument('--report', action='store_true', help='print the tables again from --out.json; run nothing')
+    ap.add_argument('--arm', nargs=3, metavar=('pp|tg', 'N', 'MODEL'), help=argparse.SUPPRESS)
+    ap.add_argument('--step', type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument('--mode', default='off', help=argparse.SUPPRESS)
+    ap.add_argument('--pool', default='all', help=argparse.SUPPRESS)
+    ap.add_argument('--profile', action='store_true', help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.arm: return arm(a.arm[0], int(a.arm[1]), Path(a.arm[2]), bool(a.step), a.mode, a.pool, a.profile)
+    if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
+    from edge0.eval import routing_report
+    a.caps = [int(c) for c in a.caps.split(',')]
+    mlx_model = Path(a.model)
+    model = checkpoint(mlx_model)
+    bench, gguf = anchor(mlx_model, Path(a.llama))
+    t0 = time.time()
+    d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{os.uname().machine}, {os.cpu_count()} cores",
+             model=f"{model.name} ({sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9:.2f} GB) and "
+                   f"{gguf.name} ({gguf.stat().st_size / 1e9:.2f} GB)", rounds=a.rounds, caps=a.caps,
+             cap_tokens=a.cap_tokens, profile_tokens=a.profile_tokens, note=a.note)
+    d['routing'] = routing_report(mlx_model)
+    print(d['routing'], flush=True)
+    parts = a.parts.split(',')
+    if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
+    if 'capped' in parts: d['capped'] = capped(a, model, mlx_model, bench, gguf)
+    if 'profile' in parts: d['profile'] = profile(a, model)
+    d['wall_s'] = time.time() - t0
+    text = report(d) + f"\n\n{a.note}\nwall {d['wall_s']:.0f} s"
+    Path(a.out + '.json').write_text(json.dumps(d, indent=1))
+    Path(a.out + '.txt').write_text(text + '\n')
+    print('\n' + text)
+
+
+if __name__ == '__main__': main()
