@@ -93,7 +93,7 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     from edge0 import decode, torchstep
     from edge0.streaming import StreamOptions
     opts = StreamOptions(kernels='torch', pool_bytes=None if pool == 'all' else 'auto')
-    h = decode.load(model, mode, options=opts)
+    h = decode.load(model, mode, options=opts, hold=pool == 'all')  # capped: the unpredicted layer read on demand
     if pool == 'all':  # every expert in memory before anything is timed, as the MLX graph's resident layers
         for layer in h.spec.moe_layers: h.engine.keep_resident(layer)
     vocab = h.model.args.vocab_size
@@ -154,13 +154,21 @@ def uncapped(a, model, bench, gguf) -> dict:
     return rows
 
 
+def warm_heads(mlx_model:Path, model:Path, k:int=8):
+    "Heads warm-started from the next layers' routers, untrained: the routing arms need heads, not good ones"
+    from edge0.prerouter import init_prerouter, save_prerouter
+    from edge0.streaming import load
+    print('  heads for routing: warm-started from the routers, untrained', flush=True)
+    with load(model, kernels='torch', pool_bytes=1 << 30) as h:
+        pr = init_prerouter(h.spec, h.model, owners=h.spec.moe_layers[:-1], k=k)
+    p = save_prerouter(pr, mlx_model, extra=dict(builder='bench/cpu_step.py', steps=0))
+    shutil.copy2(p, model / p.name)  # the converted checkpoint accepts its source's heads
+
+
 def capped(a, model, mlx_model, bench, gguf) -> dict:
     from edge0.eval import Cgroup, evict, memory_cap
-    heads = list(model.glob('prerouter*.safetensors'))
-    if not heads:
-        print('  heads for routing: warm-started from the routers (bench/cpu_kernels.py --make-heads)', flush=True)
-        subprocess.run([sys.executable, str(ROOT / 'bench' / 'cpu_kernels.py'), '--make-heads', str(mlx_model), str(model),
-                        '8', '--head-steps', '0'], check=True)
+    from edge0.store import drop_cache
+    if not (model / 'prerouter.safetensors').exists(): warm_heads(mlx_model, model)
     arms = {'llama.cpp stock': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap),
             'llama.cpp tuned': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap, tuned=True),
             'edge0 off': lambda cap: edge0(model, 'tg', a.cap_tokens, True, cap, 'off', 'auto'),
@@ -170,7 +178,7 @@ def capped(a, model, mlx_model, bench, gguf) -> dict:
         for r in range(a.rounds):
             for name, f in (arms.items() if r % 2 == 0 else reversed(arms.items())):
                 evict(model)
-                evict(gguf)
+                drop_cache(gguf)
                 cg = Cgroup(memory_cap(int(cap_mb * MiB)), optional=NO_SWAP)
                 try: res = f(cg)
                 finally: cg.close()
@@ -210,6 +218,9 @@ def report(d:dict) -> str:
             med = {name: median_of(c.get(f'{cap}/{name}', [])) for name in
                    ('llama.cpp stock', 'llama.cpp tuned', 'edge0 off', 'edge0 routing')}
             lines.append(f"  {cap} MB: " + ', '.join(f"{k} {v:.2f}" if v else f"{k} failed" for k, v in med.items()))
+            for name, v in med.items():
+                why = [r.get('stderr', '').strip().splitlines()[-1:] for r in c.get(f'{cap}/{name}', []) if r.get('failed')]
+                if v is None and why and why[0]: lines.append(f"    {name} failed: {why[0][0]}")
             for e in ('edge0 off', 'edge0 routing'):
                 for peer, want in (('llama.cpp stock', 4), ('llama.cpp tuned', 2)):
                     if med[e] and med[peer]:
@@ -257,8 +268,11 @@ def main():
     d['routing'] = routing_report(mlx_model)
     print(d['routing'], flush=True)
     parts = a.parts.split(',')
+    save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))  # after each part: a crash keeps the rest
     if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
+    save()
     if 'capped' in parts: d['capped'] = capped(a, model, mlx_model, bench, gguf)
+    save()
     if 'profile' in parts: d['profile'] = profile(a, model)
     d['wall_s'] = time.time() - t0
     text = report(d) + f"\n\n{a.note}\nwall {d['wall_s']:.0f} s"
