@@ -26,25 +26,14 @@ it cannot run). Parts, each arm in its own process, the arms alternating within 
 import argparse, cProfile, json, os, pstats, shutil, statistics, subprocess, sys, time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 ANCHOR = ROOT.parent / 'shared' / 'tools' / 'llama_anchor.sh'
 SHORT, LONG, DECODE = 23, 512, 256
-
-
-def checkpoint(model:Path) -> Path:
-    "The mlx-layout checkpoint, built once, and its torch-cpu conversion"
-    if not (model / 'config.json').exists():
-        from edge0.zoo import build_synthetic
-        print(f'building {model} ...', flush=True)
-        build_synthetic(model, num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)
-    packed = model.with_name(model.name + '-torch-cpu')
-    if not (packed / 'config.json').exists():
-        from edge0.convert import convert
-        print(f'converting {model} to {packed} ...', flush=True)
-        convert(model, packed, layout='torch-cpu')
-    return packed
 
 
 def anchor(model:Path, work:Path) -> tuple:

@@ -19,8 +19,8 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'Sampling', 'load', 'decode_stats',
-           'held_bytes']
+           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'token_loop', 'Sampling', 'load',
+           'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -211,19 +211,29 @@ def moe_block(self:Decoder, layer:int, blk, x):
 def _planned(self:Decoder, layer:int, blk, x, ids, inds):
     engine = self.engine
     if engine is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
+    self.stage_planned(layer, ids)
+    y, exact = engine.compute_planned(layer, x, ids)
+    self.count_planned(ids, exact)
+    return y
+
+@patch
+def stage_planned(self:Decoder, layer:int, ids):
+    "Have the planned set `ids` in `layer`'s slots: its background read waited for, or staged now where it has not"
     staged_ahead = self._wait(layer) or layer in self.prewaited
     self.prewaited.discard(layer)
     if not staged_ahead or self._unstaged(layer, ids):  # nothing (or not all) staged ahead: stage it now
         t0 = time.perf_counter()
-        cost = engine.stage(layer, ids)
-        engine.record(layer, cost, time.perf_counter() - t0)
-    y, exact = engine.compute_planned(layer, x, ids)
+        cost = self.engine.stage(layer, ids)
+        self.engine.record(layer, cost, time.perf_counter() - t0)
+
+@patch
+def count_planned(self:Decoder, ids, exact:int):
+    "Count a planned layer-step of the set `ids`, `exact` of them computed from a slot holding that very expert"
     d = self.stats
     d.planned += 1
     d.experts_planned += len(ids)
     d.experts_computed += exact
     d.dropped += len(ids) - exact
-    return y
 
 @patch
 def _wait(self:Decoder, layer:int) -> bool:
@@ -239,12 +249,17 @@ def _wait(self:Decoder, layer:int) -> bool:
 @patch
 def _own(self:Decoder, layer:int, blk, x, inds):
     if self.engine is None or layer in self.engine.resident: return blk['switch_mlp'](x, inds)  # routed on the device
+    self.stats.syncs += 1  # the streaming path reads the routing on the host
+    return self.serve_own(layer, inds, lambda: blk['switch_mlp'](x, inds))
+
+@patch
+def serve_own(self:Decoder, layer:int, inds, compute):
+    "`compute()` of the experts `layer`'s own router chose (`inds`), kept for the trace; prefetch: what was read ahead"
     if self.mode == 'prefetch':
         self._wait(layer)
         ahead = self.warm.get(layer, set())
-    self.stats.syncs += 1  # the streaming path reads the routing on the host
     if self.trace is not None: self.own_routed[layer] = inds
-    y = blk['switch_mlp'](x, inds)
+    y = compute()
     if self.mode == 'prefetch':
         own = set(np.array(inds).ravel().tolist())
         self.stats.prefetch_used += len(own & ahead)
@@ -332,28 +347,35 @@ def generate_ids(model, prompt:list, max_tokens:int, eos=(), decoder:Decoder|Non
                  history:list|None=None): # the tokens `cache` already holds
     "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
     from mlx_lm.models.cache import make_prompt_cache
-    _check_prompt(prompt, vocab_size)
-    if force is not None and len(force) < max_tokens - 1:
-        raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
     sampling = sampling or Sampling()
     if sampling.seed is not None: B.seed(sampling.seed)
     sampler, logits_processors = sampling.sampler(), sampling.processors()
     cache = make_prompt_cache(model) if cache is None else cache
-    seen = B.array(np.array([*(history or ()), *prompt], np.int32))  # what the logits processors look back on
-    x = B.array(np.array(prompt, np.int32)[None])
-    for i in range(max_tokens):
-        t0 = time.perf_counter()
-        logits = model(x, cache=cache)[:, -1, :]
+    seen = B.array(np.array(history or (), np.int32))  # what the logits processors look back on
+    def next_token(ids:list) -> int:
+        nonlocal seen
+        if logits_processors: seen = B.concatenate([seen, B.array(ids, B.int32)])
+        logits = model(B.array([ids], B.int32), cache=cache)[:, -1, :]
         for process in logits_processors: logits = process(seen, logits)
         tok = sampler(logits - B.logsumexp(logits, keepdims=True))  # log-probabilities, as mlx-lm samples them
         if decoder is not None: decoder.flush(tok)
         else: B.eval(tok)
-        t = int(tok.item())
+        return int(tok.item())
+    yield from token_loop(next_token, prompt, max_tokens, eos, force, vocab_size)
+
+def token_loop(next_token, # `next_token(ids)`: feed the ids, return the token drawn after them (the step's flush done)
+               prompt:list, max_tokens:int, eos=(), force:list|None=None, vocab_size:int|None=None):
+    "Yield `(token, seconds)` of each step, the prompt fed first; forcing and the end-of-sequence tokens handled here"
+    _check_prompt(prompt, vocab_size)
+    if force is not None and len(force) < max_tokens - 1:
+        raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
+    ids = list(prompt)
+    for i in range(max_tokens):
+        t0 = time.perf_counter()
+        t = next_token(ids)
         yield t, time.perf_counter() - t0
         if force is None and t in eos: break
-        nxt = t if force is None or i >= len(force) else int(force[i])
-        x = B.array([[nxt]], B.int32)
-        if logits_processors: seen = B.concatenate([seen, B.array([nxt], B.int32)])
+        ids = [t if force is None or i >= len(force) else int(force[i])]
 
 # %% ../nbs/02b_decode.ipynb #d0000020b
 @dataclass

@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
-from edge0.streaming import (StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats,
-    torch_quant)
+from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
 from .decode import Sampling, generate_ids, decode_stats, load as decode_load
 from .lora import use_adapter
 from .memory import Budget, MiB, ThrashWatch
@@ -37,12 +36,12 @@ def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtyp
 def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
     "The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it, and a note says why)"
     if handle.kernels != 'torch' or not options.torch_step: return None
-    from edge0.torchstep import TorchStep, check_torch_step  # torch is there: `kernels` resolved to it
+    from edge0.torchstep import TorchStep, check_torch_step, packed_for_torch  # torch is there: `kernels` is it
     why = check_torch_step(handle) or (max_kv_size and "a rotating KV cache (max_kv_size) is asked")
     if why is None:
         handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to MLX within it)")
         return TorchStep(handle)
-    if handle.engine is not None and all(torch_quant(q) for q in handle.engine.quant.values()):
+    if packed_for_torch(handle):  # converted for torch's kernels, so the user expects the torch step
         handle.notes.append(f"the MLX graph computes each step, torch's kernels each projection: {why}")
     return None
 

@@ -458,12 +458,17 @@ def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
     return cost
 
 @patch
-def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
-    "`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot holding that very expert"
+def planned_at(self:StreamEngine, layer:int, experts) -> tuple:
+    "`(at, exact)`: the slot of each expert of the staged planned set `experts`, and how many hold that very expert"
     slots = self.planned[layer]
     at = slots.table[experts]
-    exact = int((slots.held[0][at] == experts).sum())
-    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), slots.stacks[0], self.quant[layer])
+    return at, int((slots.held[0][at] == experts).sum())
+
+@patch
+def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
+    "`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot holding that very expert"
+    at, exact = self.planned_at(layer, experts)
+    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), self.planned[layer].stacks[0], self.quant[layer])
     B.async_eval(y)
     s = self.stats[layer]
     s.calls += 1
