@@ -19,6 +19,13 @@ it cannot run). Parts, each arm in its own process, the arms alternating within 
   its default budget (`auto`) in `off` and in `routing` (heads warm-started from the routers: speed needs heads, not
   good ones); llama.cpp stock (mmap) and tuned (LD_PRELOAD of madv_random.so: MADV_RANDOM on the mapping). Targets:
   edge0 >= 4x stock and >= 2x tuned at both caps.
+- big: the Qwen3-30B-A3B shape (48 layers, 128 experts, top-8, hidden 2048, expert FFN 768; about 17 GB, built and
+  converted under build/bench where missing, its routing statistics printed first) under a 3 GB cap, page cache cold:
+  the torch step `off` and `routing` with the default budget, --big-tokens decode steps after a --big-prompt-token
+  prompt. Per step: the time blocked on reads and the MiB read (counted over the decode steps alone). `off` waits out
+  each read, so its MiB over its blocked time is this disk's rate at the expert grain as served; the roofline bound of
+  `routing` is max(`off`'s compute, `routing`'s reads at that rate). Targets: `off` and `routing` >= 1.0 tok/s,
+  `routing` within 1.15x of its bound.
 - profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
@@ -28,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+
+SHAPE_30B = dict(num_layers=48, num_experts=128, k=8, hidden=2048, expert_size=768)  # Qwen3-30B-A3B's MoE shape
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
@@ -64,10 +73,11 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) ->
     return dict(tps=json.loads(r.stdout)[0]['avg_ts'], wall_s=time.time() - t0)
 
 
-def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False) -> dict:
+def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,
+          prompt:int=SHORT) -> dict:
     "One edge0 arm in a child process (`--arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
     cmd = [sys.executable, __file__, '--arm', what, str(n), str(model), '--step', str(int(step)), '--mode', mode,
-           '--pool', pool] + (['--profile'] if profile else [])
+           '--pool', pool, '--prompt', str(prompt)] + (['--profile'] if profile else [])
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cap.preexec if cap else None, timeout=3600)
     for line in r.stdout.splitlines():
@@ -76,17 +86,19 @@ def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool
                 wall_s=time.time() - t0)
 
 
-def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool):
-    "Child: load, run one prefill or one decode, print `RESULT {json}`"
+def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool, prompt_len:int=SHORT):
+    """Child: load, run one prefill or one decode, print `RESULT {json}`; a decode's `steps` are the streaming counters
+    of its decode steps alone (reset after the first token), per step"""
+    import resource
     import numpy as np
     from edge0 import decode, torchstep
-    from edge0.streaming import StreamOptions
+    from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
     opts = StreamOptions(kernels='torch', pool_bytes=None if pool == 'all' else 'auto')
     h = decode.load(model, mode, options=opts, hold=pool == 'all')  # capped: the unpredicted layer read on demand
     if pool == 'all':  # every expert in memory before anything is timed, as the MLX graph's resident layers
         for layer in h.spec.moe_layers: h.engine.keep_resident(layer)
     vocab = h.model.args.vocab_size
-    prompt = np.random.default_rng(0).integers(10, vocab, SHORT if what == 'tg' else n).tolist()
+    prompt = np.random.default_rng(0).integers(10, vocab, prompt_len if what == 'tg' else n).tolist()
     st = torchstep.TorchStep(h) if step else None
     def run(tokens:int, pr=None):
         "`(seconds to the first token, seconds of the decode steps after it)`; `pr` profiles the decode steps"
@@ -94,6 +106,7 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
                decode.generate_ids(h.model, prompt, tokens, decoder=h.decoder))
         t0 = time.perf_counter()
         next(gen)
+        reset_stats(h.engine)  # what follows is the decode steps'
         t1 = time.perf_counter()
         if pr: pr.enable()
         for _ in gen: pass
@@ -107,7 +120,13 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
         return
     first, rest = run(1 if what == 'pp' else n + 1)
     tps = len(prompt) / first if what == 'pp' else n / rest
-    print('RESULT ' + json.dumps(dict(tps=tps, prompt=len(prompt), tokens=n, stats=decode.decode_stats(h)['total'])))
+    st = stream_stats(h.engine)
+    tot, dec = st['total'], h.decoder.stats
+    steps = dict(step_ms=1e3 * rest / n, blocked_ms=tot['blocked_ms'] / n, mb=tot['bytes_read'] / n / MiB,
+                 loads=tot['loads'] / n, hits=tot['hits'] / n, background_loads=dec.background_loads / n,
+                 dropped=dec.dropped, pool_mb=(st['pool']['budget_bytes'] or 0) / MiB, slot_mb=st['slot_bytes'] / MiB,
+                 rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print('RESULT ' + json.dumps(dict(tps=tps, prompt=len(prompt), tokens=n, steps=steps)))
 
 
 def counts(st:pstats.Stats, n:int) -> dict:
@@ -177,6 +196,68 @@ def capped(a, model, mlx_model, bench, gguf) -> dict:
     return rows
 
 
+def big(a) -> dict:
+    """The 30B shape under a memory cap: the torch step `off` and `routing` (heads warm-started), decode after a short
+    prompt, page cache dropped before each arm"""
+    from edge0.eval import Cgroup, evict, memory_cap, routing_report
+    mlx_model = Path(a.big_model)
+    model = checkpoint(mlx_model, SHAPE_30B)
+    d = dict(routing=routing_report(mlx_model), cap_mb=a.big_cap, tokens=a.big_tokens, prompt=a.big_prompt,
+             size_gb=sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9)
+    print(d['routing'], flush=True)
+    if not (model / 'prerouter.safetensors').exists(): warm_heads(mlx_model, model)
+    rows = {}
+    for r in range(a.rounds):
+        for mode in (('off', 'routing') if r % 2 == 0 else ('routing', 'off')):
+            evict(model)
+            cg = Cgroup(memory_cap(int(a.big_cap * MiB)), optional=NO_SWAP)
+            try: res = edge0(model, 'tg', a.big_tokens, True, cg, mode, 'auto', prompt=a.big_prompt)
+            finally: cg.close()
+            rows.setdefault(mode, []).append(res)
+            print(f"  30B {a.big_cap} MB round {r + 1} {mode:8} " + (
+                f"{res['tps']:5.2f} tok/s, {res['steps']['mb']:.0f} MiB read and {res['steps']['blocked_ms']:.0f} ms "
+                f"blocked a step ({res['wall_s']:.0f} s)" if not res.get('failed') else
+                f"failed (exit {res.get('returncode')}): {res.get('stderr', '')[-200:]}"), flush=True)
+    d['rows'] = rows
+    return d
+
+
+def big_table(b:dict) -> list:
+    "The 30B rows (medians over rounds), its roofline bounds and its targets' verdicts, with the counters' reasons"
+    ok = {m: [r for r in rs if not r.get('failed')] for m, rs in b['rows'].items()}
+    med = lambda m, key: statistics.median(r['steps'][key] for r in ok[m]) if ok.get(m) else None
+    lines = [f"  {'mode':8} {'tok/s':>6} {'step ms':>8} {'blocked':>8} {'compute':>8} {'MiB/step':>9} {'pool MiB':>9} "
+             f"{'slots MiB':>9} {'peak RSS':>9}"]
+    for m in b['rows']:
+        if not ok[m]:
+            lines.append(f"  {m:8} failed: {b['rows'][m][0].get('stderr', '').strip().splitlines()[-1:]}")
+            continue
+        step, blocked = med(m, 'step_ms'), med(m, 'blocked_ms')
+        lines.append(f"  {m:8} {statistics.median(r['tps'] for r in ok[m]):>6.2f} {step:>8.0f} {blocked:>8.0f} "
+                     f"{step - blocked:>8.0f} {med(m, 'mb'):>9.0f} {med(m, 'pool_mb'):>9.0f} {med(m, 'slot_mb'):>9.0f} "
+                     f"{med(m, 'rss_mb'):>9.0f}")
+    if not (ok.get('off') and ok.get('routing')): return lines
+    rate = med('off', 'mb') / (med('off', 'blocked_ms') / 1e3)  # `off` waits out every read: this disk, as served
+    compute = med('off', 'step_ms') - med('off', 'blocked_ms')
+    lines.append(f"  `off` waits out each read, so its reads ran at {rate:.0f} MiB/s (this disk at the expert grain, as "
+                 f"served); its compute is {compute:.0f} ms a step")
+    for m in ('off', 'routing'):
+        tps = statistics.median(r['tps'] for r in ok[m])
+        lines.append(f"  target: {m} >= 1.0 tok/s: {tps:.2f} -> {'MET' if tps >= 1.0 else 'NOT MET'}")
+        if tps < 1.0:
+            reads = 1e3 * med(m, 'mb') / rate
+            lines.append(f"    why: {med(m, 'mb'):.0f} MiB read a step at {rate:.0f} MiB/s is {reads:.0f} ms a step "
+                         f"before any compute, at most {1e3 / reads:.2f} tok/s on this disk; 1.0 tok/s needs "
+                         f"{med(m, 'mb'):.0f} MiB/s, or a cap whose pool holds more of the {b['size_gb']:.1f} GB")
+    bound = max(compute, 1e3 * med('routing', 'mb') / rate)
+    within = med('routing', 'step_ms') / bound
+    lines.append(f"  target: routing within 1.15x of its bound max(compute {compute:.0f} ms, its reads "
+                 f"{1e3 * med('routing', 'mb') / rate:.0f} ms) = {bound:.0f} ms: {within:.2f}x -> "
+                 f"{'MET' if within <= 1.15 else 'NOT MET'} (blocked {med('routing', 'blocked_ms'):.0f} of "
+                 f"{med('routing', 'step_ms'):.0f} ms)")
+    return lines
+
+
 def profile(a, model) -> dict:
     out = {}
     for name, step in (('MLX graph (before)', False), ('torch step (after)', True)):
@@ -215,6 +296,11 @@ def report(d:dict) -> str:
                     if med[e] and med[peer]:
                         x = med[e] / med[peer]
                         lines.append(f"    target: {e} >= {want}x {peer}: {x:.2f}x -> {'MET' if x >= want else 'NOT MET'}")
+    if 'big' in d:
+        b = d['big']
+        lines += ['', f"=== the 30B shape ({b['size_gb']:.1f} GB) under a {b['cap_mb']} MB cap: decode {b['tokens']} tokens "
+                      f"after a {b['prompt']}-token prompt, page cache cold, default budget, medians of "
+                      f"{len(next(iter(b['rows'].values())))} rounds", b['routing']] + big_table(b)
     if 'profile' in d:
         lines += ['', f"=== per decode token ({d['profile_tokens']} tokens under cProfile, uncapped)"]
         for name, r in d['profile'].items():
@@ -228,7 +314,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
     ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp is built')
-    ap.add_argument('--parts', default='uncapped,capped,profile')
+    ap.add_argument('--parts', default='uncapped,capped,big,profile')
+    ap.add_argument('--big-model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-30b'),
+                    help='the 30B-shaped synthetic (built where missing: about 17 GB, and 17 GB more converted)')
+    ap.add_argument('--big-cap', type=int, default=3072, help='the memory cap for the 30B shape, MB (MiB)')
+    ap.add_argument('--big-tokens', type=int, default=16)
+    ap.add_argument('--big-prompt', type=int, default=5)
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
     ap.add_argument('--cap-tokens', type=int, default=32)
@@ -241,8 +332,9 @@ def main():
     ap.add_argument('--mode', default='off', help=argparse.SUPPRESS)
     ap.add_argument('--pool', default='all', help=argparse.SUPPRESS)
     ap.add_argument('--profile', action='store_true', help=argparse.SUPPRESS)
+    ap.add_argument('--prompt', type=int, default=SHORT, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.arm: return arm(a.arm[0], int(a.arm[1]), Path(a.arm[2]), bool(a.step), a.mode, a.pool, a.profile)
+    if a.arm: return arm(a.arm[0], int(a.arm[1]), Path(a.arm[2]), bool(a.step), a.mode, a.pool, a.profile, a.prompt)
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
     from edge0.eval import routing_report
     a.caps = [int(c) for c in a.caps.split(',')]
@@ -261,6 +353,8 @@ def main():
     if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
     save()
     if 'capped' in parts: d['capped'] = capped(a, model, mlx_model, bench, gguf)
+    save()
+    if 'big' in parts: d['big'] = big(a)
     save()
     if 'profile' in parts: d['profile'] = profile(a, model)
     d['wall_s'] = time.time() - t0

@@ -1,7 +1,7 @@
 """What the MLX <-> torch handoff costs inside a decode step with `kernels='torch'`, measured in place.
 
     python bench/handoff.py                    # edge0-tiny (converted to the torch-cpu layout in a temporary folder) and,
-                                               # when built, the 2 GB synthetic of bench/cpu_kernels.py
+                                               # when built, the 2 GB synthetic (build/bench/qwen3moe-2g-torch)
 
 Every `to_torch` / `torch_view` / `from_torch` of `edge0.backend.quant` is wrapped: the MLX array going in is evaluated
 first (untimed: that is MLX's compute, which the handoff only waits for), then the conversion itself is timed (for a

@@ -25,17 +25,23 @@ ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 
-def checkpoint(model:Path) -> Path:
-    "The mlx-layout checkpoint, built once, and its torch-cpu conversion"
+SHAPE_16L = dict(num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)  # 1.85 GB
+
+def checkpoint(model:Path, shape:dict|None=None) -> Path:
+    "The mlx-layout checkpoint of `shape` (build_synthetic's arguments), built once, and its torch-cpu conversion"
     if not (model / 'config.json').exists():
         from edge0.zoo import build_synthetic
         print(f'building {model} ...', flush=True)
-        build_synthetic(model, num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)
+        t0 = time.time()
+        build_synthetic(model, **(shape or SHAPE_16L))
+        print(f'  {time.time() - t0:.0f} s', flush=True)
     packed = model.with_name(model.name + '-torch-cpu')
     if not (packed / 'config.json').exists():
         from edge0.convert import convert
         print(f'converting {model} to {packed} ...', flush=True)
+        t0 = time.time()
         convert(model, packed, layout='torch-cpu')
+        print(f'  {time.time() - t0:.0f} s', flush=True)
     return packed
 
 def user_run(model:Path, cap_mb:float, timeout:float) -> dict:

@@ -1,7 +1,7 @@
 """The store's read throughput against the disk's, at the expert grain, page cache dropped before every measurement, on the
 bare disk and on disks of known speed made with a read throttle.
 
-    python bench/store_reads.py                       # the 2 GB synthetic of bench/cpu_kernels.py (torch-cpu layout)
+    python bench/store_reads.py                       # the 2 GB synthetic (build/bench/qwen3moe-2g-torch)
     python bench/store_reads.py MODEL --mb-s 0 500 277 38    # 0: no throttle; writes bench/results/store_reads.{txt,json}
 
 This machine's disk is virtual and the host caches it, so an unthrottled "cold" read is as fast as the host's cache
@@ -65,7 +65,10 @@ def main():
     ap.add_argument('--measure', action='store_true', help=argparse.SUPPRESS)  # the child: measure and print JSON
     a = ap.parse_args()
     model = Path(a.model)
-    if not (model / 'config.json').exists(): sys.exit(f"{model}: no config.json (build it with bench/cpu_kernels.py)")
+    if not (model / 'config.json').exists():
+        src = model.with_name(model.name.removesuffix('-torch'))
+        sys.exit(f"{model}: no config.json (build it: python -c \"from edge0.zoo import build_synthetic; "
+                 f"build_synthetic('{src}')\" && edge0 convert {src} {model} --layout torch-cpu)")
     if a.measure: return print('RESULT ' + json.dumps(measure(model, a.draws)))
     from edge0.eval import Cgroup, read_throttle
     results = dict(model=model.name, date=time.strftime('%Y-%m-%d %H:%M'), tiers=[])

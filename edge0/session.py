@@ -35,8 +35,13 @@ def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtyp
 
 def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
     "The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it, and a note says why)"
-    if handle.kernels != 'torch' or not options.torch_step: return None
+    if handle.kernels != 'torch': return None
     from edge0.torchstep import TorchStep, check_torch_step, packed_for_torch  # torch is there: `kernels` is it
+    if not options.torch_step:
+        if packed_for_torch(handle):
+            handle.notes.append("the MLX graph computes each step, torch's kernels each projection: the torch step is "
+                                "off (torch_step=False, --no-torch-step)")
+        return None
     why = check_torch_step(handle) or (max_kv_size and "a rotating KV cache (max_kv_size) is asked")
     if why is None:
         handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to MLX within it)")

@@ -22,7 +22,7 @@ __all__ = ['TORCH_FAMILIES', 'PACK_ROWS', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 
            'TorchStep', 'generate_ids']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
-TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe')  # attention the torch step computes itself
+TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')  # attention it computes
 PACK_ROWS = 64  # torch's CPU int4 packing interleaves rows within blocks of this many
 _INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu  # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
 
@@ -151,14 +151,20 @@ class KV:
 class Attention:
     "Grouped-query attention of the torch families: projections, optional q/k RMSNorm, RoPE, a causal softmax"
     def __init__(self, a):
-        self.q, self.k, self.v, self.o = (Proj(getattr(a, n)) for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'))
-        self.heads = getattr(a, 'n_heads', None) or a.num_heads
-        self.kv_heads = getattr(a, 'n_kv_heads', None) or a.num_key_value_heads
-        self.head_dim, self.scale = self.q.out_features // self.heads, a.scale
-        self.sizes = [self.q.out_features, self.k.out_features, self.v.out_features]
-        self.qkv = fuse([self.q, self.k, self.v])  # one product where the three share a packing
-        self.rope = Rope(a.rope)
-        qn, kn = getattr(a, 'q_norm', None), getattr(a, 'k_norm', None)
+        self.scale, self.rope = a.scale, Rope(a.rope)
+        if hasattr(a, 'query_key_value'):  # Ling: q, k and v stored as one projection, the output one is `dense`
+            self.qkv, self.o = Proj(a.query_key_value), Proj(a.dense)
+            self.heads, self.kv_heads, self.head_dim = a.num_attention_heads, a.num_key_value_heads, a.head_dim
+            self.sizes = [self.heads * self.head_dim] + 2 * [self.kv_heads * self.head_dim]
+            qn, kn = getattr(a, 'query_layernorm', None), getattr(a, 'key_layernorm', None)
+        else:
+            self.q, self.k, self.v, self.o = (Proj(getattr(a, n)) for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'))
+            self.heads = getattr(a, 'n_heads', None) or a.num_heads
+            self.kv_heads = getattr(a, 'n_kv_heads', None) or a.num_key_value_heads
+            self.head_dim = self.q.out_features // self.heads
+            self.sizes = [self.q.out_features, self.k.out_features, self.v.out_features]
+            self.qkv = fuse([self.q, self.k, self.v])  # one product where the three share a packing
+            qn, kn = getattr(a, 'q_norm', None), getattr(a, 'k_norm', None)
         self.q_norm, self.k_norm = (None if n is None else Norm(n) for n in (qn, kn))
         self.per_head = qn is not None and qn.weight.size == self.head_dim  # qwen3: per head; olmoe: the whole row
         if self.per_head:  # both heads' norms in one call: no weight, then each head's own
@@ -182,23 +188,47 @@ class Attention:
                                              enable_gqa=self.heads != self.kv_heads)[0]
         return self.o(out.transpose(0, 1).reshape(L, -1))
 
+def _attention(lyr):
+    "A decoder layer's attention module (Ling names it `attention`)"
+    a = getattr(lyr, 'self_attn', None)
+    return a if a is not None else lyr.attention
+
 # %% ../nbs/02c_torch_step.ipynb #c008e600
 def _check_routing(r:Routing, spec:MoESpec):
-    if r.kind != RouterKind.softmax_topk or r.grouped or r.bias:
-        raise InputError(f"the torch step routes softmax top-K without groups or bias; {spec.model_type} routes {r}")
+    if r.topk_first and r.grouped:
+        raise InputError(f"the torch step does not route top-K-first within groups; {spec.model_type} routes {r}")
 
-def t_route(r:Routing, logits, k:int) -> tuple:
-    "`(indices, weights)` (T, k) of float32 router logits (T, E), as `routing.route` for softmax top-K routers"
+def _t_drop(s, r:Routing, how:str, fill:float):
+    "`routing._drop_groups` in torch: every expert of the `n_group - topk_group` weakest groups set to `fill`"
+    g = s.unflatten(-1, (r.n_group, -1))
+    gs = torch.topk(g, 2, dim=-1).values.sum(-1) if how == 'top2' else g.amax(-1)
+    drop = torch.topk(gs, r.n_group - r.topk_group, dim=-1, largest=False).indices
+    return g.scatter(-2, drop[..., None].expand(*drop.shape, g.shape[-1]), fill).flatten(-2)
+
+def _t_scores(r:Routing, logits):
+    "The scores whose top-K a router picks and whose entries weigh the picked experts"
+    if r.kind == RouterKind.softmax_topk or r.score != 'sigmoid': return torch.softmax(logits, -1)
+    return torch.sigmoid(logits)
+
+def t_route(r:Routing, logits, k:int, bias=None) -> tuple:
+    "`(indices, weights)` (T, k) of float32 router logits (T, E), as `routing.route`; `bias`: the correction bias"
     if r.topk_first:
         top, inds = torch.topk(logits, k, dim=-1)
-        w = torch.softmax(top, -1)
-    else: w, inds = torch.topk(torch.softmax(logits, -1), k, dim=-1)
-    return inds, _t_norm(r, w)
+        return inds, _t_norm(r, torch.softmax(top, -1))
+    s = _t_scores(r, logits)
+    if r.kind == RouterKind.softmax_topk:
+        if r.grouped: s = _t_drop(s, r, 'max', 0.0)
+        w, inds = torch.topk(s, k, dim=-1)
+        return inds, _t_norm(r, w)
+    sel = s + bias if r.bias else s
+    if r.grouped: sel = _t_drop(sel, r, 'top2', r.group_fill)
+    inds = torch.topk(sel, k, dim=-1).indices
+    return inds, _t_norm(r, s.gather(-1, inds))
 
 def t_weigh(r:Routing, logits, inds):
     "Weights that router `r` gives the experts `inds` (T, k), as `routing.weigh`"
-    w = torch.softmax(logits.gather(-1, inds), -1) if r.topk_first else torch.softmax(logits, -1).gather(-1, inds)
-    return _t_norm(r, w)
+    if r.topk_first: return _t_norm(r, torch.softmax(logits.gather(-1, inds), -1))
+    return _t_norm(r, _t_scores(r, logits).gather(-1, inds))
 
 def _t_norm(r:Routing, w):
     if r.norm and (w.shape[-1] > 1 or r.norm_k1): w = w / (w.sum(-1, keepdim=True) + r.norm_eps)
@@ -261,12 +291,26 @@ class Experts:
         return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
+def _path(m, path:str):
+    "The module or array at dotted `path` below `m`"
+    for part in path.split('.'): m = getattr(m, part)
+    return m
+
+def _router(m) -> Proj:
+    "A block's router: a projection module (`gate`, `gate.gate_proj`), or a bare weight (`gate.weight`)"
+    if isinstance(m, (Linear, QuantizedLinear, bq.TorchLinear)): return Proj(m)
+    p = Proj()
+    p.w = _f32(m)
+    p.out_features = p.w.shape[0]
+    return p
+
 class MoE:
     "One MoE block in torch: its router, its streamed experts, and the shared expert where the family has one"
     def __init__(self, spec:MoESpec, blk, engine, layer:int):
         _check_routing(spec.routing, spec)
         self.spec, self.routing, self.layer = spec, spec.routing, layer
-        self.router = Proj(getattr(blk, spec.router.split('.')[0]))
+        self.router = _router(_path(blk, spec.router))
+        self.bias = _f32(_path(blk, spec.router_bias)) if spec.router_bias else None  # the correction bias
         self.experts = Experts(engine, layer)
         self.shared = MLP(getattr(blk, spec.shared)) if spec.shared else None
         self.shared_gate = Proj(getattr(blk, spec.shared_gate)) if spec.shared_gate else None
@@ -284,7 +328,7 @@ class Layer:
     "One decoder layer of a torch family: attention, then its MoE block or dense MLP, each after an RMSNorm"
     def __init__(self, spec:MoESpec, model, i:int, engine):
         lyr = model.model.layers[i]
-        self.attn, self.norm1 = Attention(lyr.self_attn), Norm(lyr.input_layernorm)
+        self.attn, self.norm1 = Attention(_attention(lyr)), Norm(lyr.input_layernorm)
         self.norm2 = Norm(lyr.post_attention_layernorm)
         self.moe = MoE(spec, block(spec, model, i), engine, i) if i in spec.moe_layers else None
         self.mlp = None if self.moe else MLP(getattr(lyr, 'mlp'))
@@ -308,7 +352,7 @@ def check_torch_step(handle) -> str|None:
     inner = handle.model.model
     if inner.norm.weight.dtype != B.float32:
         return f"the model is served in {inner.norm.weight.dtype} (the torch step computes in float32)"
-    rope = inner.layers[0].self_attn.rope
+    rope = _attention(inner.layers[0]).rope
     if type(rope) is not RoPE: return f"its RoPE is {type(rope).__name__} (the torch step computes plain RoPE)"
     return None
 
@@ -360,7 +404,8 @@ class TorchStep:
         self.spec, self.engine, self.dec = handle.spec, handle.engine, handle.decoder
         model, spec = handle.model, handle.spec
         inner = model.model
-        self.embed, tied = _embedding(inner.embed_tokens)
+        emb = getattr(inner, 'embed_tokens', None)
+        self.embed, tied = _embedding(emb if emb is not None else inner.word_embeddings)  # Ling: `word_embeddings`
         self.layers = [Layer(spec, model, i, self.engine) for i in range(spec.num_layers)]
         self.norm = Norm(inner.norm)
         head = getattr(model, 'lm_head', None)
@@ -407,7 +452,7 @@ def _moe(self:TorchStep, m:MoE, x):
     if decode and dec is not None and layer in dec.plan:
         ids = dec.plan[layer]
         if dec.exact_top:
-            own, w = t_route(m.routing, logits, self.k)
+            own, w = t_route(m.routing, logits, self.k, m.bias)
             ids = dec.pick_exact_top(layer, own.numpy().ravel(), w.numpy().ravel(), ids)
         inds = torch.from_numpy(ids).view(1, -1)
         y = self._planned(m, x, ids)
@@ -416,7 +461,7 @@ def _moe(self:TorchStep, m:MoE, x):
         if decode and dec is not None and dec.beyond:
             raise InputError(f"the oracle trace has {len(dec.trace_in)} steps; decode step {dec.step} has none "
                              "(record a longer 'off' run)")
-        inds, w = t_route(m.routing, logits, self.k)
+        inds, w = t_route(m.routing, logits, self.k, m.bias)
         y = self._own(m, x, inds.numpy())
     out = m.combine(x, y, w)
     if dec is not None and layer in dec.owners:
@@ -425,7 +470,7 @@ def _moe(self:TorchStep, m:MoE, x):
         dec.prev[layer] = now
         nxt = dec.owners[layer]
         f = t_features(x[-1:], now, prev, self.spec.num_experts)
-        dec.preds[nxt], pw = t_route(self.spec.routing, self.heads[layer](f), self.k)
+        dec.preds[nxt], pw = t_route(self.spec.routing, self.heads[layer](f), self.k, self.layers[nxt].moe.bias)
         if dec.exact_top: dec.pred_w[nxt] = pw
     return out
 
