@@ -306,6 +306,13 @@ def report(d:dict) -> str:
                 why = [r.get('stderr', '').strip().splitlines()[-1:] for r in c.get(f'{cap}/{name}', []) if r.get('failed')]
                 if v is None and why and why[0]: lines.append(f"    {name} failed: {why[0][0]}")
             for e in ('edge0 off', 'edge0 routing'):
+                ok = [r['steps'] for r in c.get(f'{cap}/{e}', []) if not r.get('failed') and 'steps' in r]
+                if ok:
+                    m = {key: statistics.median(r[key] for r in ok) for key in ok[0]}
+                    lines.append(f"    {e} a step: {m['step_ms']:.0f} ms, {m['blocked_ms']:.0f} blocked on reads; "
+                                 f"{m['mb']:.0f} MiB read ({m['loads']:.0f} experts, {m['background_loads']:.0f} of them "
+                                 f"in the background), {m['hits']:.0f} served from memory; pool {m['pool_mb']:.0f} MiB, "
+                                 f"slots {m['slot_mb']:.0f} MiB, peak RSS {m['rss_mb']:.0f} MB")
                 for peer, want in (('llama.cpp stock', 4), ('llama.cpp tuned', 2)):
                     if med[e] and med[peer]:
                         x = med[e] / med[peer]
