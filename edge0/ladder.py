@@ -13,6 +13,7 @@ from .prerouter import heads_file, load_prerouter
 from .lora import load_adapter
 from .recovery import StudentPath, load_teacher, stage_file, student_generate
 from .store import model_spec
+from .streaming import cast_params
 from .teachers import teacher_corpus
 from .quality import heldout_windows, repetition, rung_metrics
 
@@ -52,7 +53,7 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     spec = model_spec(base)
     teacher = load_teacher(name)
     model, tokenizer = mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
+    cast_params(model, spec)  # as the served model: cast_predicate's parameters stay float32
     data, prompt = heldout_windows(tokenizer, seq, windows, name), prompt_for(name)
     rows = []
     def rung(label, served, sampler, **serving):  # serving: how `edge0.session.Session` serves this rung

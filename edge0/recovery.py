@@ -17,6 +17,7 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 from .lora import (TARGETS, Adapter, attach, adapter_file, heads_fingerprint, load_checkpoint, save_adapter,
                         save_checkpoint, read_adapter)
 from .store import model_spec
+from .streaming import cast_params
 from .calib import CODE_CORPUS
 from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
 
@@ -138,8 +139,9 @@ ROWS_FORMAT = 'edge0-rows/1'
 def load_teacher(name:str):
     "The bf16 teacher `name`, computing in the backend's dtype (float32 on a CPU), frozen"
     import mlx_lm
-    model, _ = mlx_lm.load(str(teacher_path(name, int4=False)))
-    model.set_dtype(B.compute_dtype())
+    path = teacher_path(name, int4=False)
+    model, _ = mlx_lm.load(str(path))
+    cast_params(model, model_spec(path))  # the served model's dtype rule: cast_predicate's parameters stay float32
     model.freeze()
     return model
 
@@ -243,8 +245,7 @@ def dequantized_base(base_dir):
     import mlx_lm
     from mlx_lm.utils import dequantize_model
     model, tokenizer = mlx_lm.load(str(base_dir))
-    model = dequantize_model(model)
-    model.set_dtype(B.compute_dtype())
+    model = cast_params(dequantize_model(model), model_spec(base_dir))
     model.freeze()
     return model, tokenizer
 

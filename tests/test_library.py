@@ -13,6 +13,13 @@ def test_only_the_backend_imports_mlx():
                  if 'backend' not in p.parts and pat.search(p.read_text())]
     assert offenders == []
 
+def test_one_dtype_rule():
+    "A model is cast by streaming.cast_params (its cast_predicate's parameters kept float32), never Module.set_dtype"
+    pat = re.compile(r'\b(model|teacher|base|student)\.set_dtype\(')
+    offenders = [f"{p.relative_to(PKG)}:{i}" for p in PKG.rglob('*.py')
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pat.search(line)]
+    assert offenders == []
+
 @pytest.mark.parametrize('mt', ['qwen3_moe', 'mixtral', 'deepseek_v2', 'deepseek_v3', 'bailing_moe', 'bailing_moe_v3'])
 def test_routing_bit_identical(mt):
     from edge0.backend import core as B
