@@ -19,7 +19,7 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'generate_ids', 'token_loop', 'Sampling', 'load',
+           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'Sampling', 'generate_ids', 'token_loop', 'load',
            'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
@@ -333,6 +333,43 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
             if layer in ids: self.pending[layer] = self.reader.submit(task, layer, ids[layer])
 
 
+# %% ../nbs/02b_decode.ipynb #d0000020b
+@dataclass
+class Sampling:
+    "How the next token is drawn, in mlx-lm's names and with its defaults (`temp=0`: the most likely token)"
+    temp:float = 0.0                      # temperature (0: greedy)
+    top_p:float = 1.0                     # keep the most likely tokens whose probabilities sum to top_p (1: all)
+    top_k:int = 0                         # keep the top_k most likely tokens (0: all)
+    min_p:float = 0.0                     # drop tokens below min_p times the top token's probability (0: none)
+    min_tokens_to_keep:int = 1            # min_p keeps at least this many
+    repetition_penalty:float|None = None  # mlx-lm's sign-aware penalty on recently seen tokens (None: off)
+    repetition_context_size:int = 20      # how many recent tokens the penalty looks at
+    logit_bias:dict|None = None           # {token id: logit added}
+    seed:int|None = None                  # seed the draw before each generation (None: it differs run to run)
+
+    def __post_init__(self):
+        checks = [('temp', self.temp, 0 <= self.temp < math.inf, 'a number >= 0'),
+                  ('top_p', self.top_p, 0 < self.top_p <= 1, 'in (0, 1]'),
+                  ('top_k', self.top_k, self.top_k >= 0, 'an integer >= 0'),
+                  ('min_p', self.min_p, 0 <= self.min_p <= 1, 'in [0, 1]'),
+                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1, 'at least 1'),
+                  ('repetition_penalty', self.repetition_penalty,
+                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf, 'a number > 0'),
+                  ('repetition_context_size', self.repetition_context_size, self.repetition_context_size >= 1,
+                   'at least 1')]
+        for name, value, ok, want in checks:
+            if not ok: raise InputError(f"{name} must be {want}, got {value!r}")
+
+    def sampler(self):
+        "mlx-lm's sampler of log-probabilities for these settings"
+        from mlx_lm.sample_utils import make_sampler
+        return make_sampler(self.temp, self.top_p, self.min_p, self.min_tokens_to_keep, self.top_k)
+
+    def processors(self) -> list:
+        "mlx-lm's logits processors for these settings"
+        from mlx_lm.sample_utils import make_logits_processors
+        return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
+
 # %% ../nbs/02b_decode.ipynb #d0000020
 def _check_prompt(prompt:list, vocab_size:int|None):
     if len(prompt) == 0: raise InputError("the prompt is empty: generation needs at least one prompt token")
@@ -376,43 +413,6 @@ def token_loop(next_token, # `next_token(ids)`: feed the ids, return the token d
         yield t, time.perf_counter() - t0
         if force is None and t in eos: break
         ids = [t if force is None or i >= len(force) else int(force[i])]
-
-# %% ../nbs/02b_decode.ipynb #d0000020b
-@dataclass
-class Sampling:
-    "How the next token is drawn, in mlx-lm's names and with its defaults (`temp=0`: the most likely token)"
-    temp:float = 0.0                      # temperature (0: greedy)
-    top_p:float = 1.0                     # keep the most likely tokens whose probabilities sum to top_p (1: all)
-    top_k:int = 0                         # keep the top_k most likely tokens (0: all)
-    min_p:float = 0.0                     # drop tokens below min_p times the top token's probability (0: none)
-    min_tokens_to_keep:int = 1            # min_p keeps at least this many
-    repetition_penalty:float|None = None  # mlx-lm's sign-aware penalty on recently seen tokens (None: off)
-    repetition_context_size:int = 20      # how many recent tokens the penalty looks at
-    logit_bias:dict|None = None           # {token id: logit added}
-    seed:int|None = None                  # seed the draw before each generation (None: it differs run to run)
-
-    def __post_init__(self):
-        checks = [('temp', self.temp, 0 <= self.temp < math.inf, 'a number >= 0'),
-                  ('top_p', self.top_p, 0 < self.top_p <= 1, 'in (0, 1]'),
-                  ('top_k', self.top_k, self.top_k >= 0, 'an integer >= 0'),
-                  ('min_p', self.min_p, 0 <= self.min_p <= 1, 'in [0, 1]'),
-                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1, 'at least 1'),
-                  ('repetition_penalty', self.repetition_penalty,
-                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf, 'a number > 0'),
-                  ('repetition_context_size', self.repetition_context_size, self.repetition_context_size >= 1,
-                   'at least 1')]
-        for name, value, ok, want in checks:
-            if not ok: raise InputError(f"{name} must be {want}, got {value!r}")
-
-    def sampler(self):
-        "mlx-lm's sampler of log-probabilities for these settings"
-        from mlx_lm.sample_utils import make_sampler
-        return make_sampler(self.temp, self.top_p, self.min_p, self.min_tokens_to_keep, self.top_k)
-
-    def processors(self) -> list:
-        "mlx-lm's logits processors for these settings"
-        from mlx_lm.sample_utils import make_logits_processors
-        return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,

@@ -138,3 +138,26 @@ def test_readme_links_resolve():
 def test_readme_is_up_to_date():
     from render_docs import readme
     assert (ROOT / 'README.md').read_text() == readme(), 'run: python tools/render_docs.py --readme'
+
+def test_every_page_shows_its_api_on_its_own():
+    """Each chapter's exported cells and the `show_doc` blocks nbdev adds after them run in order in a fresh shell, as
+    rendering that page alone runs them: a signature that names a class the chapter defines further down fails here"""
+    from functools import partial
+    from execnb.shell import CaptureShell
+    from render_docs import ApiBlock, notebook, show_doc
+    failed = []
+    here = os.getcwd()
+    os.chdir(NBS)
+    try:
+        for p in page_order(NBS.glob('*.ipynb')):
+            shell = CaptureShell()
+            shell.user_ns['show_doc'] = partial(show_doc, renderer=ApiBlock)
+            for c in notebook(p).cells:
+                exported = any(d in c.directives_ for d in ('export', 'exports', 'exporti'))
+                if c.cell_type != 'code' or not (exported or c.source.startswith('show_doc(')): continue
+                shell.run(c.source)
+                if shell.exc:
+                    failed.append(f"{p.name}: {c.source.splitlines()[0]}: {type(shell.exc).__name__}: {shell.exc}")
+                    break
+    finally: os.chdir(here)
+    assert failed == []
