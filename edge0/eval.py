@@ -153,18 +153,20 @@ def evict(model):
     from edge0.store import drop_cache
     for f in checkpoint_files(model): drop_cache(f)
 
-_RANGES = {}
+_RANGES = {}  # {(folder, its shards' names, sizes, mtimes): the experts' byte ranges}: rewritten shards read anew
 
 def evict_experts(model):
     "Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest stays)"
-    if str(model) not in _RANGES:
+    shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in checkpoint_files(model))
+    key = (str(Path(model).resolve()), shards)
+    if key not in _RANGES:
         from edge0.store import ExpertStore
         st = ExpertStore(model, residency=False)
-        _RANGES[str(model)] = [(t.path, t.start, t.nbytes) for ls in st.layers.values() for t in ls.values()]
+        _RANGES[key] = [(t.path, t.start, t.nbytes) for ls in st.layers.values() for t in ls.values()]
         st.close()
     fds = {}
     try:
-        for path, start, n in _RANGES[str(model)]:
+        for path, start, n in _RANGES[key]:
             if path not in fds: fds[path] = os.open(path, os.O_RDONLY)
             if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n, os.POSIX_FADV_DONTNEED)
     finally:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_measure.ipynb #c0002
 from __future__ import annotations
-import hashlib, json, os, platform, statistics, subprocess, sys, time
+import functools, hashlib, json, os, platform, statistics, subprocess, sys, time
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
@@ -12,7 +12,7 @@ from .files import InputError
 
 # %% auto #0
 __all__ = ['SIZES', 'PATTERNS', 'ATTENTION', 'read_files', 'read_rate', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id',
-           'cached', 'expert_reads', 'child_json', 'measure_expert_reads', 'compute_profile']
+           'code_version', 'cached', 'expert_reads', 'child_json', 'measure_expert_reads', 'compute_profile']
 
 # %% ../nbs/06b_measure.ipynb #c0005
 SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
@@ -127,9 +127,19 @@ def _installed(pkg:str) -> bool:
     try: return bool(version(pkg))
     except PackageNotFoundError: return False
 
+@functools.cache
+def code_version() -> str:
+    "edge0's version and a digest of its own source: what measured a kept result (code that changed measures again)"
+    import edge0
+    pkg, h = Path(edge0.__file__).parent, hashlib.sha256()
+    for p in sorted(pkg.rglob('*.py')):
+        h.update(str(p.relative_to(pkg)).encode())
+        h.update(p.read_bytes())
+    return f"{edge0.__version__}+{h.hexdigest()[:12]}"
+
 def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
-    "The JSON result of `make()` for `key` (with this host), measured once and kept in `cache_dir()/kind/`"
-    full = dict(key, host=host_id())
+    "The JSON result of `make()` for `key` (with this host and this code), measured once, kept in `cache_dir()/kind/`"
+    full = dict(key, host=host_id(), edge0=code_version())
     p = cache_dir() / kind / (hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16] + '.json')
     if p.exists() and not refresh:
         try: return json.loads(p.read_text())['result']
