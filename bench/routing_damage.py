@@ -1,5 +1,5 @@
 """What routing replacement costs on the committed teachers, and what better heads would buy: the measurements behind
-the quality ladder's verdict (04e_ladder), in one run.
+the quality ladder's verdict (05d_ladder), in one run.
 
     python bench/routing_damage.py                    # about 45 min with OpenBLAS; writes bench/results/routing_damage.{json,txt}
     python bench/routing_damage.py --recovery-steps 0 # without the two phase-2 runs (about 10 min)

@@ -10,7 +10,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
-from .store import index_checkpoint, layer_quant, model_spec, read_header, StoreError, TensorInfo
+from .store import fingerprint, index_checkpoint, layer_quant, model_spec, read_header, StoreError, TensorInfo
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
@@ -168,7 +168,6 @@ def _record_layout(src:Path, dst:Path, layout:str):
     """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not know); the source's
     prerouter heads and adapters are copied: they were made for the same weights (the source's fingerprint)"""
     import datetime
-    from edge0.prerouter import fingerprint
     cfg = read_json(dst / 'config.json', 'model config')
     cfg['edge0_layout'] = dict(experts=layout, source=src.name, source_fingerprint=fingerprint(src),
                                date=datetime.date.today().isoformat())

@@ -193,7 +193,7 @@ def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
     m = dec.exact_top if dec is not None else 0
     p = Path(path) if path is not None else Path(model_dir) / adapter_file(k, m)
     if path is None and not p.exists():
-        if m and (Path(model_dir) / adapter_file(k)).exists():  # trained for plain routing: it hurts here (04e_ladder)
+        if m and (Path(model_dir) / adapter_file(k)).exists():  # trained for plain routing: it hurts here (05d_ladder)
             handle.notes.append(f"no adapter trained at exact top-{m} beside the model ({adapter_file(k, m)}): serving "
                                 f"without one ({adapter_file(k)} was trained for plain routing; --adapter uses it)")
         return None

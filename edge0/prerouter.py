@@ -10,16 +10,15 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, Routing, block, route, router_bias, weigh, RouterTap, _attr
-from .store import read_header, index_checkpoint, model_spec
+from .store import fingerprint, read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'weighted_nll', 'head_batch',
-           'train_head', 'phase1', 'fingerprint', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
-           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter',
-           'load_prerouter']
+           'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable', 'heads_dir_for',
+           'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -201,15 +200,6 @@ def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, 
 
 # %% ../nbs/02a_prerouter.ipynb #6a697490
 FORMAT = 'edge0-prerouter/1'
-
-def fingerprint(base_dir) -> str:
-    "Hash of a checkpoint's config.json and of the safetensors headers of its shards (the files the store reads)"
-    d, h = Path(base_dir), hashlib.sha256()
-    read_json(d / 'config.json', 'model config')
-    h.update((d / 'config.json').read_bytes())
-    for t in sorted(index_checkpoint(d).values(), key=lambda t: (t.path.name, t.name)):
-        h.update(f"{t.name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
-    return h.hexdigest()[:16]
 
 def base_fingerprints(base_dir) -> set:
     "The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it was converted"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_store.ipynb #c78f45c7
 from __future__ import annotations
-import ctypes, ctypes.util, json, math, mmap, os, threading, time
+import ctypes, ctypes.util, hashlib, json, math, mmap, os, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +14,9 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'Residency', 'drop_cache',
-           'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
+__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'fingerprint', 'Residency',
+           'drop_cache', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec',
+           'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -118,6 +119,16 @@ def index_checkpoint(model_dir) -> dict:
     out = {}
     for s in shards: out.update(read_header(d / s)[0])
     return out
+
+# %% ../nbs/01a_store.ipynb #d5e4ec78
+def fingerprint(base_dir) -> str:
+    "Hash of a checkpoint's config.json and of the safetensors headers of its shards (the files the store reads)"
+    d, h = Path(base_dir), hashlib.sha256()
+    read_json(d / 'config.json', 'model config')
+    h.update((d / 'config.json').read_bytes())
+    for t in sorted(index_checkpoint(d).values(), key=lambda t: (t.path.name, t.name)):
+        h.update(f"{t.name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
+    return h.hexdigest()[:16]
 
 # %% ../nbs/01a_store.ipynb #7c9f7f75
 _libc = ctypes.CDLL(ctypes.util.find_library('c') or None, use_errno=True)

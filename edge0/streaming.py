@@ -744,7 +744,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         raise
     handle = Handle(None, None, spec, engine)
     try:
-        handle.kernels = bq.check_kernels(options.kernels)
+        try: handle.kernels = bq.check_kernels(options.kernels)
+        except ValueError as e: raise InputError(str(e)) from None
         packed = _torch_packed(store)
         handle.notes = _kernel_notes(d, handle.kernels, packed)
         handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)

@@ -38,3 +38,41 @@ def test_zoo_loads_with_mlx_lm(tiny_qwen):
     from edge0.backend import core as B
     model, tok = mlx_lm.load(str(tiny_qwen))
     assert model(B.array([tok.encode('hello world')])).shape[-1] == 512
+
+# the foundation chapters bottom-up, as the architecture page draws them; every other chapter ranks by its number
+FOUNDATION = ('00_backend_core', '00_backend_io', '00_backend_nn', '00_backend_quant', '00_files', '00_memory',
+              '00_calib', '00_routing', '00_zoo')
+
+def _chapter(p:Path) -> str|None:
+    m = re.search(r'File to edit: [./]*nbs/([\w.-]+)\.ipynb', p.read_text()[:3000])
+    return m.group(1) if m else None
+
+def _rank(nb:str) -> tuple: return (nb[:2], FOUNDATION.index(nb) if nb in FOUNDATION else 0, nb)
+
+def _imports(name:str, tree) -> list:
+    "`(line, module)` of every edge0 module `name`'s source imports, at the top or inside a function"
+    import ast
+    pkg, out = name.split('.')[:-1], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level: base = pkg[:len(pkg) - node.level + 1]
+            elif (node.module or '').startswith('edge0'): base = ['edge0'][:0]
+            else: continue
+            mod = [*base, *(node.module or '').removeprefix('edge0').lstrip('.').split('.')] if node.module else base
+            mod = [m for m in mod if m]
+            out += [(node.lineno, '.'.join(mod))] + [(node.lineno, '.'.join([*mod, a.name])) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name.removeprefix('edge0.')) for a in node.names if a.name.startswith('edge0.')]
+    return out
+
+def test_each_chapter_imports_only_those_below_it():
+    "The architecture page's rule: a module imports only modules of chapters below its own (imports in functions too)"
+    import ast
+    mods = {'.'.join(p.relative_to(PKG).with_suffix('').parts): p for p in PKG.rglob('*.py') if not p.name.startswith('_')}
+    chapters = {name: _chapter(p) for name, p in mods.items()}
+    assert chapters['backend.quant'] == '00_backend_quant' and chapters['ladder'] == '05d_ladder'
+    breaks = [f"{name} ({chapters[name]}) imports {t} ({chapters[t]}) at line {line}"
+              for name, p in mods.items() if chapters[name]
+              for line, t in _imports(name, ast.parse(p.read_text()))
+              if t != name and chapters.get(t) and _rank(chapters[t]) >= _rank(chapters[name])]
+    assert breaks == []

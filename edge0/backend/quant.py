@@ -36,7 +36,6 @@ def gather_qmm(x, wq, scales, biases, lhs_indices=None, rhs_indices=None, transp
 
 # %% ../../nbs/00_backend_quant.ipynb #e7b87109
 import numpy as np
-from ..files import InputError
 from . import core as B
 
 KERNELS = ('mlx', 'torch')
@@ -53,13 +52,13 @@ def default_kernels() -> str:
     return 'torch' if B.device_kind() == 'cpu' and torch_available() else 'mlx'
 
 def check_kernels(kernels:str|None) -> str:
-    "`kernels` checked against this machine (None: the default)"
+    "`kernels` checked against this machine (None: the default); a `ValueError` says what is wrong"
     if kernels is None: return default_kernels()
-    if kernels not in KERNELS: raise InputError(f"kernels={kernels!r}: expected one of {', '.join(KERNELS)}")
+    if kernels not in KERNELS: raise ValueError(f"kernels={kernels!r}: expected one of {', '.join(KERNELS)}")
     if kernels == 'torch' and B.device_kind() != 'cpu':
-        raise InputError("kernels='torch' runs on the CPU only; MLX runs on Metal here: use kernels='mlx'")
+        raise ValueError("kernels='torch' runs on the CPU only; MLX runs on Metal here: use kernels='mlx'")
     if kernels == 'torch' and not torch_available():
-        raise InputError("kernels='torch' needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
+        raise ValueError("kernels='torch' needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
     return kernels
 
 def torch_int4(bits:int, group_size:int, mode:str='affine', out_features:int=16) -> bool:
