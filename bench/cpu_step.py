@@ -23,8 +23,9 @@ it cannot run). Parts, each arm in its own process, the arms alternating within 
   converted under build/bench where missing, its routing statistics printed first) under a 3 GB cap, page cache cold:
   the torch step `off` and `routing` with the default budget, --big-tokens decode steps after a --big-prompt-token
   prompt. Per step: the time blocked on reads and the MiB read (counted over the decode steps alone). `off` waits out
-  each read, so its MiB over its blocked time is this disk's rate at the expert grain as served; the roofline bound of
-  `routing` is max(`off`'s compute, `routing`'s reads at that rate). Targets: `off` and `routing` >= 1.0 tok/s,
+  each read, so its MiB over its blocked time is this disk's rate at the expert grain as served; with `routing`'s MiB
+  over its whole step and a cold probe through the store, the fastest of the three sets the roofline bound of
+  `routing`: max(`off`'s compute, `routing`'s reads at that rate). Targets: `off` and `routing` >= 1.0 tok/s,
   `routing` within 1.15x of its bound.
 - profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
@@ -120,11 +121,11 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
         return
     first, rest = run(1 if what == 'pp' else n + 1)
     tps = len(prompt) / first if what == 'pp' else n / rest
-    st = stream_stats(h.engine)
-    tot, dec = st['total'], h.decoder.stats
+    ss = stream_stats(h.engine)
+    tot, dec = ss['total'], h.decoder.stats
     steps = dict(step_ms=1e3 * rest / n, blocked_ms=tot['blocked_ms'] / n, mb=tot['bytes_read'] / n / MiB,
                  loads=tot['loads'] / n, hits=tot['hits'] / n, background_loads=dec.background_loads / n,
-                 dropped=dec.dropped, pool_mb=(st['pool']['budget_bytes'] or 0) / MiB, slot_mb=st['slot_bytes'] / MiB,
+                 dropped=dec.dropped, pool_mb=(ss['pool']['budget_bytes'] or 0) / MiB, slot_mb=ss['slot_bytes'] / MiB,
                  rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print('RESULT ' + json.dumps(dict(tps=tps, prompt=len(prompt), tokens=n, steps=steps)))
 

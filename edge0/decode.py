@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B
 from .files import InputError, read_json
-from .routing import MoESpec, block, route, weigh, router_logits, router_bias, _attr
+from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
 from .streaming import StreamEngine, StreamOptions, Handle, load as stream_load, stats as stream_stats, model_spec
 from .prerouter import Prerouter, features, heads_file, load_prerouter
 
@@ -110,7 +110,7 @@ def shadow_blocks(spec:MoESpec, model, fn) -> list:
     installed = []
     for layer in spec.moe_layers:
         parent_path, name = spec.block_path.format(layer=layer).rsplit('.', 1)
-        parent = _attr(model, parent_path)
+        parent = attr_at(model, parent_path)
         # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
         object.__setattr__(parent, name, partial(fn, layer, block(spec, model, layer)))
         installed.append((parent, name))

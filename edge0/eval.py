@@ -13,11 +13,11 @@ from .memory import io_counters
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'STYLE', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup',
-           'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'checkpoint_files', 'evict', 'evict_experts', 'warm',
-           'measure_read', 'Arm', 'run_arm', 'sequence', 'routing_report', 'run', 'fit_load_cost', 'summarize', 'table',
-           'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench',
-           'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps', 'plot_bytes', 'cold_load_explorer',
-           'cold_load_grid', 'cold_loads']
+           'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'last_line', 'checkpoint_files', 'evict',
+           'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'run_arm', 'sequence', 'routing_report', 'run',
+           'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers',
+           'speedup_table', 'model_dir', 'arms_for', 'bench', 'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps',
+           'plot_bytes', 'cold_load_explorer', 'cold_load_grid', 'cold_loads']
 
 # %% ../nbs/05_eval.ipynb #198990a8
 TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
@@ -140,7 +140,7 @@ def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=T
     return (Cgroup(limits, optional) if limits else None), None, notes
 
 # %% ../nbs/05_eval.ipynb #f0b8a9ab
-def _last_line(text:str) -> str: return (text.strip().splitlines() or ['(no output)'])[-1]
+def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no output)'])[-1]
 
 def checkpoint_files(model) -> list:
     "The checkpoint's safetensors shards"
@@ -194,11 +194,12 @@ def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float
     code = f"from edge0.eval import _read_rate; print(_read_rate({str(model)!r}, {seconds}, {int(min_mb * 1e6)}))"
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600,
                        preexec_fn=cgroup.preexec if cgroup else None)
-    if r.returncode: raise BenchError(f"measuring the read rate of {model} failed: {_last_line(r.stderr)}")
+    if r.returncode: raise BenchError(f"measuring the read rate of {model} failed: {last_line(r.stderr)}")
     return float(r.stdout.split()[-1])
 
 # %% ../nbs/05_eval.ipynb #4f986cce
-ARM_MODES = ('resident', 'compute', 'off', 'routing', 'prefetch', 'oracle')
+from .decode import MODES
+ARM_MODES = ('resident', 'compute', *MODES)  # the harness's two resident arms, then the decoder's modes
 
 @dataclass
 class Arm:
@@ -244,7 +245,7 @@ def _totals(engine) -> np.ndarray:
     return np.array([[s.loads, s.bytes_read, s.cold_pages, s.pages, s.read_s, s.blocked_s, s.hits]
                      for s in engine.stats.values()], dtype=np.float64).sum(0)
 
-def _open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
+def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     "A handle with its decoder for `arm`"
     from edge0.backend import core as B
     from edge0.streaming import StreamOptions, load_resident, model_spec
@@ -276,7 +277,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     from edge0.decode import DecodeStats, generate_ids, save_trace
     from edge0.streaming import reset_stats
     t0 = time.perf_counter()
-    h = _open_arm(arm, trace, record is not None, prompt + tokens + 1)
+    h = open_arm(arm, trace, record is not None, prompt + tokens + 1)
     load_s, dec = time.perf_counter() - t0, h.decoder
     eng = None if arm.mode in ('resident', 'compute') else h.engine  # torch-packed experts too: nothing read now
     ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
@@ -353,7 +354,7 @@ def routing_report(model, n_tokens:int=256) -> str:
     code = ("from edge0.routing_stats import checkpoint_routing, format_routing; "
             f"print(format_routing(checkpoint_routing({str(model)!r}, {n_tokens}), {Path(model).name!r}))")
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=3600)
-    if r.returncode: raise BenchError(f"measuring the routing of {model} failed: {_last_line(r.stderr)}")
+    if r.returncode: raise BenchError(f"measuring the routing of {model} failed: {last_line(r.stderr)}")
     return r.stdout.strip()
 
 def _spawn(job:dict, cgroup:Cgroup|None, timeout:float) -> dict:
@@ -402,7 +403,7 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
             rec = Arm(a.model, 'off', a.k, pool_mb=a.pool_mb, kernels=a.kernels, name='trace')
             r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
             if r.get('failed'):
-                raise BenchError(f"recording the routing trace for {a.name} failed: {_last_line(r['stderr'])}")
+                raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
         from tqdm.auto import tqdm
         bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
         runs = {a.name: [] for a in arms}
@@ -483,7 +484,7 @@ def table(report:dict) -> str:
         if not r['rounds']:
             f = r['failed'][0]
             lines.append(f"{name:18}failed every round: exit {f['returncode']}"
-                         + (' (OOM-killed)' if f['killed'] else '') + f": {_last_line(f['stderr'])}")
+                         + (' (OOM-killed)' if f['killed'] else '') + f": {last_line(f['stderr'])}")
             continue
         s = (f"{name:18}{r['decode_tps']:>7.2f}{r['step_ms']:>8.1f}"
              f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}{r['peak_active_mb']:>9.0f}"

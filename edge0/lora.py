@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError, read_json
-from .routing import MoESpec, _attr
+from .routing import MoESpec, attr_at
 from .store import read_header, model_spec
 from .prerouter import fingerprint, base_fingerprints
 
@@ -96,7 +96,7 @@ def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, s
     adapter = Adapter(spec, rank, alpha, tuple(targets), {})
     for path in target_modules(spec, model, targets):
         parent_path, name = path.rsplit('.', 1)
-        parent = _attr(model, parent_path)
+        parent = attr_at(model, parent_path)
         adapter.originals.append((parent, name, parent[name]))
         wrapped = adapter.modules[path] = LoRALinear(parent[name], rank, alpha, dtype)
         if weights is not None:
@@ -155,7 +155,7 @@ def _check_weights(p:Path, weights:dict, spec:MoESpec, model, meta:dict) -> dict
         odd = sorted(set(weights) ^ names)[0]
         raise InputError(f"{p}: tensor {odd} does not match the base's {meta['targets']} projections")
     for path in paths:
-        out, d_in = _dims(_attr(model, path))
+        out, d_in = _dims(attr_at(model, path))
         a, b = weights[f"{path}.lora_a"], weights[f"{path}.lora_b"]
         if a.shape != (meta['rank'], d_in) or b.shape != (out, meta['rank']):
             raise InputError(f"{p}: {path} is {a.shape} x {b.shape}, the base needs ({meta['rank']}, {d_in}) "

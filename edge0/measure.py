@@ -175,11 +175,11 @@ def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:in
 # %% ../nbs/06b_measure.ipynb #c0025
 def child_json(code:str, what:str, cgroup=None, timeout:float=3600):
     "The result of `code` run in a child process (in `cgroup`), which prints it as one `JSON ` line"
-    from edge0.eval import BenchError, _last_line
+    from edge0.eval import BenchError, last_line
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout,
                        preexec_fn=cgroup.preexec if cgroup else None)
     out = [l for l in r.stdout.splitlines() if l.startswith('JSON ')]
-    if r.returncode or not out: raise BenchError(f"{what} failed: {_last_line(r.stderr)}")
+    if r.returncode or not out: raise BenchError(f"{what} failed: {last_line(r.stderr)}")
     return json.loads(out[-1][5:])
 
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
@@ -216,11 +216,11 @@ def _unshadow(obj, name:str, before):
 # %% ../nbs/06b_measure.ipynb #c0029
 def _decoder_layers(spec, model) -> list:
     "`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of `model`"
-    from edge0.routing import _attr
+    from edge0.routing import attr_at
     path, mlp = spec.block_path.rsplit('.', 1)
     out = []
     for i in range(spec.num_layers):
-        layer = _attr(model, path.format(layer=i))
+        layer = attr_at(model, path.format(layer=i))
         att = next((a for a in ATTENTION if a in layer or a in layer.__dict__), None)
         if att is None: raise InputError(f"layer {i} has none of the attention children {', '.join(ATTENTION)}")
         out.append((i, layer, att, mlp))
@@ -264,8 +264,8 @@ def _rss_mb() -> float:
 
 def _profile(arm, prompt:int, steps:int) -> dict:
     "Measure the compute profile of `arm` (an `edge0.eval.Arm` whose pool holds every expert) in this process"
-    from edge0.eval import _open_arm, sequence
-    h = _open_arm(arm)
+    from edge0.eval import open_arm, sequence
+    h = open_arm(arm)
     try:
         spec, eng = h.spec, h.engine
         if eng is not None:

@@ -18,7 +18,7 @@ from .files import InputError, find_model, teacher_path
 from .memory import ROOM, headroom, peak_rss
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
                              recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
-from .routing import MoESpec, RouterTap, _attr, block, route
+from .routing import MoESpec, RouterTap, attr_at, block, route
 from .store import ExpertStore, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_heldout_ids, teacher_tokens
@@ -54,7 +54,7 @@ class _Catch(_Feed):
 # %% ../nbs/04c_phase1.ipynb #0959c515
 def decoder_layers(spec:MoESpec, model) -> list:
     "The list of decoder layers that `model`'s own forward pass loops over (its block path without `.{layer}...`)"
-    return _attr(model, spec.block_path.split('.{layer}')[0])
+    return attr_at(model, spec.block_path.split('.{layer}')[0])
 
 class LayerPass:
     "Runs one decoder layer of `model` at a time over batches of windows, through the model's own forward pass"

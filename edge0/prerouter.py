@@ -9,16 +9,17 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, Routing, block, route, router_bias, weigh, RouterTap, _attr
+from .routing import MoESpec, Routing, block, route, router_bias, weigh, RouterTap, attr_at
 from .store import fingerprint, read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
-           'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'weighted_nll', 'head_batch',
-           'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable', 'heads_dir_for',
-           'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter', 'load_prerouter']
+           'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
+           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
+           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter',
+           'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -44,7 +45,7 @@ def features(h, routed, routed_prev, E:int):
 # %% ../nbs/02a_prerouter.ipynb #f46cac0b
 def router_weight(spec:MoESpec, model, layer:int):
     "Float32 (E, D) router weight of `layer` (dequantized if the router is quantized)"
-    r = _attr(block(spec, model, layer), spec.router)
+    r = attr_at(block(spec, model, layer), spec.router)
     if isinstance(r, bq.TorchLinear): return r.dense_weight()  # served by torch's kernels
     if not isinstance(r, dict): return r.astype(B.float32)  # a plain weight array (DeepSeek's MoEGate)
     w = r['weight']
@@ -140,7 +141,7 @@ def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
 
 
 # %% ../nbs/02a_prerouter.ipynb #a78d0e3a
-def _probs(spec, lg):
+def score_probs(spec, lg):
     if spec.routing.score == 'softmax': return B.softmax(lg, axis=-1)
     s = B.sigmoid(lg)
     return s / s.sum(axis=-1, keepdims=True)
@@ -169,7 +170,7 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
     positions = pair_positions(len(h), seq)
     def loss_fn(head, f, target, routed_next):
-        p, q = _probs(spec, target), _probs(spec, head(f))
+        p, q = score_probs(spec, target), score_probs(spec, head(f))
         kl = (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
         if not weighted: return kl, kl
         return kl + weighted * weighted_nll(spec, q, target, routed_next), kl

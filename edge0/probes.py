@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn
 from .files import InputError
-from .routing import MoESpec, _attr, _check_moe_layer, block, route, route_block
-from .prerouter import Head, Prerouter, _probs, base_fingerprints, capture, fingerprint, pair_positions
+from .routing import MoESpec, attr_at, check_moe_layer, block, route, route_block
+from .prerouter import Head, Prerouter, score_probs, base_fingerprints, capture, fingerprint, pair_positions
 from .prerouter import recall, recall_report, router_bias_of, router_weight
 from .store import model_spec, read_header
 from fastcore.basics import patch
@@ -22,8 +22,8 @@ __all__ = ['PROBES_FORMAT', 'decoder_layer', 'PreAttnTap', 'capture_pre', 'Probe
 # %% ../nbs/06d_probes.ipynb #8ce76975
 def decoder_layer(spec:MoESpec, model, layer:int):
     "The decoder layer (attention, norms, MoE block) of MoE `layer` in a loaded mlx-lm `model`"
-    _check_moe_layer(spec, layer)
-    return _attr(model, spec.block_path.format(layer=layer).rsplit('.', 1)[0])
+    check_moe_layer(spec, layer)
+    return attr_at(model, spec.block_path.format(layer=layer).rsplit('.', 1)[0])
 
 class PreAttnTap:
     "Records `{layer: [pre-attention hidden states (B, L, D), one per forward pass]}` at every MoE layer of `model`"
@@ -62,7 +62,7 @@ class Probes(B.Module):
                  k:int|None=None): # the K the predictions serve (default: the model's)
         super().__init__()
         self.layers = tuple(layers if layers is not None else spec.moe_layers)
-        for l in self.layers: _check_moe_layer(spec, l)
+        for l in self.layers: check_moe_layer(spec, l)
         self.spec, self.hidden, self.k = spec, hidden, k or spec.k
         # keys are not bare numbers: a digit key would be read back as a list index
         self.heads = {f"layer{l}": Head(spec.hidden_size, hidden, spec.num_experts) for l in self.layers}
@@ -78,7 +78,7 @@ def init_probes(spec:MoESpec, model, layers=None, hidden:int=256, k:int|None=Non
 # %% ../nbs/06d_probes.ipynb #c87f2cc9
 def _kl(spec:MoESpec, target, logits):
     "Phase 1's loss: KL from the router distribution of `target` logits to that of `logits`, mean over tokens"
-    p, q = _probs(spec, target), _probs(spec, logits)
+    p, q = score_probs(spec, target), score_probs(spec, logits)
     return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
 
 def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own forward passes

@@ -51,7 +51,7 @@ def heldout_windows(tokenizer, seq:int, n:int, name:str|None=None) -> np.ndarray
     return ids[:n * seq].reshape(n, seq)
 
 # %% ../nbs/05b_quality.ipynb #de4924b0
-SERVED_MODES = ('off', 'routing')
+SERVED_MODES = ('off', 'routing')  # of decode.MODES, those whose tokens differ: prefetch and oracle serve off's
 
 class Served:
     "One way of serving the int4 model `model_dir`, resident or streamed: `mode` at `k`, heads, recovery adapter"

@@ -12,10 +12,10 @@ from .backend import core as B, quant as bq
 from .files import InputError
 
 # %% auto #0
-__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'expert_projs',
-           'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias', 'route_block', 'resolve_model_type',
-           'model_class', 'absent_args', 'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing',
-           'weigh', 'RouterTap']
+__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'attr_at',
+           'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias',
+           'route_block', 'resolve_model_type', 'model_class', 'absent_args', 'model_args', 'check_buildable',
+           'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -178,7 +178,7 @@ class MoESpec:
         return own[path] if path in own else self.quant if stored else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
-def _attr(obj, path:str):
+def attr_at(obj, path:str):
     "Follow a dotted path; module children are read as items, so a tap shadowing an attribute is seen through"
     for p in path.split('.'):
         obj = obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj else getattr(obj, p)
@@ -188,7 +188,7 @@ def expert_projs(layout:str) -> tuple:
     "The routed expert projections of a layout"
     return ('gate_up_proj', 'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
 
-def _check_moe_layer(spec:MoESpec, layer:int):
+def check_moe_layer(spec:MoESpec, layer:int):
     if layer not in spec.moe_layers:
         raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
 
@@ -200,7 +200,7 @@ def quant_parts(quant:QuantSpec|None) -> tuple:
 
 def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
     "`{(proj, part): safetensors key}` of `layer`'s stacked routed experts (`quant`: `{proj: QuantSpec|None}`)"
-    _check_moe_layer(spec, layer)
+    check_moe_layer(spec, layer)
     blk = spec.block_path.format(layer=layer)
     if spec.layout == 'fused': return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
     quant = quant or {p: spec.quant_of(layer, p) for p in expert_projs(spec.layout)}
@@ -212,19 +212,19 @@ def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
 # %% ../nbs/00_routing.ipynb #9af4b4ec
 def block(spec:MoESpec, model, layer:int):
     "The MoE block of `layer` in a loaded mlx-lm `model`"
-    _check_moe_layer(spec, layer)
-    return _attr(model, spec.block_path.format(layer=layer))
+    check_moe_layer(spec, layer)
+    return attr_at(model, spec.block_path.format(layer=layer))
 
 def router_logits(spec:MoESpec, blk, x):
     "The router logits (..., E) that `blk`'s own router computes for hidden states `x`"
-    r = _attr(blk, spec.router)
+    r = attr_at(blk, spec.router)
     if callable(r): return r(x)
     if spec.router_f32: return x.astype(B.float32) @ r.astype(B.float32).T
     return x @ r.T
 
 def router_bias(spec:MoESpec, blk):
     "The block's correction bias, or None"
-    return _attr(blk, spec.router_bias) if spec.router_bias else None
+    return attr_at(blk, spec.router_bias) if spec.router_bias else None
 
 def route_block(spec:MoESpec, blk, x, k:int|None=None):
     "`(indices, weights)` for hidden states `x` through `blk`'s router and edge0's routing, at `k` (default: native K)"

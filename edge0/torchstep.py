@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from .backend import core as B, quant as bq
 from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from .files import InputError
-from .routing import MoESpec, RouterKind, Routing, block
+from .routing import MoESpec, RouterKind, Routing, attr_at, block
 from .streaming import torch_quant
 from .decode import Sampling, token_loop
 
@@ -291,11 +291,6 @@ class Experts:
         return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
-def _path(m, path:str):
-    "The module or array at dotted `path` below `m`"
-    for part in path.split('.'): m = getattr(m, part)
-    return m
-
 def _router(m) -> Proj:
     "A block's router: a projection module (`gate`, `gate.gate_proj`), or a bare weight (`gate.weight`)"
     if isinstance(m, (Linear, QuantizedLinear, bq.TorchLinear)): return Proj(m)
@@ -309,8 +304,8 @@ class MoE:
     def __init__(self, spec:MoESpec, blk, engine, layer:int):
         _check_routing(spec.routing, spec)
         self.spec, self.routing, self.layer = spec, spec.routing, layer
-        self.router = _router(_path(blk, spec.router))
-        self.bias = _f32(_path(blk, spec.router_bias)) if spec.router_bias else None  # the correction bias
+        self.router = _router(attr_at(blk, spec.router))
+        self.bias = _f32(attr_at(blk, spec.router_bias)) if spec.router_bias else None  # the correction bias
         self.experts = Experts(engine, layer)
         self.shared = MLP(getattr(blk, spec.shared)) if spec.shared else None
         self.shared_gate = Proj(getattr(blk, spec.shared_gate)) if spec.shared_gate else None
