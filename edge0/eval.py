@@ -143,9 +143,10 @@ def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=T
 def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no output)'])[-1]
 
 def checkpoint_files(model) -> list:
-    "The checkpoint's safetensors shards"
-    files = sorted(Path(model).glob('*.safetensors'))
-    if not files: raise InputError(f"{model} has no .safetensors files")
+    "The checkpoint's safetensors shards (`store.shard_files`: not the heads or adapters beside them)"
+    from edge0.store import shard_files
+    files = shard_files(model) if Path(model).is_dir() else []
+    if not files: raise InputError(f"{model} has no .safetensors shards")
     return files
 
 def evict(model):

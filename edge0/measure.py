@@ -9,6 +9,7 @@ from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
 from .files import InputError
+from .store import shard_files
 
 # %% auto #0
 __all__ = ['SIZES', 'PATTERNS', 'ATTENTION', 'read_files', 'read_rate', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id',
@@ -22,7 +23,7 @@ def read_files(src) -> list:
     "The files a read benchmark reads: `src` itself, or the safetensors shards of the model directory `src`"
     p = Path(src)
     if p.is_file(): return [p]
-    files = sorted(p.glob('*.safetensors')) if p.is_dir() else []
+    files = shard_files(p) if p.is_dir() else []  # the shards alone: heads and adapters beside them are not read
     if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors files")
     return files
 

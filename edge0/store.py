@@ -14,9 +14,9 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'index_checkpoint', 'fingerprint', 'Residency',
-           'drop_cache', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec',
-           'ExpertStore']
+__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files', 'index_checkpoint', 'fingerprint',
+           'Residency', 'drop_cache', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats',
+           'model_spec', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -109,6 +109,11 @@ def _shard_names(d:Path) -> list:
             example = next(k for k, v in weight_map.items() if v == s)
             raise StoreError(f"shard {d / s} is missing ({_INDEX} maps {example} to it)")
     return sorted(set(weight_map.values()))
+
+def shard_files(model_dir) -> list:
+    "The checkpoint's shards (paths) as the store reads them: heads and adapters saved beside them are not shards"
+    d = Path(model_dir)
+    return [d / s for s in _shard_names(d)]
 
 def index_checkpoint(model_dir) -> dict:
     "`{name: TensorInfo}` for every tensor of every shard of the checkpoint in `model_dir`"
