@@ -56,7 +56,7 @@ def _imports(name:str, tree) -> list:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level: base = pkg[:len(pkg) - node.level + 1]
-            elif (node.module or '').startswith('edge0'): base = ['edge0'][:0]
+            elif (node.module or '').startswith('edge0'): base = []
             else: continue
             mod = [*base, *(node.module or '').removeprefix('edge0').lstrip('.').split('.')] if node.module else base
             mod = [m for m in mod if m]
