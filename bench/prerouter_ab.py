@@ -19,24 +19,11 @@ routing within 1.15x of its bound; routing >= 1.3x faster than off where off's s
 import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
-from edge0.eval import Arm, run, table, evict, sequence
+from edge0.eval import Arm, run, table, sequence
+from edge0.measure import expert_reads
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ('off', 'routing', 'prefetch', 'oracle')
-
-def read_bandwidth(model, k, batches=64, seed=0):
-    "Cold read bandwidth through the store, K random experts of a random layer at a time (as a layer's misses are read)"
-    import numpy as np
-    from edge0.store import ExpertStore
-    st, rng = ExpertStore(model), np.random.default_rng(seed)
-    evict(model)
-    t0, nbytes = time.perf_counter(), 0
-    for _ in range(batches):
-        l = int(rng.choice(st.spec.moe_layers))
-        for _, ls in st.read_experts(l, rng.choice(st.spec.num_experts, k, replace=False).tolist()): nbytes += ls.nbytes
-    dt = time.perf_counter() - t0
-    st.close()
-    return nbytes / dt / 2**20
 
 OPENBLAS = [p for p in ('/usr/lib/x86_64-linux-gnu/libopenblas.so.0', '/usr/lib/aarch64-linux-gnu/libopenblas.so.0') if Path(p).exists()]
 
@@ -55,13 +42,12 @@ def synthetic_heads(model, ks):
 
 def make_heads(model, k):
     "Warm-started heads for the synthetic checkpoint, distilled briefly on its own forward passes over the excerpt"
-    import numpy as np, mlx_lm
-    from edge0.backend import core as B
-    from edge0.routing import spec_for
+    import numpy as np
     from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter
+    from edge0.streaming import load_resident
     model = Path(model)
-    spec = spec_for(json.loads((model / 'config.json').read_text()))
-    m, _ = mlx_lm.load(str(model)); m.set_dtype(B.compute_dtype())
+    h = load_resident(model)  # the served dtype rule (`streaming.cast_params`)
+    spec, m = h.spec, h.model
     ids = np.array(sequence(model, 512))
     t0 = time.time(); cap = capture(spec, m, ids, k, seq=256); print(f'  captured {len(ids)} tokens in {time.time() - t0:.0f} s', flush=True)
     best = (float('inf'), None, None)
@@ -79,7 +65,7 @@ def bench(a, name, model, arm_kw, run_kw):
     out = ROOT / 'build' / 'eval'
     comp = run([Arm(model, 'compute', k) for k in a.ks], a.tokens, a.prompt, a.rounds, cache='warm', out=out)
     print('compute-only step (every expert resident, no cap):\n' + table(comp), flush=True)
-    bw = {k: read_bandwidth(model, k) for k in a.ks}
+    bw = {k: expert_reads(model, k, 64)['mb_s'] * 1e6 / 2**20 for k in a.ks}  # cold, K experts of a layer at a time
     rep = run([Arm(model, m, k, **arm_kw) for k in a.ks for m in MODES], a.tokens, a.prompt, a.rounds, cache='cold',
               out=out, routing=comp['routing'], **run_kw)
     print(table(rep), flush=True)

@@ -13,14 +13,15 @@ import numpy as np
 from .backend import core as B
 from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
-from .streaming import StreamEngine, StreamOptions, Handle, load as stream_load, stats as stream_stats, model_spec
+from .streaming import (StreamEngine, StreamOptions, Handle, load as stream_load, load_resident,
+                             stats as stream_stats, model_spec)
 from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'DecodeStats', 'shadow_blocks', 'unshadow', 'Decoder', 'Sampling', 'generate_ids', 'token_loop', 'load',
-           'decode_stats', 'held_bytes']
+           'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling', 'generate_ids', 'token_loop',
+           'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -87,6 +88,27 @@ def load_trace(path, spec:MoESpec, k:int) -> list:
     return out
 
 
+# %% ../nbs/02b_decode.ipynb #3452cba0
+def shadow(obj, name:str, fn) -> tuple:
+    "Call `fn` where `obj` calls its child `name`; returns what `unshadow` takes back (an earlier shadow included)"
+    # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
+    before = obj.__dict__.get(name)
+    object.__setattr__(obj, name, fn)
+    return obj, name, before
+
+def shadow_blocks(spec:MoESpec, model, fn) -> list:
+    "Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes back"
+    paths = [spec.block_path.format(layer=layer).rsplit('.', 1) for layer in spec.moe_layers]
+    return [shadow(attr_at(model, parent), name, partial(fn, layer, block(spec, model, layer)))
+            for layer, (parent, name) in zip(spec.moe_layers, paths)]
+
+def unshadow(installed:list):
+    "Take back what `shadow` and `shadow_blocks` installed, last first, with any shadow beneath (twice is harmless)"
+    for obj, name, before in reversed(installed):
+        if before is None: obj.__dict__.pop(name, None)
+        else: object.__setattr__(obj, name, before)
+    installed.clear()
+
 # %% ../nbs/02b_decode.ipynb #d0000012
 @dataclass
 class DecodeStats:
@@ -104,22 +126,6 @@ class DecodeStats:
     exact_checked:int = 0      # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
     exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
     exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
-
-def shadow_blocks(spec:MoESpec, model, fn) -> list:
-    "Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes back"
-    installed = []
-    for layer in spec.moe_layers:
-        parent_path, name = spec.block_path.format(layer=layer).rsplit('.', 1)
-        parent = attr_at(model, parent_path)
-        # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
-        object.__setattr__(parent, name, partial(fn, layer, block(spec, model, layer)))
-        installed.append((parent, name))
-    return installed
-
-def unshadow(installed:list):
-    "Give the model the blocks `shadow_blocks` shadowed (twice is harmless)"
-    for parent, name in installed: parent.__dict__.pop(name, None)
-    installed.clear()
 
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
@@ -149,6 +155,7 @@ class Decoder:
         self.pred_w, self.prewaited = {}, set()  # exact top-M: the flush's ranking; layers whose task was waited on
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
+        self.before_flush, self.after_flush = [], []  # callables run around each flush: what a measurement adds
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
         if engine is not None and mode == 'routing' and hold:
             for layer in spec.moe_layers:
@@ -301,6 +308,7 @@ def _unstaged(self:Decoder, layer:int, ids) -> bool:
 @patch
 def flush(self:Decoder, *arrays):
     "Evaluate `arrays` with this step's predictions; plan the next step and start its reads"
+    for fn in self.before_flush: fn()  # a measurement's own work between steps (`edge0.eval.run_arm`)
     t0 = time.perf_counter()
     preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
     self.preds, self.own_routed, self.pred_w = {}, {}, {}
@@ -310,6 +318,7 @@ def flush(self:Decoder, *arrays):
     host = lambda d: {layer: np.array(v.astype(B.float32) if v.dtype == B.bfloat16 else v).ravel()
                       for layer, v in d.items()}
     self.plan_next(host(preds), host(own_routed), host(pred_w))
+    for fn in self.after_flush: fn()
 
 @patch
 def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
@@ -416,8 +425,11 @@ def token_loop(next_token, # `next_token(ids)`: feed the ids, return the token d
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
-         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True, **kw) -> Handle:
-    "A `Handle` on the streamed model in `model_dir` and its `Decoder` (heads: `prerouter_path`, else `find_heads`)"
+         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True,
+         resident:bool=False, # every expert in memory (`load_resident`): the decoder computes, nothing is read
+         decoder:bool=True, # False: the heads are loaded (`handle.prerouter`), the model routes itself
+         dtype=None, **kw) -> Handle:
+    "A `Handle` on the model in `model_dir`, its heads (`prerouter_path`, else `find_heads`) and its `Decoder`"
     check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k
@@ -426,10 +438,14 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     replay = None
     if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, list) else load_trace(trace, spec, k)
-    handle = stream_load(model_dir, options, spec=spec, k=k, **kw)
+    if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")
+    handle = (load_resident(model_dir, spec, dtype) if resident else
+              stream_load(model_dir, options, spec=spec, k=k, dtype=dtype, **kw))
+    handle.k, handle.heads, handle.prerouter = k, path, heads
     if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
-    try: handle.decoder = Decoder(handle.model, spec, handle.engine, mode, k, heads, replay, record_trace,
-                                  exact_top, hold)
+    if not decoder: return handle
+    engine = None if resident else handle.engine  # resident: every expert at hand (torch-packed ones too)
+    try: handle.decoder = Decoder(handle.model, spec, engine, mode, k, heads, replay, record_trace, exact_top, hold)
     except BaseException:
         handle.close()
         raise

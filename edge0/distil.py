@@ -13,10 +13,10 @@ from .calib import calibration, default_documents, read_documents
 from .decode import Sampling, generate_ids, held_bytes, load as decode_load
 from .files import InputError, find_model, read_json
 from .memory import peak_rss
-from .lora import TARGETS, adapter_file, attach, heads_fingerprint, load_checkpoint, save_adapter, save_checkpoint
+from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
 from .phase1 import LayerPass, decoder_layers, training_pool
-from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, is_writable, load_prerouter,
-                             replace_whole)
+from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, heads_fingerprint, is_writable,
+                             load_prerouter, replace_whole)
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block
 from .store import ExpertStore, model_spec

@@ -4,16 +4,25 @@
 
 # %% ../nbs/05_eval.ipynb #a4df99db
 from __future__ import annotations
-import json, os, resource, statistics, subprocess, sys, time, uuid
+import importlib, importlib.util, json, os, resource, statistics, subprocess, sys, time, uuid
+from collections import OrderedDict
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
-from .files import InputError
+from tqdm.auto import tqdm
+from .backend import core as B
+from .files import InputError, heldout_excerpt, find_model
 from .memory import io_counters
+from .store import ExpertStore, drop_cache, model_spec, read_files
+from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
+from .prerouter import heads_file
+from .routing_stats import checkpoint_routing, format_routing
+from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
+from .served import open_served
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'STYLE', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup',
-           'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'last_line', 'checkpoint_files', 'evict',
+           'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'last_line', 'run_child', 'child', 'evict',
            'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'run_arm', 'sequence', 'routing_report', 'run',
            'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers',
            'speedup_table', 'model_dir', 'arms_for', 'bench', 'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps',
@@ -142,26 +151,42 @@ def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=T
 # %% ../nbs/05_eval.ipynb #f0b8a9ab
 def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no output)'])[-1]
 
-def checkpoint_files(model) -> list:
-    "The checkpoint's safetensors shards (`store.shard_files`: not the heads or adapters beside them)"
-    from edge0.store import shard_files
-    files = shard_files(model) if Path(model).is_dir() else []
-    if not files: raise InputError(f"{model} has no .safetensors shards")
-    return files
+_RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
+
+def run_child(fn:str, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
+    "Call `fn` ('module:function') on JSON arguments in a fresh interpreter (in `cgroup`): its result, or why it failed"
+    cmd = [sys.executable, '-c', 'from edge0.eval import _child_main; _child_main()', json.dumps([fn, args, kw])]
+    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                            preexec_fn=cgroup.preexec if cgroup else None)
+    except subprocess.TimeoutExpired:
+        return dict(failed=True, returncode=None, killed=False, stderr=f"timed out after {timeout:g} s")
+    line = next((l for l in reversed(r.stdout.splitlines()) if l.startswith(_RESULT)), None)
+    if line is not None: return dict(result=json.loads(line[len(_RESULT):]))
+    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
+
+def child(fn:str, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
+    "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line, if it did"
+    r = run_child(fn, *args, cgroup=cgroup, timeout=timeout, **kw)
+    if r.get('failed'): raise BenchError(f"{what} failed: {last_line(r['stderr'])}")
+    return r['result']
+
+def _child_main():
+    fn, args, kw = json.loads(sys.argv[1])
+    module, name = fn.split(':')
+    result = getattr(importlib.import_module(module), name)(*args, **kw)
+    print(_RESULT + json.dumps(result), flush=True)
 
 def evict(model):
     "Drop the checkpoint in `model` from the page cache"
-    from edge0.store import drop_cache
-    for f in checkpoint_files(model): drop_cache(f)
+    for f in read_files(model): drop_cache(f)
 
 _RANGES = {}  # {(folder, its shards' names, sizes, mtimes): the experts' byte ranges}: rewritten shards read anew
 
 def evict_experts(model):
     "Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest stays)"
-    shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in checkpoint_files(model))
+    shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in read_files(model))
     key = (str(Path(model).resolve()), shards)
     if key not in _RANGES:
-        from edge0.store import ExpertStore
         st = ExpertStore(model, residency=False)
         _RANGES[key] = [(t.path, t.start, t.nbytes) for ls in st.layers.values() for t in ls.values()]
         st.close()
@@ -175,31 +200,18 @@ def evict_experts(model):
 
 def warm(model):
     "Read the checkpoint in `model` once (what fits stays in the page cache)"
-    for f in checkpoint_files(model):
+    for f in read_files(model):
         with open(f, 'rb') as fh:
             while fh.read(64 << 20): pass
 
-def _read_rate(model, seconds:float, min_bytes:int) -> float:
-    "MB/s of cold sequential reads of the checkpoint, for at least `seconds` and `min_bytes` (in this process)"
-    files, n, t0 = checkpoint_files(model), 0, time.perf_counter()
-    done = lambda: time.perf_counter() - t0 >= seconds and n >= min_bytes
-    while not done():
-        evict(model)
-        for f in files:
-            with open(f, 'rb', buffering=0) as fh:
-                while not done() and (b := fh.read(4 << 20)): n += len(b)
-    return n / (time.perf_counter() - t0) / 1e6
-
 def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float=64) -> float:
     "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
-    code = f"from edge0.eval import _read_rate; print(_read_rate({str(model)!r}, {seconds}, {int(min_mb * 1e6)}))"
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600,
-                       preexec_fn=cgroup.preexec if cgroup else None)
-    if r.returncode: raise BenchError(f"measuring the read rate of {model} failed: {last_line(r.stderr)}")
-    return float(r.stdout.split()[-1])
+    size = min(4 << 20, max(f.stat().st_size for f in read_files(model)) // 4096 * 4096)  # 4 MiB reads, or shorter
+    r = child('edge0.store:read_rate', str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
+              timeout=600, what=f"measuring the read rate of {model}")
+    return r['mb_s']
 
 # %% ../nbs/05_eval.ipynb #4f986cce
-from .decode import MODES
 ARM_MODES = ('resident', 'compute', *MODES)  # the harness's two resident arms, then the decoder's modes
 
 @dataclass
@@ -221,7 +233,6 @@ class Arm:
     exact_top:int = 0             # mode 'routing': the own M heaviest experts always computed (edge0.decode)
     name:str = ''
     def __post_init__(self):
-        from edge0.streaming import PATHS
         self.model = str(self.model)
         if self.mode not in ARM_MODES:
             raise InputError(f"arm mode {self.mode!r}: expected one of {', '.join(ARM_MODES)}")
@@ -237,9 +248,6 @@ class Arm:
                          + (f"/top{self.exact_top}" if self.exact_top else '')
                          + (f"/{self.path}" if self.path != 'exact' else ''))
 
-# %% ../nbs/05_eval.ipynb #fb267799
-from .decode import held_bytes  # what a prerouted decoder holds beside the pool (02b_decode)
-
 # %% ../nbs/05_eval.ipynb #920b0f1b
 def _totals(engine) -> np.ndarray:
     "loads, bytes, cold pages, pages, read s, blocked s, hits: summed over the engine's layers"
@@ -247,36 +255,26 @@ def _totals(engine) -> np.ndarray:
                      for s in engine.stats.values()], dtype=np.float64).sum(0)
 
 def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
-    "A handle with its decoder for `arm`"
-    from edge0.backend import core as B
-    from edge0.streaming import StreamOptions, load_resident, model_spec
-    from edge0.decode import Decoder, load
-    spec = model_spec(arm.model)
-    if arm.mode in ('resident', 'compute'):
-        h = load_resident(arm.model, spec)
-        if arm.mode == 'compute': h.decoder = Decoder(h.model, spec, None, 'off', arm.k or spec.k)
-        elif arm.k not in (None, spec.k):
-            raise InputError(f"a resident arm decodes at the model's K={spec.k}; use mode 'compute' for K={arm.k}")
-        return h
+    "A handle with its decoder for `arm`, opened as a session opens it (`edge0.served.open_served`)"
+    if arm.mode in ('resident', 'compute'):  # 'compute': a decoder over every expert in memory, at the arm's K
+        if arm.mode == 'resident' and arm.k not in (None, model_spec(arm.model).k):
+            raise InputError(f"a resident arm decodes at the model's own K; use mode 'compute' for K={arm.k}")
+        compute = arm.mode == 'compute'
+        return open_served(arm.model, 'off' if compute else None, arm.k if compute else None, arm.heads, arm.adapter,
+                           resident=True)
     auto = arm.pool_mb == 'auto'  # the whole budget, slots and resident layers in it, from the memory left
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
                       pool_bytes='auto' if auto else int(arm.pool_mb * 2**20) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels)
-    h = load(arm.model, arm.mode, arm.k, arm.heads, trace=trace, record_trace=record, options=o, spec=spec,
-             exact_top=arm.exact_top)
-    if arm.adapter:
-        from edge0.lora import use_adapter
-        use_adapter(h, arm.model, arm.adapter)
+    h = open_served(arm.model, arm.mode, arm.k, arm.heads, arm.adapter, options=o, trace=trace, record_trace=record,
+                    exact_top=arm.exact_top)
     B.clear_cache()
     return h
 
 def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None, record=None,
             join=None) -> dict:
     "Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced decode steps"
-    from edge0.backend import core as B
-    from edge0.decode import DecodeStats, generate_ids, save_trace
-    from edge0.streaming import reset_stats
     t0 = time.perf_counter()
     h = open_arm(arm, trace, record is not None, prompt + tokens + 1)
     load_s, dec = time.perf_counter() - t0, h.decoder
@@ -296,13 +294,11 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     io0 = io_counters()
     evicting = []  # seconds spent evicting before each step (`cold_steps`), taken out of its time
     if arm.cold_steps and dec is not None and eng is not None:
-        flush = dec.flush
-        def cold_flush(*xs):
+        def cold():
             t = time.perf_counter()
             evict_experts(arm.model)
             evicting.append(time.perf_counter() - t)
-            flush(*xs)
-        dec.flush = cold_flush
+        dec.before_flush.append(cold)
     toks, times, snaps = [first], [], [_totals(eng)] if eng is not None else []
     for t, dt in gen:
         toks.append(t)
@@ -334,46 +330,33 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     h.close()
     return out
 
-def _arm_main():
-    "Entry of an arm's process: a JSON job on argv, one `RESULT` JSON line on stdout"
-    job = json.loads(sys.argv[1])
-    r = run_arm(Arm(**job['arm']), json.loads(Path(job['sequence']).read_text()), job['prompt'], job['tokens'],
-                job['cache'], job.get('trace'), job.get('record'), job.get('join'))
-    print('RESULT ' + json.dumps(r), flush=True)
+def _arm(job:dict) -> dict:
+    "An arm's process (`run_child`): `run_arm` on the job `run` sends"
+    return run_arm(Arm(**job['arm']), json.loads(Path(job['sequence']).read_text()), job['prompt'], job['tokens'],
+                   job['cache'], job.get('trace'), job.get('record'), job.get('join'))
 
 # %% ../nbs/05_eval.ipynb #d2c83bd9
 def sequence(model, n:int) -> list:
     "The first `n` token ids of the held-out excerpt as the tokenizer of `model` encodes it"
-    from edge0.files import heldout_excerpt
-    from edge0.streaming import open_tokenizer
     ids = open_tokenizer(model).encode(' '.join(heldout_excerpt(4000).values()))[:n]
     if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
     return ids
 
 def routing_report(model, n_tokens:int=256) -> str:
     "The checkpoint's routing statistics (in a child process): degenerate routing makes every I/O figure meaningless"
-    code = ("from edge0.routing_stats import checkpoint_routing, format_routing; "
-            f"print(format_routing(checkpoint_routing({str(model)!r}, {n_tokens}), {Path(model).name!r}))")
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=3600)
-    if r.returncode: raise BenchError(f"measuring the routing of {model} failed: {last_line(r.stderr)}")
-    return r.stdout.strip()
+    return child('edge0.eval:_routing_text', str(model), n_tokens, what=f"measuring the routing of {model}")
+
+def _routing_text(model:str, n_tokens:int) -> str:
+    return format_routing(checkpoint_routing(model, n_tokens), Path(model).name)
 
 def _spawn(job:dict, cgroup:Cgroup|None, timeout:float) -> dict:
-    cmd = [sys.executable, '-c', 'from edge0.eval import _arm_main; _arm_main()', json.dumps(job)]
-    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                            preexec_fn=cgroup.preexec if cgroup else None)
-    except subprocess.TimeoutExpired: return dict(arm=job['arm']['name'], failed=True, returncode=None, killed=False,
-                                                  stderr=f"timed out after {timeout:.0f} s")
-    for line in r.stdout.splitlines():
-        if line.startswith('RESULT '): return json.loads(line[7:])
-    return dict(arm=job['arm']['name'], failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137),
-                stderr=r.stderr[-600:])
+    r = run_child('edge0.eval:_arm', job, cgroup=cgroup, timeout=timeout)
+    return r['result'] if 'result' in r else dict(arm=job['arm']['name'], **r)
 
 # %% ../nbs/05_eval.ipynb #3b7b605a
 def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
         out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
     "Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the checkpoints' routing)"
-    from edge0.prerouter import heads_file
     arms = [a if isinstance(a, Arm) else Arm(**a) for a in arms]
     if not arms: raise InputError("no arms to run")
     if len({a.name for a in arms}) < len(arms): raise InputError(f"arm names repeat: {[a.name for a in arms]}")
@@ -405,7 +388,6 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
             r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
             if r.get('failed'):
                 raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
-        from tqdm.auto import tqdm
         bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
         runs = {a.name: [] for a in arms}
         for rnd in range(rounds):
@@ -571,7 +553,6 @@ def speedup_table(tiers:dict, ks, compute:dict) -> str:
 # %% ../nbs/05_eval.ipynb #36234306
 def model_dir(name) -> str:
     "A model directory, or the directory of a bundled model named `name` (e.g. `edge0-tiny`)"
-    from edge0.files import find_model
     return str(find_model(name))
 
 def arms_for(models, modes=('off',), ks=(None,), pool_mb:float|str='auto', **kw) -> list:
@@ -588,7 +569,6 @@ def arms_for(models, modes=('off',), ks=(None,), pool_mb:float|str='auto', **kw)
 
 def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=True, **kw) -> dict:
     "Run `arms` on each tier by the protocol; print the tables; write the JSON and the tier plot where asked"
-    import importlib.util
     if plot_path and importlib.util.find_spec('matplotlib') is None:  # before the sweep, not after it
         raise InputError(f"writing the plot {plot_path} needs matplotlib: pip install 'edge0[notebooks]'")
     res = sweep(arms, tiers, **kw)
@@ -598,7 +578,7 @@ def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=
     first = next(iter(res.values()))['results']
     compute = {k: first.get(f"compute/K{k}", {}).get('step_ms') for k in ks}
     if show and len(res) > 1 and ks and all(compute.values()):
-        print(f"\nspeedup over off by tier (bound: off's step / max(compute-only step, MB per step / bandwidth))\n"
+        print("\nspeedup over off by tier (bound: off's step / max(compute-only step, MB per step / bandwidth))\n"
               + speedup_table(res, ks, compute))
     if json_path: save(dict(tiers=res, compute_ms=compute), json_path)
     if plot_path and ks and all(compute.values()):
@@ -616,7 +596,6 @@ def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=
 # %% ../nbs/05_eval.ipynb #611ab238
 def lru_misses(trace:list, bundles, layers=None) -> np.ndarray:
     "Mean misses per token of a shared LRU of each size in `bundles` replaying `trace` (`[{layer: expert ids}]`)"
-    from collections import OrderedDict
     out = []
     for size in np.atleast_1d(bundles):
         lru, misses = OrderedDict(), 0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_lora.ipynb #3c971d8e
 from __future__ import annotations
-import hashlib, json, math, os, shutil, time
+import json, math, os, shutil, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -12,13 +12,12 @@ from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError, read_json
 from .routing import MoESpec, attr_at
 from .store import read_header, model_spec
-from .prerouter import fingerprint, base_fingerprints
+from .prerouter import fingerprint, base_fingerprints, heads_fingerprint
 
 # %% auto #0
 __all__ = ['TARGETS', 'PROJECTIONS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file',
-           'heads_fingerprint', 'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'save_checkpoint',
-           'load_checkpoint', 'requantize', 'weight_retention', 'logits_retention', 'weight_report',
-           'merge_requantized']
+           'save_adapter', 'read_adapter', 'load_adapter', 'use_adapter', 'save_checkpoint', 'load_checkpoint',
+           'requantize', 'weight_retention', 'logits_retention', 'weight_report', 'merge_requantized']
 
 # %% ../nbs/03_lora.ipynb #fd037366
 def _dims(linear) -> tuple:
@@ -111,10 +110,6 @@ def adapter_file(k:int, exact_top:int=0) -> str:
     "The file name of the adapter for serving width `k` (trained under exact top-`exact_top`: its own file)"
     return f"lora-k{k}{f'-top{exact_top}' if exact_top else ''}.safetensors"
 
-def heads_fingerprint(path) -> str:
-    "Hash of a prerouter file's bytes (the heads an adapter was trained with)"
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
 def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2', extra:dict|None=None,
                  path=None) -> Path:
     "Write `adapter` beside the base in `base_dir` (or to `path`), with its provenance; returns the file"
@@ -185,11 +180,10 @@ def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads
     return adapter
 
 # %% ../nbs/03_lora.ipynb #0550bf19
-def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
+def use_adapter(handle, model_dir, path=None) -> Adapter|None:
     "Attach adapter `path` (default: the one beside the base at the handle's K, if any) to `handle`"
-    from edge0.prerouter import heads_file
     dec, spec = handle.decoder, handle.spec
-    k = dec.k if dec is not None else handle.engine.k if handle.engine is not None else spec.k
+    k = handle.k or (handle.engine.k if handle.engine is not None else spec.k)
     m = dec.exact_top if dec is not None else 0
     p = Path(path) if path is not None else Path(model_dir) / adapter_file(k, m)
     if path is None and not p.exists():
@@ -197,9 +191,7 @@ def use_adapter(handle, model_dir, path=None, heads=None) -> Adapter|None:
             handle.notes.append(f"no adapter trained at exact top-{m} beside the model ({adapter_file(k, m)}): serving "
                                 f"without one ({adapter_file(k)} was trained for plain routing; --adapter uses it)")
         return None
-    if heads is None and dec is not None and dec.mode in ('routing', 'prefetch'):
-        heads = heads_file(model_dir, spec, k)  # the file the decoder loaded (`edge0.decode.load`)
-    adapter = load_adapter(handle.model, model_dir, spec, k, heads, p)
+    adapter = load_adapter(handle.model, model_dir, spec, k, handle.heads, p)  # checked against the heads served
     if handle.adapter is not None: handle.adapter.detach()
     handle.adapter = adapter
     return adapter

@@ -4,64 +4,24 @@
 
 # %% ../nbs/06b_measure.ipynb #c0002
 from __future__ import annotations
-import functools, hashlib, json, os, platform, statistics, subprocess, sys, time
+import functools, hashlib, json, os, platform, resource, statistics, sys, time
+from importlib.metadata import version, PackageNotFoundError
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
+from tqdm.auto import tqdm
+from .backend import core as B
 from .files import InputError
-from .store import shard_files
+from .routing import attr_at
+from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
+from .streaming import reset_stats
+from .prerouter import edge0_home, fingerprint
+from .decode import generate_ids, shadow, unshadow
+from .eval import Arm, child, evict_experts, open_arm, sequence
 
 # %% auto #0
-__all__ = ['SIZES', 'PATTERNS', 'ATTENTION', 'read_files', 'read_rate', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id',
-           'code_version', 'cached', 'expert_reads', 'child_json', 'measure_expert_reads', 'compute_profile']
-
-# %% ../nbs/06b_measure.ipynb #c0005
-SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
-PATTERNS = ('sequential', 'scattered')
-
-def read_files(src) -> list:
-    "The files a read benchmark reads: `src` itself, or the safetensors shards of the model directory `src`"
-    p = Path(src)
-    if p.is_file(): return [p]
-    files = shard_files(p) if p.is_dir() else []  # the shards alone: heads and adapters beside them are not read
-    if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors files")
-    return files
-
-# %% ../nbs/06b_measure.ipynb #c0006
-def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
-    "`[(file index, offset)]` of `n` reads of `size` bytes over files of `sizes`, whole reads inside one file"
-    slots = np.array([s // size for s in sizes])
-    first = np.concatenate([[0], np.cumsum(slots)])
-    if pattern == 'sequential':
-        start = int(rng.integers(0, max(first[-1] - n, 0) + 1))
-        picks = np.arange(start, start + n) % first[-1]
-    else: picks = rng.choice(first[-1], n, replace=False)
-    f = np.searchsorted(first, picks, side='right') - 1
-    return [(int(i), int((p - first[i]) * size)) for i, p in zip(f, picks)]
-
-def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256, seed:int=0,
-              cold:bool=True) -> dict:
-    "MB/s (1e6 bytes) of `size`-byte reads of the files of `src`, `pattern` sequential or scattered, from cold pages"
-    from edge0.store import drop_cache
-    if pattern not in PATTERNS: raise InputError(f"read pattern {pattern!r}: expected one of {', '.join(PATTERNS)}")
-    files = read_files(src)
-    sizes = [f.stat().st_size for f in files]
-    n = min(int(max_mb * 1e6) // size, sum(s // size for s in sizes))
-    if n < 1: raise InputError(f"{src}: no file there holds one read of {size} bytes")
-    plan, buf = _offsets(sizes, size, n, pattern, np.random.default_rng(seed)), bytearray(size)
-    fds = [os.open(f, os.O_RDONLY) for f in files]
-    try:
-        if cold:
-            for f in files: drop_cache(f)
-        got, reads, t0 = 0, 0, time.perf_counter()
-        for i, off in plan:
-            got += os.preadv(fds[i], [buf], off)
-            reads += 1
-            if reads >= 3 and time.perf_counter() - t0 >= seconds: break
-        dt = time.perf_counter() - t0
-    finally:
-        for fd in fds: os.close(fd)
-    return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
+__all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
+           'measure_expert_reads', 'compute_profile']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -84,7 +44,6 @@ class Eta:
 # %% ../nbs/06b_measure.ipynb #c0011
 def eta_curve(src, sizes=SIZES, patterns=PATTERNS, seconds:float=1.0, max_mb:float=256, progress:bool=False) -> Eta:
     "Measure `read_rate` at every size and pattern (cold) and return the `Eta`"
-    from tqdm.auto import tqdm
     files = read_files(src)
     total = sum(f.stat().st_size for f in files)
     sizes = [s for s in sizes if s * 4 <= total]  # at least four reads of the largest size
@@ -112,19 +71,15 @@ def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
 # %% ../nbs/06b_measure.ipynb #c0019
 def cache_dir() -> Path:
     "Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else `~/.cache/edge0`)"
-    from edge0.prerouter import edge0_home
     return Path(os.environ.get('EDGE0_CACHE') or edge0_home())
 
 def host_id() -> dict:
     "What a compute or disk measurement depends on besides the model: the machine and the library versions"
-    from importlib.metadata import version
-    from edge0.backend import core as B
     vers = {p: version(p) for p in ('mlx', 'mlx-lm', 'torch') if _installed(p)}
     return dict(node=platform.node(), machine=platform.machine(), cpus=os.cpu_count(), device=B.device_kind(),
                 **vers)
 
 def _installed(pkg:str) -> bool:
-    from importlib.metadata import version, PackageNotFoundError
     try: return bool(version(pkg))
     except PackageNotFoundError: return False
 
@@ -155,8 +110,6 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
 # %% ../nbs/06b_measure.ipynb #c0022
 def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0) -> dict:
     "Per-expert ms and MB/s of reading `batch` random experts of a random layer at a time through the store"
-    from edge0.eval import evict_experts
-    from edge0.store import ExpertStore
     st, rng = ExpertStore(model_dir), np.random.default_rng(seed)
     try:
         E, layers = st.spec.num_experts, list(st.spec.moe_layers)
@@ -174,20 +127,13 @@ def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:in
     finally: st.close()
 
 # %% ../nbs/06b_measure.ipynb #c0025
-def child_json(code:str, what:str, cgroup=None, timeout:float=3600):
-    "The result of `code` run in a child process (in `cgroup`), which prints it as one `JSON ` line"
-    from edge0.eval import BenchError, last_line
-    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout,
-                       preexec_fn=cgroup.preexec if cgroup else None)
-    out = [l for l in r.stdout.splitlines() if l.startswith('JSON ')]
-    if r.returncode or not out: raise BenchError(f"{what} failed: {last_line(r.stderr)}")
-    return json.loads(out[-1][5:])
+def _expert_read_rows(model_dir:str, batches:list, n:int) -> dict:
+    return {t: {b: expert_reads(model_dir, b, n, t == 'cold') for b in batches} for t in ('cold', 'warm')}
 
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
     "`{'cold': {batch: row}, 'warm': {batch: row}}` of `expert_reads`, measured in a child process in `cgroup`"
-    code = ("import json; from edge0.measure import expert_reads; print('JSON ' + json.dumps({t: {b: expert_reads("
-            f"{str(model_dir)!r}, b, {n}, t == 'cold') for b in {list(batches)!r}}} for t in ('cold', 'warm')}}))")
-    rows = child_json(code, f"measuring expert reads of {model_dir}", cgroup, 1800)
+    rows = child('edge0.measure:_expert_read_rows', str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
+                 what=f"measuring expert reads of {model_dir}")
     return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
 
 # %% ../nbs/06b_measure.ipynb #c0028
@@ -195,7 +141,6 @@ ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a deco
 
 def _timed(fn, log:list):
     "`fn`, made to finish its outputs and append its seconds to `log`"
-    from edge0.backend import core as B
     def call(*args, **kw):
         t0 = time.perf_counter()
         out = fn(*args, **kw)
@@ -204,20 +149,9 @@ def _timed(fn, log:list):
         return out
     return call
 
-def _shadow(obj, name:str, fn) -> tuple:
-    "Set `name` on `obj` in its instance dict (shadowing a child module); returns what `_unshadow` restores"
-    before = obj.__dict__.get(name)
-    object.__setattr__(obj, name, fn)
-    return obj, name, before
-
-def _unshadow(obj, name:str, before):
-    if before is None: obj.__dict__.pop(name, None)
-    else: object.__setattr__(obj, name, before)
-
 # %% ../nbs/06b_measure.ipynb #c0029
 def _decoder_layers(spec, model) -> list:
     "`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of `model`"
-    from edge0.routing import attr_at
     path, mlp = spec.block_path.rsplit('.', 1)
     out = []
     for i in range(spec.num_layers):
@@ -229,7 +163,6 @@ def _decoder_layers(spec, model) -> list:
 
 def _steps(h, ids:list, prompt:int, steps:int) -> list:
     "Seconds of each of `steps` forced decode steps after `ids[:prompt]`"
-    from edge0.decode import generate_ids
     if h.decoder is not None: h.decoder.reset()
     gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=h.decoder, force=ids[prompt:prompt + steps])
     next(gen)  # the prefill
@@ -238,14 +171,10 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
 # %% ../nbs/06b_measure.ipynb #c0030
 def _missing_steps(h, ids:list, prompt:int, steps:int) -> tuple:
     "`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached)"
-    from edge0.decode import generate_ids
-    from edge0.streaming import reset_stats
     dec, eng = h.decoder, h.engine
-    flush = dec.flush
-    def emptied(*xs):
-        flush(*xs)
+    def empty():
         with eng.pool.lock: eng.pool.lru.clear()  # the bundles, not the reservations (slots, resident layers)
-    dec.flush = emptied
+    dec.after_flush.append(empty)
     try:
         _steps(h, ids, prompt, 2)
         dec.reset()
@@ -253,19 +182,18 @@ def _missing_steps(h, ids:list, prompt:int, steps:int) -> tuple:
         next(gen)  # the prefill
         reset_stats(eng)
         out = [dt for _, dt in gen]
-    finally: dec.flush = flush
+    finally: dec.after_flush.remove(empty)
     return out, sum(s.loads for s in eng.stats.values()) / steps
 
 def _rss_mb() -> float:
     "This process's resident memory (MiB): its current size where /proc tells it, else its peak"
     try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
     except OSError:
-        import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 1024)
 
-def _profile(arm, prompt:int, steps:int) -> dict:
-    "Measure the compute profile of `arm` (an `edge0.eval.Arm` whose pool holds every expert) in this process"
-    from edge0.eval import open_arm, sequence
+def _profile(arm:dict, prompt:int, steps:int) -> dict:
+    "Measure the compute profile of `arm` (an `edge0.eval.Arm`'s fields; its pool holds every expert) in this process"
+    arm = Arm(**arm)
     h = open_arm(arm)
     try:
         spec, eng = h.spec, h.engine
@@ -276,11 +204,10 @@ def _profile(arm, prompt:int, steps:int) -> dict:
         plain = _steps(h, ids, prompt, steps)
         logs = {(i, part): [] for i in range(spec.num_layers) for part in ('attention', 'moe')}
         layers = _decoder_layers(spec, h.model)
-        undo = [_shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))
+        undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))  # over the decoder's own shadows
                 for i, layer, att, mlp in layers for name, part in ((att, 'attention'), (mlp, 'moe'))]
         try: synced = _steps(h, ids, prompt, steps)
-        finally:
-            for u in reversed(undo): _unshadow(*u)
+        finally: unshadow(undo)
         plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
@@ -302,14 +229,10 @@ def _profile(arm, prompt:int, steps:int) -> dict:
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
     "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
-    from edge0.eval import Arm
-    from edge0.prerouter import fingerprint
-    from edge0.store import ExpertStore
     st = ExpertStore(model_dir, residency=False)
     experts_mb = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
     st.close()
     arm = Arm(str(model_dir), mode, k, pool_mb=experts_mb * 1.05 + 1, kernels=kernels)
     key = dict(model=fingerprint(model_dir), mode=mode, k=k or st.spec.k, kernels=kernels, prompt=prompt, steps=steps)
-    code = (f"import json; from edge0.eval import Arm; from edge0.measure import _profile; "
-            f"print('JSON ' + json.dumps(_profile(Arm(**{asdict(arm)!r}), {prompt}, {steps})))")
-    return cached('compute', key, lambda: child_json(code, f"profiling {model_dir} ({mode}, K={k})"), refresh)
+    return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
+                                                what=f"profiling {model_dir} ({mode}, K={k})"), refresh)

@@ -4,22 +4,31 @@
 
 # %% ../nbs/06c_plan.ipynb #c0002
 from __future__ import annotations
-import json, math, os
+import json, math
 from collections import OrderedDict
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import numpy as np
-from .files import InputError
-from .measure import Eta, child_json
+from .backend import core as B
+from .files import InputError, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
-from .roofline import AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency
+from .routing import route, spec_for
+from .store import ExpertStore, model_spec, read_header
+from .streaming import load_resident, open_tokenizer
+from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
+                             recall_report, router_bias_of)
+from .routing_stats import routing_trace
+from .eval import child, conditions, measure_read, sequence, tier_name, tier_rate
+from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
+                            predicted_layers)
+from .measure import Eta, cached, compute_profile, eta_curve, measure_expert_reads
 
 # %% auto #0
 __all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
            'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'kv_per_token', 'auto_budget', 'plan',
-           'plan_table', 'model_trace', 'head_recall', 'fingerprint_file', 'served_by_heads', 'heads_planned',
-           'this_machine', 'why_missed', 'calibration_table', 'plot_calibration', 'public_plans', 'attention_window',
-           'window_table', 'resolve_model', 'plan_for']
+           'plan_table', 'model_trace', 'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
+           'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
+           'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -52,8 +61,6 @@ DEVICES = {
 # %% ../nbs/06c_plan.ipynb #c0009
 def _source(model) -> tuple:
     "`(spec, groups function, directory or None)` of a model directory or a config.json / config dict"
-    from edge0.routing import spec_for
-    from edge0.store import model_spec
     if isinstance(model, dict): return spec_for(model), lambda **kw: config_groups(model, **kw), None
     p = Path(model)
     if (p / 'config.json').is_file() and list(p.glob('*.safetensors')):
@@ -86,7 +93,6 @@ def model_bytes(model, k:int|None=None, predicted=()) -> dict:
 def _ranges(spec, d, bundle:float) -> list:
     "Byte lengths of one expert's ranges (from the checkpoint; for a config, nine ranges of 4-bit g64 shapes)"
     if d is not None:
-        from edge0.store import ExpertStore
         st = ExpertStore(d, spec, residency=False)
         try: return [n for *_, n in st.ranges(spec.moe_layers[0], 0)]
         finally: st.close()
@@ -388,68 +394,44 @@ def plan_table(p:dict) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/06c_plan.ipynb #c0038
-def _trace_main(model_dir:str, k:int, tokens:int, heaviest_first:bool=False):
-    from edge0.eval import sequence
-    from edge0.routing_stats import routing_trace
-    from edge0.streaming import load_resident
+def _trace(model_dir:str, k:int, tokens:int, heaviest_first:bool=False) -> dict:
     with load_resident(model_dir) as h:  # mlx-lm's model, or torch-packed experts kept resident by the streaming layer
         t = routing_trace(h.model, h.spec, np.array(sequence(model_dir, tokens)), k, tokens, heaviest_first)
-    print('JSON ' + json.dumps({str(l): v.tolist() for l, v in t.items()}))
+    return {str(l): v.tolist() for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0039
 def model_trace(model_dir, k:int|None=None, tokens:int=256, heaviest_first:bool=False) -> dict:
     "`{layer: (tokens, k) ids}`: how the model routes the first `tokens` tokens of the held-out excerpt (cached)"
-    from edge0.measure import cached
-    from edge0.prerouter import fingerprint
-    from edge0.store import model_spec
     k = k or model_spec(model_dir).k
-    code = f"from edge0.plan import _trace_main; _trace_main({str(model_dir)!r}, {k}, {tokens}, {heaviest_first})"
     key = dict(model=fingerprint(model_dir), k=k, tokens=tokens, **({'order': 'weight'} if heaviest_first else {}))
-    t = cached('trace', key,
-               lambda: child_json(code, f"tracing the routing of {model_dir}"))
+    t = cached('trace', key, lambda: child('edge0.plan:_trace', str(model_dir), k, tokens, heaviest_first,
+                                           what=f"tracing the routing of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0041
-def _recall_main(model_dir:str, k:int, tokens:int):
-    from edge0.eval import sequence
-    from edge0.prerouter import capture, load_prerouter, recall_report
-    from edge0.streaming import load_resident
+def _recall(model_dir:str, k:int, tokens:int) -> dict:
     with load_resident(model_dir) as h:
         spec, m = h.spec, h.model
         pr = load_prerouter(model_dir, spec, k)
         rep = recall_report(pr, m, capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens), k)
-    print('JSON ' + json.dumps({str(pr.next_layer[n]): r['head'] for n, r in rep.items()}))
+    return {str(pr.next_layer[n]): r['head'] for n, r in rep.items()}
 
 def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
     "`{predicted layer: recall}` of the heads `find_heads` finds: as they recorded it, else measured on the excerpt"
-    from edge0.measure import cached
-    from edge0.prerouter import fingerprint, heads_file
-    from edge0.store import model_spec, read_header
     spec = model_spec(model_dir)
     k = k or spec.k
     meta = read_header(heads_file(model_dir, spec, k))[1]
     moe = list(spec.moe_layers)
     if 'heldout_recall' in meta:
         return {moe[moe.index(int(n)) + 1]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
-    code = f"from edge0.plan import _recall_main; _recall_main({str(model_dir)!r}, {k}, {tokens})"
-    r = cached('recall', dict(model=fingerprint(model_dir), heads=fingerprint_file(model_dir, spec, k), k=k),
-               lambda: child_json(code, f"measuring the heads' recall of {model_dir}"))
+    heads = heads_fingerprint(heads_file(model_dir, spec, k))
+    r = cached('recall', dict(model=fingerprint(model_dir), heads=heads, k=k),
+               lambda: child('edge0.plan:_recall', str(model_dir), k, tokens,
+                             what=f"measuring the heads' recall of {model_dir}"))
     return {int(l): v for l, v in r.items()}
 
-def fingerprint_file(model_dir, spec, k:int) -> str:
-    "A short hash of the heads file (its header: shapes, offsets and provenance)"
-    import hashlib
-    from edge0.prerouter import heads_file
-    from edge0.store import read_header
-    return hashlib.sha256(json.dumps(read_header(heads_file(model_dir, spec, k)),
-                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
-
 # %% ../nbs/06c_plan.ipynb #c0043
-def _served_main(model_dir:str, k:int, tokens:int):
-    from edge0.eval import sequence
-    from edge0.prerouter import capture, load_prerouter, router_bias_of
-    from edge0.routing import route
-    from edge0.streaming import load_resident
+def _served(model_dir:str, k:int, tokens:int) -> dict:
     with load_resident(model_dir) as h:
         spec, m = h.spec, h.model
         pr = load_prerouter(model_dir, spec, k)
@@ -461,26 +443,20 @@ def _served_main(model_dir:str, k:int, tokens:int):
             lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
             out[nxt] = cap[nxt]['routed'].copy()
             out[nxt][1:] = np.array(route(spec.routing, lg, k, router_bias_of(spec, m, nxt))[0])
-    print('JSON ' + json.dumps({str(l): v.tolist() for l, v in out.items()}))
+    return {str(l): v.tolist() for l, v in out.items()}
 
 def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
     "`{predicted layer: (tokens, k) ids}`: the sets the heads of `model_dir` serve over the excerpt (cached)"
-    from edge0.measure import cached
-    from edge0.prerouter import fingerprint
-    from edge0.store import model_spec
     spec = model_spec(model_dir)
     k = k or spec.k
-    code = f"from edge0.plan import _served_main; _served_main({str(model_dir)!r}, {k}, {tokens})"
-    t = cached('served', dict(model=fingerprint(model_dir), heads=fingerprint_file(model_dir, spec, k), k=k,
-                              tokens=tokens), lambda: child_json(code, f"running the heads of {model_dir}"))
+    t = cached('served', dict(model=fingerprint(model_dir), heads=heads_fingerprint(heads_file(model_dir, spec, k)),
+                              k=k, tokens=tokens),
+               lambda: child('edge0.plan:_served', str(model_dir), k, tokens, what=f"running the heads of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0046
 def heads_planned(model_dir, k:int|None=None) -> set:
     "The MoE layers the heads of `model_dir` (`find_heads`) predict (their owners' next MoE layers)"
-    from edge0.prerouter import heads_file
-    from edge0.roofline import predicted_layers
-    from edge0.store import model_spec, read_header
     spec = model_spec(model_dir)
     owners = json.loads(read_header(heads_file(model_dir, spec, k or spec.k))[1]['owners'])
     return set(predicted_layers(spec, owners))
@@ -494,9 +470,6 @@ def _available_mb() -> float:
 def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, cold_steps:bool=False,
                  modes=('off', 'routing'), eta:Eta|None=None) -> tuple:
     "`(Device, {mode: Compute})` of this machine for `model_dir` at `k`, measured inside `tier` and `cap_mb`"
-    from edge0.eval import conditions, measure_read, tier_name
-    from edge0.measure import compute_profile, measure_expert_reads
-    from edge0.store import model_spec
     k = k or model_spec(model_dir).k
     cg, _, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier)
     try: storage, reads = measure_read(model_dir, cg), measure_expert_reads(model_dir, (1, k), cg)
@@ -506,7 +479,6 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     p = profiles.get('off') or next(iter(profiles.values()))
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
-    from edge0.backend import core as B
     dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, max(runtime, 0.0), cold_steps=cold_steps,
                  kv_itemsize=4 if B.device_kind() == 'cpu' else 2)  # the KV cache in the serving dtype
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
@@ -594,7 +566,6 @@ def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3) -> li
     out = []
     for (shape, device, k), paper in PAPERS.items():
         cfg, dev = SHAPES[shape], DEVICES[device]
-        from edge0.routing import spec_for
         trace = synthetic_trace(spec_for(cfg), k, 128, reuse=reuse)
         p = plan(cfg, dev, k, strategies=strategies, trace=trace, recall=recall)
         out.append(dict(p, shape=shape, paper=paper))
@@ -629,11 +600,9 @@ def window_table(rows:list) -> str:
 # %% ../nbs/06c_plan.ipynb #c0063
 def resolve_model(name):
     "A model directory (also a bundled model's name), or the config dict of a config.json or a public shape"
-    from edge0.files import find_model
     if str(name) in SHAPES: return SHAPES[str(name)]
     p = Path(name)
     if p.is_file():
-        from edge0.files import read_json
         return read_json(p, 'model config')
     try: return find_model(name)
     except InputError as e: raise InputError(f"{e}; or a config.json, or a public shape: {', '.join(SHAPES)}") from None
@@ -641,7 +610,6 @@ def resolve_model(name):
 # %% ../nbs/06c_plan.ipynb #e0444b49
 def _routing_recall(src, k:int|None, recall:float|None, has_weights:bool) -> tuple:
     "`(recall, where it comes from, heads file)` for the routing strategy; recall None: it cannot be planned"
-    from edge0.prerouter import find_heads
     heads = find_heads(src, None, k) if has_weights else None
     if recall is not None: return recall, f"--recall {recall:g}", heads
     if heads is not None: return head_recall(src, k), f"heads {heads}, measured", heads
@@ -649,7 +617,6 @@ def _routing_recall(src, k:int|None, recall:float|None, has_weights:bool) -> tup
     return None, None, None
 
 def _not_planned(src, k:int|None) -> str:
-    from edge0.store import model_spec
     k = k or model_spec(src).k
     return (f"routing not planned: {src} has no prerouter heads for K={k} and no --recall was given; train them "
             f"(`edge0 train {src} --phase 1 --k {k}`) or pass --recall R")
@@ -657,8 +624,6 @@ def _not_planned(src, k:int|None) -> str:
 # %% ../nbs/06c_plan.ipynb #c0065
 def _measured_eta(model_dir) -> Eta:
     "The read curve of the disk under `model_dir`, measured on its shards once per host (cached)"
-    from edge0.measure import cached, eta_curve
-    from edge0.prerouter import fingerprint
     e = cached('eta', dict(model=fingerprint(model_dir), dir=str(Path(model_dir).resolve())),
                lambda: asdict(eta_curve(model_dir, seconds=0.5, max_mb=128)))
     return Eta(**e)
@@ -667,9 +632,6 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
              mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0) -> dict:
     "`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else a `DEVICES` entry"
-    from dataclasses import replace
-    from edge0.eval import tier_rate
-    from edge0.streaming import open_tokenizer
     _check_strategies(strategies)
     src = resolve_model(model)
     has_weights = isinstance(src, Path) and bool(list(src.glob('*.safetensors')))

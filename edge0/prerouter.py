@@ -18,8 +18,8 @@ from fastcore.basics import patch
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
            'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
-           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'replace_whole', 'save_prerouter',
-           'load_prerouter']
+           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'replace_whole',
+           'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -263,6 +263,10 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
     raise FileNotFoundError(f"no prerouter heads for K={k or spec.k} of {model_dir}: looked for "
                             f"{', '.join(map(str, heads_places(model_dir, spec, k)))}; train them with "
                             f"`edge0 train {model_dir} --phase 1 --k {k or spec.k}`")
+
+def heads_fingerprint(path) -> str:
+    "Hash of a heads file's bytes: what an adapter was trained with, and what a measurement of the heads is keyed on"
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 # %% ../nbs/02a_prerouter.ipynb #68dda16e
 def replace_whole(p:Path, write):

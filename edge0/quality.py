@@ -11,9 +11,8 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
-from .store import model_spec
-from .prerouter import heads_file, load_prerouter
-from .lora import load_adapter
+from .streaming import StreamOptions
+from .served import open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
 from .teachers import excerpt_ids, teacher_heldout_ids
@@ -63,29 +62,20 @@ class Served:
                  dtype=None, # compute dtype (default: the backend's, float32 on a CPU)
                  pool_mb:float|str|None=None): # stream the experts within this many MiB or 'auto' (None: resident)
         if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
-        self.model_dir = d = find_model(model_dir)
-        self.spec = spec = model_spec(d)
-        self.mode, self.k = mode, k or spec.k
-        if not 1 <= self.k <= spec.num_experts:
-            raise InputError(f"k={self.k}: the model has {spec.num_experts} experts per MoE layer")
-        self.heads_path = heads_file(d, spec, self.k, prerouter) if mode == 'routing' else None
-        self.heads = None
-        if mode == 'routing':
-            self.heads = load_prerouter(d, spec, self.k, self.heads_path)
-            self.heads.set_dtype(B.compute_dtype(getattr(B, spec.dtype, B.bfloat16)))  # as the decoder runs them
-        from edge0.streaming import load, load_resident
         self.resident = pool_mb is None
-        if self.resident: self.handle = load_resident(d, spec, dtype)  # every layout edge0 serves (torch-cpu too)
-        else:
-            pool = pool_mb if pool_mb == 'auto' else int(pool_mb * 2**20)
-            self.handle = load(d, spec=spec, k=self.k, dtype=dtype, pool_bytes=pool, prefill_path='exact')
-        self.model, self.tokenizer = self.handle.model, self.handle.tokenizer
-        heads = self.heads_path
-        self.adapter = None if adapter is None else load_adapter(self.model, d, spec, self.k, heads, adapter)
+        options = None if self.resident else StreamOptions(
+            pool_bytes=pool_mb if pool_mb == 'auto' else int(pool_mb * 2**20), prefill_path='exact')
+        # the heads are loaded, not installed: `logits` drives them teacher-forced, `generate` decodes with them
+        self.handle = h = open_served(model_dir, mode, k or None, prerouter, adapter, self.resident, options, dtype,
+                                      decoder=False)
+        self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, mode, h.k
+        self.heads_path, self.heads = h.heads, h.prerouter
+        if self.heads is not None:  # in the dtype the decoder runs them in
+            self.heads.set_dtype(B.compute_dtype(getattr(B, h.spec.dtype, B.bfloat16)))
+        self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter
 
     def close(self):
         "Take the adapter off the model; the model gives back its threads and files"
-        if self.adapter is not None: self.adapter.detach()
         self.handle.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()

@@ -13,8 +13,8 @@ from .backend import core as B, nn as bnn
 from .files import InputError, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
 from .decode import combine, shadow_blocks, unshadow
-from .prerouter import Prerouter, features, heads_file, load_prerouter
-from .lora import (TARGETS, Adapter, attach, adapter_file, heads_fingerprint, load_checkpoint, save_adapter,
+from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_prerouter
+from .lora import (TARGETS, Adapter, attach, adapter_file, load_checkpoint, save_adapter,
                         save_checkpoint, read_adapter)
 from .store import model_spec
 from .streaming import cast_params

@@ -9,30 +9,15 @@ from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
-from .streaming import StreamOptions, load as stream_load, load_resident, model_spec, stats as stream_stats
-from .decode import Sampling, generate_ids, decode_stats, load as decode_load
-from .lora import use_adapter
+from .streaming import StreamOptions, stats as stream_stats
+from .decode import Sampling, generate_ids, decode_stats
+from .served import open_served
 from .memory import Budget, MiB, ThrashWatch
 
 # %% auto #0
 __all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
 
 # %% ../nbs/07a_session.ipynb #c0006
-def _open(model_dir, spec, resident, options, mode, k, trace, record_trace, dtype, exact_top=0):
-    if exact_top and mode != 'routing':
-        raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode or 'the own routing'!r}")
-    if mode is None and k is None and trace is None and not record_trace:
-        if resident: return load_resident(model_dir, spec, dtype)
-        return stream_load(model_dir, options, spec=spec, dtype=dtype)
-    if resident: raise InputError("a decode mode, K and traces apply to streamed models, not to a resident one")
-    mode = mode or 'off'
-    if record_trace and mode != 'off': raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
-    if trace is not None and mode != 'oracle': raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
-    if mode == 'oracle' and trace is None:
-        raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
-    return decode_load(model_dir, mode, k, trace=trace, record_trace=record_trace, options=options, spec=spec,
-                       dtype=dtype, exact_top=exact_top)
-
 def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
     "The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it, and a note says why)"
     if handle.kernels != 'torch': return None
@@ -62,7 +47,7 @@ class Session:
                  k:int|None=None, # experts per token (default: the model's)
                  adapter=None, # recovery LoRA file (default: `lora-k{K}.safetensors` beside the base, if any)
                  no_adapter:bool=False, # serve the base alone
-                 resident:bool=False, # mlx-lm's resident model instead of streamed experts
+                 resident:bool=False, # every expert in memory instead of streamed (a mode computes from memory)
                  options:StreamOptions|None=None, # pool, slots, reader, kernels
                  max_kv_size:int|None=None, # a rotating KV cache of this many tokens (None: it grows)
                  extra_eos=(), # more tokens (strings or ids) that end a generation
@@ -70,18 +55,17 @@ class Session:
                  record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
                  dtype=None, # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
                  exact_top:int=0): # mode 'routing': the own router's M heaviest experts are always computed
-        if k is not None and k < 1: raise InputError(f"k must be at least 1, got {k}")
         if max_kv_size is not None and max_kv_size < 1:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
         if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
         self.name, self.model_dir = str(model), find_model(model)
         options = options or StreamOptions()
         if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
-        self.spec, self.max_kv_size = model_spec(self.model_dir), max_kv_size
-        self.handle = _open(self.model_dir, self.spec, resident, options, mode, k, trace, record_trace, dtype,
-                            exact_top)
+        self.handle = open_served(self.model_dir, mode, k, adapter=None if no_adapter else adapter or 'auto',
+                                  resident=resident, options=options, dtype=dtype, trace=trace,
+                                  record_trace=record_trace, exact_top=exact_top)
+        self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
         try:
-            self.adapter = None if no_adapter else use_adapter(self.handle, self.model_dir, adapter)
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
             self.step = _torch_step(self.handle, options, max_kv_size)
         except BaseException:

@@ -14,9 +14,9 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files', 'index_checkpoint', 'fingerprint',
-           'Residency', 'drop_cache', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats',
-           'model_spec', 'ExpertStore']
+__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
+           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'read_files', 'read_rate', 'PreadReader',
+           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -170,6 +170,58 @@ def drop_cache(path):
         os.fsync(fd)  # dirty pages cannot be dropped
         if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally: os.close(fd)
+
+# %% ../nbs/01a_store.ipynb #c0005
+SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
+PATTERNS = ('sequential', 'scattered')
+
+def read_files(src) -> list:
+    "The files a read benchmark reads: `src` itself, or the safetensors shards of the model directory `src`"
+    p = Path(src)
+    if p.is_file(): return [p]
+    files = shard_files(p) if p.is_dir() else []  # the shards alone: heads and adapters beside them are not read
+    if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors files")
+    return files
+
+# %% ../nbs/01a_store.ipynb #c0006
+def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
+    "`[(file index, offset)]` of `n` reads of `size` bytes over files of `sizes`, whole reads inside one file"
+    slots = np.array([s // size for s in sizes])
+    first = np.concatenate([[0], np.cumsum(slots)])
+    if pattern == 'sequential':
+        start = int(rng.integers(0, max(first[-1] - n, 0) + 1))
+        picks = np.arange(start, start + n) % first[-1]
+    else: picks = rng.choice(first[-1], n, replace=False)
+    f = np.searchsorted(first, picks, side='right') - 1
+    return [(int(i), int((p - first[i]) * size)) for i, p in zip(f, picks)]
+
+def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256, seed:int=0,
+              cold:bool=True, # drop the files from the page cache first
+              min_mb:float=0) -> dict: # read the plan again (cold again) until this many MB and `seconds` are done
+    "MB/s (1e6 bytes) of `size`-byte reads of the files of `src`, `pattern` sequential or scattered, from cold pages"
+    if pattern not in PATTERNS: raise InputError(f"read pattern {pattern!r}: expected one of {', '.join(PATTERNS)}")
+    files = read_files(src)
+    sizes = [f.stat().st_size for f in files]
+    n = min(int(max_mb * 1e6) // size, sum(s // size for s in sizes))
+    if n < 1: raise InputError(f"{src}: no file there holds one read of {size} bytes")
+    plan, buf = _offsets(sizes, size, n, pattern, np.random.default_rng(seed)), bytearray(size)
+    fds = [os.open(f, os.O_RDONLY) for f in files]
+    try:
+        drop = lambda: [drop_cache(f) for f in files] if cold else None
+        drop()
+        got, reads, t0 = 0, 0, time.perf_counter()
+        done = lambda: reads >= 3 and time.perf_counter() - t0 >= seconds and got >= min_mb * 1e6
+        while True:
+            for i, off in plan:
+                got += os.preadv(fds[i], [buf], off)
+                reads += 1
+                if done(): break
+            if not min_mb or done(): break
+            drop()  # and again, timed: the rate is of cold reads
+        dt = time.perf_counter() - t0
+    finally:
+        for fd in fds: os.close(fd)
+    return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
 
 # %% ../nbs/01a_store.ipynb #9ae148bb
 KEEP_BUFFER = 8 << 20  # the largest read buffer a thread keeps: an expert's tensors fit

@@ -607,6 +607,9 @@ class Handle:
     engine:StreamEngine|None = None                           # None: a resident model
     decoder:object = None                                     # a prerouted `edge0.decode.Decoder`
     adapter:object = None                                     # an attached `edge0.lora.Adapter`
+    k:int|None = None                                         # experts per token it serves (None: the model's)
+    heads:object = None                                       # the prerouter heads file (`edge0.decode.load`)
+    prerouter:object = None                                   # those heads, loaded
     kernels:str = 'mlx'                                       # what computes the quantized products
     notes:list = field(default_factory=list)                  # what the user should know about how it is served
     originals:list = field(default_factory=list, repr=False)  # (block, name, module) the streaming layers replaced

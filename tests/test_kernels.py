@@ -110,10 +110,10 @@ def test_resident_generate_on_the_torch_layout_gives_the_source_text(edge0_cmd, 
     assert want.stdout.strip() and got.stdout.startswith(want.stdout), (got.stdout, want.stdout)  # then the counters
     assert 'served resident through' in got.stderr and 'expert memory budget: unbounded' in got.stdout
 
-def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch, capsys):
+def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch):
     "`load_resident` reads nothing after load; the harness's resident and compute arms and the planner's traces run"
     from edge0.eval import Arm, run_arm, sequence
-    from edge0.plan import _trace_main
+    from edge0.plan import _trace
     from edge0.streaming import stats
     with load_resident(tiny_torch) as h:
         s = stats(h.engine)
@@ -126,9 +126,7 @@ def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch, capsys)
         assert len(r['tokens']) == 4 and 'mb_per_step' not in r, r  # reported as resident: no reads
     traces = []
     for d in (tiny_torch, teacher_path('edge0-tiny')):
-        _trace_main(str(d), 8, 32)
-        out = capsys.readouterr().out
-        traces.append({l: np.array(v) for l, v in json.loads(out[out.index('JSON ') + 5:]).items()})
+        traces.append({l: np.array(v) for l, v in _trace(str(d), 8, 32).items()})
     torch, mlx = traces
     same = np.mean([len(set(a) & set(b)) / 8 for l in mlx for a, b in zip(torch[l].tolist(), mlx[l].tolist())])
     assert same >= 0.95, same  # the routing of the checkpoint it came from, but for bfloat16 rounding
