@@ -81,6 +81,7 @@ probes: setup
 export: setup
 	$(BIN)/nbdev_export
 	$(BIN)/nbdev_clean
+	$(BIN)/python tools/render_docs.py --shrink
 	$(BIN)/python tools/render_docs.py --readme
 
 # nbdev_docs renders with quarto; without it, `make docs-html` renders the same pages offline into html/ (screenshots of

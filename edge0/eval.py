@@ -5,8 +5,7 @@
 # %% ../nbs/05_eval.ipynb #a4df99db
 from __future__ import annotations
 import importlib, importlib.util, json, os, resource, statistics, subprocess, sys, time, uuid
-from collections import OrderedDict
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -21,12 +20,11 @@ from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
 from .served import open_served
 
 # %% auto #0
-__all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'STYLE', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup',
-           'disk_of', 'memory_cap', 'read_throttle', 'conditions', 'last_line', 'run_child', 'child', 'evict',
-           'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'run_arm', 'sequence', 'routing_report', 'run',
-           'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers',
-           'speedup_table', 'model_dir', 'arms_for', 'bench', 'lru_misses', 'ColdLoad', 'measured_points', 'plot_tps',
-           'plot_bytes', 'cold_load_explorer', 'cold_load_grid', 'cold_loads']
+__all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
+           'memory_cap', 'read_throttle', 'conditions', 'last_line', 'run_child', 'child', 'evict', 'evict_experts',
+           'warm', 'measure_read', 'Arm', 'open_arm', 'run_arm', 'sequence', 'routing_report', 'run', 'fit_load_cost',
+           'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers', 'speedup_table', 'model_dir',
+           'arms_for', 'bench']
 
 # %% ../nbs/05_eval.ipynb #198990a8
 TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
@@ -592,157 +590,3 @@ def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=
         fig.savefig(plot_path, dpi=110)
         plt.close(fig)
     return res
-
-# %% ../nbs/05_eval.ipynb #611ab238
-def lru_misses(trace:list, bundles, layers=None) -> np.ndarray:
-    "Mean misses per token of a shared LRU of each size in `bundles` replaying `trace` (`[{layer: expert ids}]`)"
-    out = []
-    for size in np.atleast_1d(bundles):
-        lru, misses = OrderedDict(), 0
-        for step in trace:
-            for layer in (layers or sorted(step)):
-                for e in np.asarray(step[layer]).ravel().tolist():
-                    key = (layer, e)
-                    if key in lru:
-                        lru.move_to_end(key)
-                        continue
-                    misses += 1
-                    lru[key] = None
-                    if len(lru) > size: lru.popitem(last=False)
-        out.append(misses / max(len(trace), 1))
-    return np.array(out)
-
-@dataclass
-class ColdLoad:
-    "Measured inputs of the cold-load model for one checkpoint at one K"
-    trace:list           # routing trace, `[{layer: expert ids}]`
-    expert_bytes:int     # one expert bundle
-    compute_ms:float     # compute-only step at this K
-    load_ms:float = 0.0  # per-load cost with warm pages (the fit's `a`)
-    _misses:dict = field(default_factory=dict, repr=False)  # {pool bundles: misses per token}: bandwidth-independent
-
-    def misses(self, bundles:int) -> float:
-        "Misses per token of a pool of `bundles` (the trace replayed once per size)"
-        if bundles not in self._misses: self._misses[bundles] = float(lru_misses(self.trace, [bundles])[0])
-        return self._misses[bundles]
-
-    def predict(self, pool_mb:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
-        "Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and prefetch"
-        per = self.expert_bytes / 2**20
-        m, m2 = self.misses(max(int(pool_mb / per), 1)), self.misses(max(int((pool_mb + cache_mb) / per), 1))
-        c = m2 / m if m else 0.0
-        t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
-        steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
-                     prefetch=max(self.compute_ms + (1 - recall) * m * t, (2 - recall) * m * t))
-        blocked = dict(off=m * t, routing=max(0, m * t - self.compute_ms), prefetch=steps['prefetch'] - self.compute_ms)
-        return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked, step_ms=steps,
-                    tps={k: 1e3 / v for k, v in steps.items()})
-
-# %% ../nbs/05_eval.ipynb #b6726491
-def measured_points(report:dict) -> list:
-    "One point per checkpoint x tier x streamed arm of a `bench/tiers.py` report"
-    pts = []
-    for name, m in report['models'].items():
-        for tier, rep in m['tiers'].items():
-            arms = {a['name']: a for a in rep['arms']}
-            for arm, r in rep['results'].items():
-                if not r.get('rounds') or 'mb_per_step' not in r: continue
-                a = arms[arm]
-                pts.append(dict(model=name, tier=tier, mode=a['mode'], k=a['k'], 
-                                pool_mb=r.get('pool_mb') or a['pool_mb'],
-                                mb_s=rep['measured_mb_s'], tps=r['decode_tps'], mb_per_token=r['mb_per_step'],
-                                cold_fraction=r['cold_fraction'], blocked_ms=r['blocked_ms_per_step']))
-    return pts
-
-STYLE = dict(off=('C3', 'o'), routing=('C0', 's'), prefetch=('C1', '^'), oracle=('C2', 'D'))
-
-def plot_tps(ax, cl:ColdLoad, pool_mb:float, recall:float, cache_mb:float=0.0, points=(), mark:float|None=None,
-             title:str=''):
-    "Predicted tok/s of off, routing and prefetch against bandwidth, measured points at about this pool on top"
-    bws = np.geomspace(10, 5000, 40)
-    preds = [cl.predict(pool_mb, b, recall, cache_mb) for b in bws]
-    for mode in ('off', 'routing', 'prefetch'):
-        c, mk = STYLE[mode]
-        ax.plot(bws, [p['tps'][mode] for p in preds], color=c, label=mode)
-        near = [p for p in points if p['mode'] == mode and abs(p['pool_mb'] - pool_mb) <= 0.25 * pool_mb]
-        ax.scatter([p['mb_s'] for p in near], [p['tps'] for p in near], color=c, marker=mk, edgecolor='k', zorder=3)
-    if mark: ax.axvline(mark, color='gray', ls=':')
-    ax.set(xscale='log', xlabel='read bandwidth, MB/s', ylabel='tok/s')
-    ax.legend(fontsize=7)
-    ax.set_title(title or f"pool {pool_mb:.3g} MiB, recall {recall:.2f}", fontsize=9)
-
-def plot_bytes(ax, cl:ColdLoad, pool_mb:float, points=()):
-    "MiB read per token against the pool (the LRU replaying the trace), measured `off` points on top"
-    per = cl.expert_bytes / 2**20
-    pools = np.geomspace(per, max(pool_mb * 8, per * 4), 24)
-    misses = lru_misses(cl.trace, np.maximum((pools / per).astype(int), 1))
-    ax.plot(pools, misses * per, color='k', label='LRU on the trace')
-    offs = [p for p in points if p['mode'] == 'off']
-    ax.scatter([p['pool_mb'] for p in offs], [p['mb_per_token'] for p in offs], color='C3', edgecolor='k', zorder=3,
-               label='measured (off)')
-    ax.axvline(pool_mb, color='gray', ls=':')
-    ax.set(xscale='log', xlabel='expert pool, MiB', ylabel='MiB read per token')
-    ax.legend(fontsize=7)
-
-def cold_load_explorer(models:dict, points=()):
-    "ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache sliders"
-    try: import ipywidgets as W
-    except ImportError: raise InputError("the explorer needs ipywidgets: pip install 'edge0[notebooks]'") from None
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    name = W.Dropdown(options=list(models), description='checkpoint')
-    k = W.Dropdown(options=sorted(next(iter(models.values())), reverse=True), description='K')
-    pool = W.FloatLogSlider(value=32, base=2, min=-4, max=12, description='pool MiB')
-    bw = W.FloatLogSlider(value=277, base=10, min=1, max=3.7, description='MB/s')
-    recall = W.FloatSlider(value=0.7, min=0, max=1, step=0.05, description='recall')
-    cache = W.FloatLogSlider(value=1, base=2, min=0, max=12, description='page cache')
-    out = W.Output()
-    def show(*_):
-        cl = models[name.value][k.value]
-        p = cl.predict(pool.value, bw.value, recall.value, cache.value)
-        with out:
-            out.clear_output(wait=True)
-            print(f"{p['mb_per_token']:.2f} MiB read per token, cold fraction {p['cold_fraction']:.2f}; blocked ms "
-                  + ', '.join(f"{m} {v:.1f}" for m, v in p['blocked_ms'].items()) + '; tok/s '
-                  + ', '.join(f"{m} {v:.1f}" for m, v in p['tps'].items()))
-            pts = [q for q in points if q['model'] == name.value and q['k'] == k.value]
-            fig, axs = plt.subplots(1, 2, figsize=(9, 3.2))
-            plot_tps(axs[0], cl, pool.value, recall.value, cache.value, pts, mark=bw.value)
-            plot_bytes(axs[1], cl, pool.value, pts)
-            fig.tight_layout()
-            plt.show()
-    def on_model(_):
-        k.options = sorted(models[name.value], reverse=True)
-        show()
-    name.observe(on_model, 'value')
-    for w in (k, pool, bw, recall, cache): w.observe(show, 'value')
-    show()
-    box = W.VBox([W.HBox([name, k]), W.HBox([pool, bw]), W.HBox([recall, cache]), out])
-    display(box)
-    return box
-
-def cold_load_grid(cl:ColdLoad, pools, recalls, points=(), title:str=''):
-    "The explorer as a static grid: tok/s against bandwidth per pool (rows) and recall (columns), then bytes per token"
-    import matplotlib.pyplot as plt
-    fig, axs = plt.subplots(len(pools), len(recalls) + 1, figsize=(3.4 * (len(recalls) + 1), 2.8 * len(pools)),
-                            squeeze=False)
-    for i, pool in enumerate(pools):
-        for j, r in enumerate(recalls):
-            plot_tps(axs[i][j], cl, pool, r, 0.0, points, title=f"{title}pool {pool:.3g} MiB, recall {r:.2f}")
-        plot_bytes(axs[i][-1], cl, pool, points)
-    fig.tight_layout()
-    return fig
-
-# %% ../nbs/05_eval.ipynb #408bafc5
-def cold_loads(report:dict, traces:dict) -> dict:
-    "`{checkpoint: {k: ColdLoad}}` from a `bench/tiers.py` report and its traces `{'name|k8': (T, layers, K) ids}`"
-    out = {}
-    for key, ids in traces.items():
-        name, k = key.rsplit('|k', 1)
-        m, k = report['models'][name], int(k)
-        nvme = m['tiers']['nvme']['results'].get(f"off/K{k}", {})
-        a = nvme.get('load_cost', {}).get('a_ms', 0.0)
-        trace = [dict(enumerate(step)) for step in np.asarray(ids)]
-        compute = m['compute_ms'].get(str(k), m['compute_ms'].get(k))
-        out.setdefault(name, {})[k] = ColdLoad(trace, m['expert_bytes'], compute, max(a, 0.0) if a == a else 0.0)
-    return out

@@ -171,3 +171,51 @@ def test_every_page_shows_its_api_on_its_own():
     lines = [l for l in r.stdout.splitlines() if l.startswith('JSON ')]
     assert r.returncode == 0 and lines, r.stderr[-2000:]
     assert json.loads(lines[-1][5:]) == []
+
+def test_stored_outputs_follow_the_policy():
+    "Small outputs kept, pictures at most 50 KB (`render_docs.py --shrink` holds them there), every chapter ends exporting"
+    import base64
+    from render_docs import PICTURE_BYTES, TEXT_BYTES, _text
+    big = []
+    for p in NBS.glob('*.ipynb'):
+        cells = json.loads(p.read_text())['cells']
+        for i, c in enumerate(cells):
+            for o in c.get('outputs', []):
+                png = o.get('data', {}).get('image/png')
+                text = _text(o.get('text', '')) + _text(o.get('data', {}).get('text/plain', ''))
+                if png and len(base64.b64decode(_text(png))) > PICTURE_BYTES: big.append(f"{p.name} cell {i}: picture")
+                if len(text.encode()) > TEXT_BYTES: big.append(f"{p.name} cell {i}: {len(text) // 1024} KB of text")
+        if p.stem[:2].isdigit() and 'nbdev_export()' not in ''.join(cells[-1]['source']):
+            big.append(f"{p.name}: its last cell does not export")
+    assert big == [], big
+
+def test_shrink_keeps_a_picture_shown_at_its_size(tmp_path):
+    "A retina plot over the limit comes back under it, as a PNG, shown at the same size and at least as wide"
+    import base64, io
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from PIL import Image
+    from render_docs import PICTURE_BYTES, _text, shrink
+    fig, ax = plt.subplots(figsize=(12, 4))
+    rng = __import__('numpy').random.default_rng(0)
+    for i in range(6): ax.plot(rng.normal(size=100).cumsum(), label=f"run {i}")
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', dpi=250)
+    plt.close(fig)
+    png = buf.getvalue()
+    assert len(png) > PICTURE_BYTES
+    shown = {'image/png': {'width': 1500, 'height': 500}}  # as Jupyter stores a retina figure: shown at half its pixels
+    nb = {'cells': [{'cell_type': 'code', 'source': ['plot()'], 'metadata': {}, 'execution_count': None, 'outputs': [
+        {'output_type': 'display_data', 'metadata': shown, 'data': {'image/png': base64.b64encode(png).decode(),
+                                                                 'text/plain': ['<Figure>']}}]}],
+          'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+    p = tmp_path / 'plot.ipynb'
+    p.write_text(json.dumps(nb))
+    assert shrink(p) > 0 and shrink(p) == 0  # the second pass finds nothing to do
+    out = json.loads(p.read_text())['cells'][0]['outputs'][0]
+    small = base64.b64decode(_text(out['data']['image/png']))
+    im = Image.open(io.BytesIO(small))
+    assert small[:4] == b'\x89PNG' and len(small) <= PICTURE_BYTES
+    assert out['metadata'] == shown and im.width >= 1500

@@ -4,6 +4,7 @@
     python tools/render_docs.py --screenshots    # ... and PNGs of a few pages in html/screenshots/ (needs chromium)
     python tools/render_docs.py --inplace        # refresh the outputs stored in nbs/*.ipynb (then run nbdev_clean)
     python tools/render_docs.py --readme         # README.md from the stored nbs/index.ipynb (nbdev_readme, no quarto)
+    python tools/render_docs.py --shrink         # hold the stored outputs to the policy (pictures <= 50 KB)
 
 The site is what nbdev_docs makes with quarto, without quarto: the notebooks are read through nbdev's own processors
 (the H1 and `>` line become the page's title block, a `show_doc` cell follows every exported definition) and the cells
@@ -12,7 +13,7 @@ home page, the architecture page, then the chapters by name), an API block per e
 docments table) where the exported code was (as nbdev shows it; `#| exports` cells keep their code), hidden cells and
 directive lines left out, plots embedded. Nothing is loaded from the network.
 """
-import argparse, html, inspect, json, os, re, sys, textwrap
+import argparse, base64, html, inspect, io, json, os, re, sys, textwrap
 from enum import EnumMeta
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ from execnb.nbio import nb2dict, write_nb
 from execnb.shell import CaptureShell
 from fastcore.docments import DocmentTbl
 from nbdev.showdoc import BasicMarkdownRenderer, show_doc
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / 'nbs'
@@ -293,6 +295,46 @@ def readme() -> str:
     head = '<!-- generated from nbs/index.ipynb by tools/render_docs.py --readme; edit the notebook -->\n\n'
     return head + '\n\n'.join(out) + '\n'
 
+PICTURE_BYTES = 50 * 1024  # the output policy: a stored picture at most this big ...
+TEXT_BYTES = 16 * 1024     # ... and a stored text output at most this long (the rest belongs in bench/results)
+
+def fit_picture(png: bytes, width: int | None = None, limit: int = PICTURE_BYTES) -> bytes:
+    "`png` within `limit` bytes if it can be: 256 colours, then smaller down to its display `width`, then fewer colours"
+    if len(png) <= limit: return png
+    im, best = Image.open(io.BytesIO(png)).convert('RGB'), png
+    floor = min(width or im.width, im.width)
+    def encode(img, colours):
+        buf = io.BytesIO()
+        img.quantize(colours, method=Image.Quantize.MEDIANCUT).save(buf, 'PNG', optimize=True)
+        return buf.getvalue()
+    while True:
+        best = min(best, encode(im, 256), key=len)
+        if len(best) <= limit or im.width <= floor: break
+        w = max(int(im.width * 0.8), floor)
+        im = im.resize((w, round(im.height * w / im.width)), Image.Resampling.LANCZOS)
+    for colours in (128, 64, 32):  # a plot's lines and labels survive a small palette
+        if len(best) <= limit: break
+        best = min(best, encode(im, colours), key=len)
+    return best
+
+def shrink(path: Path) -> int:
+    "Hold notebook `path`'s stored pictures to the policy, their displayed size kept; returns the bytes saved"
+    d, saved = json.loads(Path(path).read_text()), 0
+    for c in d['cells']:
+        for o in c.get('outputs', []):
+            data = o.get('data', {})
+            if 'image/png' not in data: continue
+            png = base64.b64decode(_text(data['image/png']))
+            if len(png) <= PICTURE_BYTES: continue
+            shown = o.setdefault('metadata', {}).setdefault('image/png', {})
+            if 'width' not in shown:  # displayed at its pixel size until now: keep that size on the page
+                shown.update(zip(('width', 'height'), Image.open(io.BytesIO(png)).size))
+            small = fit_picture(png, shown['width'])
+            data['image/png'] = base64.b64encode(small).decode() + '\n'
+            saved += len(png) - len(small)
+    if saved: Path(path).write_text(json.dumps(d, indent=1, ensure_ascii=False) + '\n')
+    return saved
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--out', default=str(ROOT / 'html'), help='folder of the offline site')
@@ -302,11 +344,16 @@ def main():
     ap.add_argument('--flags', nargs='*', default=[], help='also run cells with these flags (e.g. slow)')
     ap.add_argument('notebooks', nargs='*', default=None, help='render only these (the sidebar still lists every page)')
     ap.add_argument('--readme', action='store_true', help='write README.md from nbs/index.ipynb and stop')
+    ap.add_argument('--shrink', action='store_true', help='hold the stored pictures to 50 KB each and stop')
     a = ap.parse_args()
     if a.readme:
         (ROOT / 'README.md').write_text(readme())
         return print('wrote README.md')
     every = page_order(NBS.glob('*.ipynb'))
+    if a.shrink:
+        for p in (page_order(Path(x).resolve() for x in a.notebooks) if a.notebooks else every):
+            if (n := shrink(p)): print(f'{p.relative_to(ROOT)}: {n / 1024:.0f} KB less')
+        return
     paths = page_order(Path(p).resolve() for p in a.notebooks) if a.notebooks else every
     pages = [(p.stem, title_of(p)) for p in every]
     out = Path(a.out)
@@ -320,6 +367,7 @@ def main():
             continue
         if a.inplace:
             write_nb(nb, p)
+            shrink(p)
             print('refreshed', p.relative_to(ROOT))
             continue
         (out / f'{p.stem}.html').write_text(page(nb, pages, p.stem))
