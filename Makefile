@@ -65,7 +65,7 @@ adapters: setup
 ladder: setup
 	$(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/python bench/quality_ladder.py
 
-# The benchmarks, each through the harness (edge0.eval): streaming memory, the prerouter A/B, the prerouter across
+# The benchmarks, each through the harness (edge0.harness): streaming memory, the prerouter A/B, the prerouter across
 # storage tiers, and the planner's predictions against the harness (needs root for the cgroups; about 90 min); each
 # prints its tables.
 bench: setup

@@ -175,7 +175,7 @@ def warm_heads(mlx_model:Path, model:Path, k:int=8):
 
 
 def capped(a, model, mlx_model, bench, gguf) -> dict:
-    from edge0.eval import Cgroup, evict, memory_cap
+    from edge0.harness import Cgroup, evict, memory_cap
     from edge0.store import drop_cache
     if not (model / 'prerouter.safetensors').exists(): warm_heads(mlx_model, model)
     arms = {'llama.cpp stock': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap),
@@ -200,7 +200,7 @@ def capped(a, model, mlx_model, bench, gguf) -> dict:
 def big(a) -> dict:
     """The 30B shape under a memory cap: the torch step `off` and `routing` (heads warm-started), decode after a short
     prompt, page cache dropped before each arm"""
-    from edge0.eval import Cgroup, evict, memory_cap, routing_report
+    from edge0.harness import Cgroup, evict, memory_cap, routing_report
     mlx_model = Path(a.big_model)
     model = checkpoint(mlx_model, SHAPE_30B)
     d = dict(routing=routing_report(model), cap_mb=a.big_cap, tokens=a.big_tokens, prompt=a.big_prompt,
@@ -358,7 +358,7 @@ def main():
     a = ap.parse_args()
     if a.arm: return arm(a.arm[0], int(a.arm[1]), Path(a.arm[2]), bool(a.step), a.mode, a.pool, a.profile, a.prompt)
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
-    from edge0.eval import routing_report
+    from edge0.harness import routing_report
     a.caps = [int(c) for c in a.caps.split(',')]
     mlx_model = Path(a.model)
     model = checkpoint(mlx_model)

@@ -7,7 +7,7 @@ old fixed default of 256 MiB, on the 1.85 GB synthetic Qwen3-MoE checkpoint conv
 The checkpoint (edge0.zoo.build_synthetic, 16 layers x 128 experts, K=8, hidden 1024, expert FFN 512; cached under
 build/bench; the same one bench/phase1_stream.py uses) has its routing printed first (measured on its mlx-layout
 original, whose weights the torch-cpu copy holds byte for byte): degenerate routing would make the I/O figures
-meaningless. Then, per cap, each arm in its own process in a child memory cgroup without swap (edge0.eval.run): a cold
+meaningless. Then, per cap, each arm in its own process in a child memory cgroup without swap (edge0.harness.run): a cold
 prefill of 16 tokens, a warm one, then forced decode steps with the checkpoint evicted from the page cache before them.
 Per arm: decode tok/s; expert bytes the store read per token; this process's reads from storage per token (/proc/self/io)
 and its major page faults per token; peak RSS (ru_maxrss: it counts the libraries' pages, which earlier processes
@@ -19,7 +19,7 @@ Targets: every `auto` arm decodes under every cap, and none reads from storage m
 """
 import argparse, json, subprocess, sys, threading, time
 from pathlib import Path
-from edge0.eval import Arm, Cgroup, evict, memory_cap, routing_report, run
+from edge0.harness import Arm, Cgroup, evict, memory_cap, routing_report, run
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
@@ -95,7 +95,7 @@ def main():
     report, ok = dict(model=str(model), routed_mb_per_token=routed / MiB, caps={}), True
     for cap in [float(c) for c in a.caps.split(',')]:
         r = run(arms, a.tokens, prompt=16, rounds=1, cache='cold', cap_mb=cap, routing=routing, progress=False,
-                timeout=a.timeout, out=ROOT / 'build' / 'eval')
+                timeout=a.timeout, out=ROOT / 'build' / 'harness')
         u = user_run(model, cap, a.timeout)
         report['caps'][cap] = dict(results=r['results'], runs=r['runs'], user=u)
         out.append(f"\ncap {cap:.0f} MiB (child memory cgroup, no swap)")

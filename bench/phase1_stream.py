@@ -21,7 +21,7 @@ Writes bench/results/phase1_stream.txt and .json.
 """
 import argparse, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
-from edge0.eval import Cgroup, _own_cgroups, disk_of, evict, memory_cap, routing_report
+from edge0.harness import Cgroup, _own_cgroups, disk_of, evict, memory_cap, routing_report
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL = ('memory.memsw.limit_in_bytes', 'memory.swap.max')

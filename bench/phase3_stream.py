@@ -54,7 +54,7 @@ def main():
     if a.report: return Path(a.out + '.txt').write_text(report(json.loads(Path(a.out + '.json').read_text())) + '\n')
     model, scratch = Path(a.model), Path(a.scratch)
     size = build(model, 16, 1024, 512)
-    from edge0.eval import routing_report
+    from edge0.harness import routing_report
     from edge0.phase1 import layer_bytes
     from edge0.store import ExpertStore, read_header
     st = ExpertStore(model, residency=False)

@@ -9,7 +9,7 @@ For each configuration (checkpoint x memory cap x storage tier x K x mode) this 
      no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and the sets its heads
      predict over it (teacher-forced);
   2. predicts decode tok/s with edge0.plan.plan from those alone;
-  3. runs the arm by the harness's protocol (edge0.eval.run: own process, rotated rounds, page cache dropped, the same forced
+  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the same forced
      sequence) and sets its measured decode tok/s beside the prediction.
 It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both models' read
 sizes. Checkpoints and conditions are those of bench/tiers.py: edge0-tiny evicts its experts before every step with a pool of 1/8
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.eval import Arm, run, save, table, tier_name  # noqa: E402
+from edge0.harness import Arm, run, save, table, tier_name  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
 from edge0.plan import (calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
@@ -84,7 +84,7 @@ def main():
                                                                    if recall else ''))
             arms.append(Arm(m, mode, k, **arm_kw))
             preds.append((k, mode, dev, p['rows'][mode]))
-        rep = run(arms, a.tokens, a.prompt, a.rounds, cache='cold', tier=tier, out=ROOT / 'build' / 'eval', **run_kw)
+        rep = run(arms, a.tokens, a.prompt, a.rounds, cache='cold', tier=tier, out=ROOT / 'build' / 'harness', **run_kw)
         say(table(rep))
         for arm, (k, mode, dev, pred) in zip(arms, preds):
             meas = rep['results'][arm.name]

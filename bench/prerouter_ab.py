@@ -19,7 +19,7 @@ routing within 1.15x of its bound; routing >= 1.3x faster than off where off's s
 import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
-from edge0.eval import Arm, run, table, sequence
+from edge0.harness import Arm, run, table, sequence
 from edge0.measure import expert_reads
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def make_heads(model, k):
 def bench(a, name, model, arm_kw, run_kw):
     "One checkpoint: the compute-only steps (no cap), then every mode at every K under the checkpoint's condition"
     print(f"\n=== {name}: {model}", flush=True)
-    out = ROOT / 'build' / 'eval'
+    out = ROOT / 'build' / 'harness'
     comp = run([Arm(model, 'compute', k) for k in a.ks], a.tokens, a.prompt, a.rounds, cache='warm', out=out)
     print('compute-only step (every expert resident, no cap):\n' + table(comp), flush=True)
     bw = {k: expert_reads(model, k, 64)['mb_s'] * 1e6 / 2**20 for k in a.ks}  # cold, K experts of a layer at a time
@@ -124,7 +124,7 @@ def main():
                 out[f"synthetic, pool {mb:g} MiB"] = bench(a, f"synthetic, pool {mb:g} MiB, capped at half the checkpoint", m,
                                                            dict(pool_mb=mb), dict(cap_mb=size / 2 / 2**20))
         else: raise SystemExit(f"--models: unknown checkpoint {name!r}; expected tiny and/or synthetic")
-    from edge0.eval import save
+    from edge0.harness import save
     save(dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, tokens=a.tokens, results=out), a.json)
     print(f"\nwrote {a.json}")
 

@@ -6,7 +6,7 @@ bare disk and on disks of known speed made with a read throttle.
 
 This machine's disk is virtual and the host caches it, so an unthrottled "cold" read is as fast as the host's cache
 happens to be that minute (runs disagree by 3x). A read throttle (a child blkio v1 / io v2 cgroup on the checkpoint's disk,
-`read_throttle` of edge0.eval) caps what leaves the disk at a known rate whatever the host caches, so
+`read_throttle` of edge0.harness) caps what leaves the disk at a known rate whatever the host caches, so
 throttled figures repeat. Each throttle runs in its own process inside its cgroup; the measured sequential rate is printed
 beside the asked one. Rows (MiB/s): the disk read sequentially in 16 MiB reads (a whole shard); for one expert at a time and
 for a layer's K experts at a time, plain `os.pread` of the store's byte ranges against the store's `read_expert` /
@@ -70,7 +70,7 @@ def main():
         sys.exit(f"{model}: no config.json (build it: python -c \"from edge0.zoo import build_synthetic; "
                  f"build_synthetic('{src}')\" && edge0 convert {src} {model} --layout torch-cpu)")
     if a.measure: return print('RESULT ' + json.dumps(measure(model, a.draws)))
-    from edge0.eval import Cgroup, read_throttle
+    from edge0.harness import Cgroup, read_throttle
     results = dict(model=model.name, date=time.strftime('%Y-%m-%d %H:%M'), tiers=[])
     for mb_s in a.mb_s:
         throttle = Cgroup(read_throttle(model, mb_s)) if mb_s else None

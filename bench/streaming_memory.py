@@ -3,7 +3,7 @@
     python bench/streaming_memory.py                  # build the checkpoint if missing, run everything, print the table
     python bench/streaming_memory.py --rounds 5 --tokens 48
 
-Arms (edge0.eval): resident mlx-lm, edge0 exact, edge0 staged with its default two buffers, staged with one buffer. Per arm:
+Arms (edge0.harness): resident mlx-lm, edge0 exact, edge0 staged with its default two buffers, staged with one buffer. Per arm:
 decode tok/s, prefill, peak active memory, peak RSS, expert bytes and loads per step, blocked ms per step, cold fraction. Then the
 targets of the streaming issue:
   1. edge0's peak active memory is at most 15% of the checkpoint's size;
@@ -14,7 +14,7 @@ The protocol is the harness's: each arm in its own process, rotated rounds, one 
 """
 import argparse, sys
 from pathlib import Path
-from edge0.eval import Arm, run, table
+from edge0.harness import Arm, run, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,11 +42,11 @@ def main():
         return Arm(model, 'off', path='staged', pool_mb=a.staged_pool_mb + slots, slots=a.slots, buffers=buffers,
                    total_budget=True, name='staged' if buffers == 2 else 'staged1')
     arms = [Arm(model, 'resident'), Arm(model, 'off', pool_mb=a.pool_mb, name='exact'), staged(2), staged(1)]
-    warm = run(arms, a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'eval')
+    warm = run(arms, a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'harness')
     print(table(warm), flush=True)
     cap = size / 3 / 2**20
     print(f'\nmemory cap: {cap:.0f} MiB (1/3 of the checkpoint), child memory cgroup, no swap', flush=True)
-    capped = run(arms, a.tokens, rounds=1, cache='warm', cap_mb=cap, out=ROOT / 'build' / 'eval', routing=warm['routing'])
+    capped = run(arms, a.tokens, rounds=1, cache='warm', cap_mb=cap, out=ROOT / 'build' / 'harness', routing=warm['routing'])
     print(table(capped))
     w, c = warm['results'], capped['results']
     print('\ntargets')

@@ -1,5 +1,5 @@
 """The prerouter across storage tiers: off / routing / prefetch / oracle at K=8 and K=4 on nvme (unthrottled), sata (500 MB/s),
-emmc (277 MB/s) and usb (38 MB/s), for edge0-tiny and the synthetic 2.2 GB Qwen3-MoE-shaped checkpoint, by the harness (edge0.eval).
+emmc (277 MB/s) and usb (38 MB/s), for edge0-tiny and the synthetic 2.2 GB Qwen3-MoE-shaped checkpoint, by the harness (edge0.harness).
 
     python bench/tiers.py                          # both checkpoints, 3 rounds; writes bench/results/tiers.{txt,json,png}
     python bench/tiers.py --models tiny --rounds 2 --tokens 16
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.eval import Arm, run, sweep, table, speedup_table, speedups, plot_tiers, save, TIERS  # noqa: E402
+from edge0.harness import Arm, run, sweep, table, speedup_table, speedups, plot_tiers, save, TIERS  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.store import ExpertStore  # noqa: E402
 
@@ -44,7 +44,7 @@ def routing_traces(model, ks, n=256):
     "`{k: (n, layers, k) expert ids}` as the model routes the held-out excerpt (the explorer's LRU replays them)"
     import mlx_lm
     from edge0.backend import core as B
-    from edge0.eval import sequence
+    from edge0.harness import sequence
     from edge0.routing_stats import routing_trace
     from edge0.streaming import model_spec
     spec, (model_, _) = model_spec(model), mlx_lm.load(str(model))
@@ -75,11 +75,11 @@ def main():
     fig, axs = plt.subplots(len(cks), len(ks), figsize=(5 * len(ks), 3.4 * len(cks)), squeeze=False)
     for row, (name, m, arm_kw, run_kw) in enumerate(cks):
         say(f"\n=== {name}: {m}")
-        comp = run([Arm(m, 'compute', k) for k in ks], a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'eval')
+        comp = run([Arm(m, 'compute', k) for k in ks], a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'harness')
         say('compute-only step (every expert resident, no cap, no throttle):\n' + table(comp))
         compute = {k: comp['results'][f"compute/K{k}"]['step_ms'] for k in ks}
         arms = [Arm(m, mode, k, **arm_kw) for k in ks for mode in MODES]
-        res = sweep(arms, tiers, tokens=a.tokens, rounds=a.rounds, cache='cold', out=ROOT / 'build' / 'eval',
+        res = sweep(arms, tiers, tokens=a.tokens, rounds=a.rounds, cache='cold', out=ROOT / 'build' / 'harness',
                     routing=comp['routing'], **run_kw)
         for t, rep in res.items(): say(f"\n-- tier {t}\n{table(rep)}")
         say(f"\n{name}: speedup over off by tier (bound: off's step / max(compute-only step, MB per step / bandwidth))")

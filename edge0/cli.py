@@ -89,7 +89,7 @@ def _list(kind, choices=None):
     return parse
 
 def _bench_parser(sub):
-    from edge0.eval import ARM_MODES, TIERS
+    from edge0.harness import ARM_MODES, TIERS
     b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
                        'storage tiers')
     b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
@@ -116,7 +116,7 @@ def _bench_parser(sub):
     b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
     b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
                    'v1): for checkpoints whose prompt alone reads most of their experts')
-    b.add_argument('--out', default='build/eval', help='sequences and traces')
+    b.add_argument('--out', default='build/harness', help='sequences and traces')
     b.add_argument('--json', help='write the report here')
     b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
 
@@ -217,7 +217,7 @@ def _serve_parser(sub):
     s.add_argument('--max-tokens-limit', type=_positive(int), default=2048, help='largest max_tokens a request may ask')
 
 def _plan_parser(sub):
-    from edge0.eval import TIERS
+    from edge0.harness import TIERS
     from edge0.plan import DEVICES, SHAPES, STRATEGIES
     p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy for a model on a '
                        'machine, and say which bytes bind')
@@ -399,7 +399,7 @@ def _exact_top_arms(arms:list, ms:list) -> list:
     return out
 
 def _cmd_bench(a):
-    from edge0.eval import arms_for, bench, tier_rate
+    from edge0.harness import arms_for, bench, tier_rate
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
     arms = arms_for(a.model, a.modes, a.k, a.pool_mb, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
@@ -409,7 +409,7 @@ def _cmd_bench(a):
     if a.json: print(f"wrote {a.json}")
 
 def _cmd_plan(a):
-    from edge0.eval import save, tier_rate
+    from edge0.harness import save, tier_rate
     from edge0.plan import plan_for, plan_table
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")

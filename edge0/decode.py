@@ -308,7 +308,7 @@ def _unstaged(self:Decoder, layer:int, ids) -> bool:
 @patch
 def flush(self:Decoder, *arrays):
     "Evaluate `arrays` with this step's predictions; plan the next step and start its reads"
-    for fn in self.before_flush: fn()  # a measurement's own work between steps (`edge0.eval.run_arm`)
+    for fn in self.before_flush: fn()  # a measurement's own work between steps (`edge0.harness.run_arm`)
     t0 = time.perf_counter()
     preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
     self.preds, self.own_routed, self.pred_w = {}, {}, {}

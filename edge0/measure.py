@@ -17,7 +17,7 @@ from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
 from .streaming import reset_stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
-from .eval import Arm, child, evict_experts, open_arm, sequence
+from .harness import Arm, child, evict_experts, open_arm, sequence
 
 # %% auto #0
 __all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
@@ -192,7 +192,7 @@ def _rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 1024)
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
-    "Measure the compute profile of `arm` (an `edge0.eval.Arm`'s fields; its pool holds every expert) in this process"
+    "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
     arm = Arm(**arm)
     h = open_arm(arm)
     try:

@@ -18,7 +18,7 @@ from .streaming import load_resident, open_tokenizer
 from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
                              recall_report, router_bias_of)
 from .routing_stats import routing_trace
-from .eval import child, conditions, measure_read, sequence, tier_name, tier_rate
+from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
 from .measure import Eta, cached, compute_profile, eta_curve, measure_expert_reads

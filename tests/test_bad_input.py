@@ -164,7 +164,7 @@ def test_config_mlx_lm_cannot_build_from(edge0_cmd, model):
 
 def test_bad_files_the_model_is_made_from_in_the_library(tiny_qwen, tmp_path):
     "Every case through each loader: streamed, resident, the tokenizer alone (phase 1) and the harness's sequence"
-    from edge0.eval import sequence
+    from edge0.harness import sequence
     from edge0.streaming import load, load_resident, open_tokenizer
     tokenizer_only = [open_tokenizer, lambda d: sequence(d, 8)]
     for case, (damage, want) in {**TOKENIZER, **BUILD}.items():

@@ -2,7 +2,7 @@
 import json, os, subprocess, sys
 from pathlib import Path
 import pytest
-from edge0 import eval as E
+from edge0 import harness as E
 from edge0.cli import main
 from edge0.files import teacher_path
 
