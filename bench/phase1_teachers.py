@@ -31,15 +31,14 @@ def recall_of(path) -> dict:
 
 def measured(name:str, k:int, files:list) -> list:
     "Held-out recall of each heads file in `files`, all measured here on the teacher's current held-out windows"
-    import mlx_lm
+    from edge0.streaming import load_resident
     import numpy as np
-    from edge0.backend import core as B
     from edge0.prerouter import capture, load_prerouter, recall_report
     from edge0.streaming import open_tokenizer
     from edge0.teachers import teacher_heldout_ids
     base = teacher_path(name)
-    spec, (model, _) = model_spec(base), mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
+    h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
+    spec, model = h.spec, h.model
     cap = capture(spec, model, teacher_heldout_ids(name, open_tokenizer(base), dtype=np.int64), k)
     return [recall_report(load_prerouter(base, spec, k, f), model, cap, k) for f in files]
 

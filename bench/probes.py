@@ -30,18 +30,16 @@ def write_atomic(path: Path, text: str):
 
 def bench_model(name, ks, tokens, a, say):
     "Train one base's probes on corpus windows; score them, the warm start, temporal locality and the heads at each K"
-    import numpy as np, mlx_lm
-    from edge0.backend import core as B
+    import numpy as np
     from edge0.files import teacher_path
     from edge0.phase1 import sample_windows
     from edge0.prerouter import load_prerouter
     from edge0.probes import capture_pre, init_probes, probe_recall, train_probes
-    from edge0.store import model_spec
+    from edge0.streaming import load_resident
     from edge0.teachers import excerpt_ids
     base = teacher_path(name)
-    model, tokenizer = mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
-    spec = model_spec(base)
+    h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
+    model, tokenizer, spec = h.model, h.tokenizer, h.spec
     ids = sample_windows(tokens, a.tokens, a.seq, a.seed)
     t0 = time.time()
     cap = capture_pre(spec, model, ids, spec.k, a.seq)

@@ -20,8 +20,7 @@ from quality_ladder import adapters_for, recovered
 
 def at_exact_two(name:str, k:int, windows:int) -> dict:
     "KL(teacher || served) at exact top-2 with no adapter, the plain phase-3 adapter and the one trained at exact top-1"
-    import mlx_lm
-    from edge0.backend import core as B
+    from edge0.streaming import load_resident
     from edge0.files import teacher_path
     from edge0.lora import adapter_file, load_adapter
     from edge0.prerouter import heads_file, load_prerouter
@@ -30,8 +29,8 @@ def at_exact_two(name:str, k:int, windows:int) -> dict:
     from edge0.store import model_spec
     base = teacher_path(name)
     spec, teacher = model_spec(base), load_teacher(name)
-    model, tokenizer = mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
+    h = load_resident(base, spec)  # as served: the backend's dtype, the cast_predicate's parameters float32
+    model, tokenizer = h.model, h.tokenizer
     data, heads = heldout_windows(tokenizer, 256, windows, name), heads_file(base, spec, k)
     out = {}
     with StudentPath(model, spec, load_prerouter(base, spec, k, heads), k, keep=2, ranked=True) as student:

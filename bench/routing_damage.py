@@ -27,16 +27,15 @@ def _bin_label(lo, hi): return f"[{lo:.1f},{min(hi, 1):.1f}{']' if hi > 1 else '
 
 def _load(name:str, k:int):
     "The committed int4 base of teacher `name` (as served, MLX kernels), its spec, tokenizer, heads at `k`, bf16 teacher"
-    import mlx_lm
-    from edge0.backend import core as B
+    from edge0.streaming import load_resident
     from edge0.files import teacher_path
     from edge0.prerouter import load_prerouter
     from edge0.recovery import load_teacher
     from edge0.store import model_spec
     base = teacher_path(name)
     spec = model_spec(base)
-    model, tok = mlx_lm.load(str(base))
-    model.set_dtype(B.compute_dtype())
+    h = load_resident(base, spec)  # as served: the backend's dtype, the cast_predicate's parameters float32
+    model, tok = h.model, h.tokenizer
     return model, spec, tok, load_prerouter(base, spec, k), load_teacher(name)
 
 def confidence(loaded:tuple, k:int, windows:int) -> dict:

@@ -42,13 +42,11 @@ def checkpoints(a):
 
 def routing_traces(model, ks, n=256):
     "`{k: (n, layers, k) expert ids}` as the model routes the held-out excerpt (the explorer's LRU replays them)"
-    import mlx_lm
-    from edge0.backend import core as B
     from edge0.harness import sequence
     from edge0.routing_stats import routing_trace
-    from edge0.streaming import model_spec
-    spec, (model_, _) = model_spec(model), mlx_lm.load(str(model))
-    model_.set_dtype(B.compute_dtype())
+    from edge0.streaming import load_resident
+    h = load_resident(model)  # as served: the backend's dtype, the cast_predicate's parameters float32
+    spec, model_ = h.spec, h.model
     ids = np.array(sequence(model, n + 1))
     out = {}
     for k in ks:

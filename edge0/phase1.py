@@ -206,7 +206,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
                 rows = slice(i * seq, j * seq)
                 if 'h' in caps: caps['h'][rows] = B.to_numpy(x.astype(B.float32))
                 if 'logits' in caps: caps['logits'][rows] = B.to_numpy(lg)
-                if 'routed' in caps: caps['routed'][rows] = np.array(route(spec.routing, lg, k, bias)[0])
+                if 'routed' in caps:  # routed as served: the logits in the model's own dtype
+                    caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k, bias)[0])
             if bar is not None: bar.update(1)
     finally:
         if hold: engine.drop_resident(layer)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
-from .routing import MoESpec, Routing, block, route, router_bias, weigh, RouterTap, attr_at
+from .routing import MoESpec, Routing, block, route, router_bias, routed_windows, weigh, attr_at
 from .store import fingerprint, read_header, index_checkpoint, model_spec
 from .files import InputError, read_json
 from fastcore.basics import patch
@@ -86,18 +86,8 @@ def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=
 # %% ../nbs/02a_prerouter.ipynb #168c2943
 def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
     "`{layer: dict(h=(T, D), logits=(T, E), routed=(T, k))}` over `tokens`, windows of `seq` (T = whole windows only)"
-    out = {l: dict(h=[], logits=[], routed=[]) for l in spec.moe_layers}
-    with RouterTap(spec, model) as tap:
-        for i in range(0, len(tokens) - seq + 1, seq):
-            tap.seen.clear()
-            B.eval(model(B.array(tokens[None, i:i + seq].astype(np.int32))))
-            for l, (x, lg, _) in tap.seen.items():
-                # the block's own router logits, as it computed them
-                x, lg = x.reshape(-1, x.shape[-1]), lg.reshape(-1, lg.shape[-1]).astype(B.float32)
-                out[l]['h'].append(B.to_numpy(x.astype(B.float32)))
-                out[l]['logits'].append(B.to_numpy(lg))
-                out[l]['routed'].append(np.array(route(spec.routing, lg, k, router_bias_of(spec, model, l))[0]))
-    return {l: {n: np.concatenate(v) for n, v in d.items()} for l, d in out.items()}
+    wins = list(routed_windows(spec, model, tokens, k, seq, inputs=True))
+    return {l: {n: np.concatenate([w[l][n] for w in wins]) for n in ('h', 'logits', 'routed')} for l in spec.moe_layers}
 
 # %% ../nbs/02a_prerouter.ipynb #2f3843af
 def pair_positions(T:int, seq:int=256) -> np.ndarray:

@@ -15,7 +15,7 @@ from .files import InputError
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'attr_at',
            'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias',
            'route_block', 'resolve_model_type', 'model_class', 'absent_args', 'model_args', 'check_buildable',
-           'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap']
+           'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -512,3 +512,23 @@ class RouterTap:
         for blk in self.blocks.values(): blk.__dict__.pop('gate', None)
     def __enter__(self): return self
     def __exit__(self, *exc): self.remove()
+
+# %% ../nbs/00_routing.ipynb #6990c324
+def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:int=256, whole:bool=True,
+                   inputs:bool=False, heaviest_first:bool=False):
+    "Per window of `seq` tokens: `{layer: dict(routed=(T, k) ids, logits=(T, E) float32, h=(T, D) if inputs)}`"
+    k, end = k or spec.k, len(tokens) - seq + 1 if whole else len(tokens) - 1
+    with RouterTap(spec, model) as tap:
+        for start in range(0, max(end, 0), seq):
+            tap.seen.clear()
+            B.eval(model(B.array(tokens[None, start:start + seq].astype(np.int32))))
+            out = {}
+            for l, (x, lg, _) in tap.seen.items():
+                ids, w = route(spec.routing, lg, k, router_bias(spec, tap.blocks[l]))
+                ids, lg = np.array(ids).reshape(-1, k), lg.reshape(-1, lg.shape[-1])
+                if heaviest_first:  # each token's ids by routing weight, heaviest first
+                    order = np.argsort(-B.to_numpy(w.astype(B.float32)).reshape(-1, k), axis=1, kind='stable')
+                    ids = np.take_along_axis(ids, order, axis=1)
+                out[l] = dict(routed=ids, logits=B.to_numpy(lg.astype(B.float32)))
+                if inputs: out[l]['h'] = B.to_numpy(x.reshape(-1, x.shape[-1]).astype(B.float32))
+            yield out

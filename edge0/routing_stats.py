@@ -5,8 +5,9 @@
 # %% ../nbs/04b_routing_stats.ipynb #ee1f0e86
 from __future__ import annotations
 import numpy as np
-from .backend import core as B
-from .routing import MoESpec, RouterTap, route, router_bias
+from .files import heldout_excerpt
+from .routing import MoESpec, routed_windows
+from .streaming import load
 
 # %% auto #0
 __all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']
@@ -15,20 +16,8 @@ __all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routi
 def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256,
                   heaviest_first:bool=False) -> dict: # each token's ids ordered by routing weight, heaviest first
     "`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`, windows of `seq`)"
-    k = k or spec.k
-    trace = {layer: [] for layer in spec.moe_layers}
-    with RouterTap(spec, model) as taps:
-        for start in range(0, len(tokens) - 1, seq):
-            taps.seen.clear()
-            B.eval(model(B.array(tokens[None, start:start + seq].astype(np.int32))))
-            for layer, (_, logits, _) in taps.seen.items():
-                experts, w = route(spec.routing, logits, k, router_bias(spec, taps.blocks[layer]))
-                experts = np.array(experts).reshape(-1, k)
-                if heaviest_first:
-                    order = np.argsort(-np.array(w.astype(B.float32)).reshape(-1, k), axis=1, kind='stable')
-                    experts = np.take_along_axis(experts, order, axis=1)
-                trace[layer].append(experts)
-    return {layer: np.concatenate(ids) for layer, ids in trace.items()}
+    wins = list(routed_windows(spec, model, tokens, k, seq, whole=False, heaviest_first=heaviest_first))
+    return {l: np.concatenate([w[l]['routed'] for w in wins]) for l in spec.moe_layers}
 
 # %% ../nbs/04b_routing_stats.ipynb #f2e5cee8
 def routing_stats(trace:dict, n_experts:int) -> dict:
@@ -45,8 +34,6 @@ def routing_stats(trace:dict, n_experts:int) -> dict:
 # %% ../nbs/04b_routing_stats.ipynb #b5267063
 def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) -> dict:
     "Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used over `n_tokens` tokens"
-    from edge0.files import heldout_excerpt
-    from edge0.streaming import load
     load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * 2**20), **load_kw)
     with load(model_dir, **load_kw) as h:
         text = '\n'.join(heldout_excerpt().values())
