@@ -35,11 +35,11 @@ def measured(name:str, k:int, files:list) -> list:
     import numpy as np
     from edge0.prerouter import capture, load_prerouter, recall_report
     from edge0.streaming import open_tokenizer
-    from edge0.teachers import teacher_heldout_ids
+    from edge0.teachers import heldout_ids, teacher_corpus
     base = teacher_path(name)
     h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
     spec, model = h.spec, h.model
-    cap = capture(spec, model, teacher_heldout_ids(name, open_tokenizer(base), dtype=np.int64), k)
+    cap = capture(spec, model, heldout_ids(open_tokenizer(base), corpus=teacher_corpus(name)), k)
     return [recall_report(load_prerouter(base, spec, k, f), model, cap, k) for f in files]
 
 def compare(name:str, k:int, corpus, work:Path, train:bool=True, **overrides) -> dict:

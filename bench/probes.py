@@ -36,7 +36,7 @@ def bench_model(name, ks, tokens, a, say):
     from edge0.prerouter import load_prerouter
     from edge0.probes import capture_pre, init_probes, probe_recall, train_probes
     from edge0.streaming import load_resident
-    from edge0.teachers import excerpt_ids
+    from edge0.teachers import heldout_ids
     base = teacher_path(name)
     h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
     model, tokenizer, spec = h.model, h.tokenizer, h.spec
@@ -51,7 +51,7 @@ def bench_model(name, ks, tokens, a, say):
     final_kl = float(np.mean(log[-100:]))
     say(f"trained {a.steps} steps in {time.time() - t0:.0f} s: mean KL {log[0]:.4f} -> {final_kl:.4f}")
     del cap
-    heldout = excerpt_ids(tokenizer, dtype=np.int64)
+    heldout = heldout_ids(tokenizer, dtype=np.int64)
     runs = {}
     for k in ks:
         held = capture_pre(spec, model, heldout, k)

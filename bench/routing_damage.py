@@ -44,10 +44,10 @@ def confidence(loaded:tuple, k:int, windows:int) -> dict:
     from edge0.prerouter import capture, pairs, pair_positions, route, router_bias_of
     from edge0.recovery import log_softmax
     from edge0.routing import weigh
-    from edge0.teachers import excerpt_ids
+    from edge0.teachers import heldout_ids
     model, spec, tok, heads, teacher = loaded
     seq = 256
-    ids = excerpt_ids(tok, dtype=np.int64)[:windows * seq]
+    ids = heldout_ids(tok, dtype=np.int64)[:windows * seq]
     cap = capture(spec, model, ids, k, seq)
     conf = np.concatenate([np.array(B.exp(log_softmax(teacher(B.array(ids[None, i:i + seq].astype(np.int32)))
                                                       .astype(B.float32))[0]).max(-1)) for i in range(0, len(ids), seq)])

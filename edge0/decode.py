@@ -20,8 +20,8 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling', 'generate_ids', 'token_loop',
-           'load', 'decode_stats', 'held_bytes']
+           'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling', 'generate_batch',
+           'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -378,6 +378,26 @@ class Sampling:
         "mlx-lm's logits processors for these settings"
         from mlx_lm.sample_utils import make_logits_processors
         return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
+
+    def draw(self, logits):
+        "Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0, else mlx-lm's sampler)"
+        if self.repetition_penalty is not None or self.logit_bias:
+            raise InputError("a batched draw takes no repetition_penalty or logit_bias: they follow one sequence's history")
+        logits = logits.astype(B.float32)
+        if self.temp == 0: return B.argmax(logits, axis=-1)
+        return self.sampler()(logits - B.logsumexp(logits, axis=-1, keepdims=True))
+
+# %% ../nbs/02b_decode.ipynb #c4ba6cba
+def generate_batch(forward, cache, prompts:np.ndarray, n:int, sampling:Sampling|None=None) -> np.ndarray:
+    "`n` tokens (B, n) after each row of `prompts` (B, P), drawn by `sampling` from `forward(x, cache)`'s last logits"
+    sampling = sampling or Sampling()
+    if sampling.seed is not None: B.seed(sampling.seed)
+    x, out = B.array(np.asarray(prompts).astype(np.int32)), []
+    for _ in range(n):
+        x = sampling.draw(forward(x, cache)[:, -1])[:, None].astype(B.int32)
+        out.append(x)
+        B.async_eval(x)
+    return np.array(B.concatenate(out, axis=1))
 
 # %% ../nbs/02b_decode.ipynb #d0000020
 def _check_prompt(prompt:list, vocab_size:int|None):

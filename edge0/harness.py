@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
-from .files import InputError, heldout_excerpt, find_model
+from .files import InputError, find_model
 from .memory import io_counters
 from .store import ExpertStore, drop_cache, model_spec, read_files
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
@@ -18,6 +18,7 @@ from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
 from .served import open_served
+from .teachers import heldout_ids, model_corpus
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
@@ -335,8 +336,8 @@ def _arm(job:dict) -> dict:
 
 # %% ../nbs/05_harness.ipynb #d2c83bd9
 def sequence(model, n:int) -> list:
-    "The first `n` token ids of the held-out excerpt as the tokenizer of `model` encodes it"
-    ids = open_tokenizer(model).encode(' '.join(heldout_excerpt(4000).values()))[:n]
+    "The first `n` held-out token ids of `model` (`teachers.heldout_ids`: the code for a model trained on code)"
+    ids = heldout_ids(open_tokenizer(model), corpus=model_corpus(model))[:n].tolist()
     if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
     return ids
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json, time
 from pathlib import Path
 import numpy as np
-from .backend import core as B
+from .decode import generate_batch
 from .files import teacher_path
 from .prerouter import heads_file, load_prerouter
+from mlx_lm.models.cache import make_prompt_cache
 from .lora import load_adapter
 from .recovery import StudentPath, load_teacher, stage_file, student_generate
 from .store import model_spec
@@ -34,14 +35,7 @@ def _sample(fn, tokenizer, n:int, prompt:str=PROMPT) -> dict:
 
 def _greedy(model):
     "Greedy continuation on a plain model (no student path)"
-    def run(prompts, n):
-        from mlx_lm.models.cache import make_prompt_cache
-        cache, x, out = make_prompt_cache(model), B.array(prompts.astype(np.int32)), []
-        for _ in range(n):
-            x = B.argmax(model(x, cache=cache)[:, -1], axis=-1)[:, None]
-            out.append(x)
-        return np.array(B.concatenate(out, axis=1))
-    return run
+    return lambda prompts, n: generate_batch(lambda x, c: model(x, cache=c), make_prompt_cache(model), prompts, n)
 
 # %% ../nbs/05d_ladder.ipynb #867dc612
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
@@ -66,8 +60,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     heads = heads_file(base, spec, k)
     student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
     served = lambda prefill: lambda x: student.from_start(x, prefill)
-    generate = lambda prompts, n: student_generate(student, prompts, n, temp=0)
-    own = lambda prompts, n: student_generate(student, prompts, n, temp=0, prefill=10 ** 9)  # no token after the prompt
+    generate = lambda prompts, n: student_generate(student, prompts, n)
+    own = lambda prompts, n: student_generate(student, prompts, n, prefill=10 ** 9)  # no token after the prompt
     def exact_top(label, m, **serving):  # the layer's own m heaviest experts in every predicted set
         student.keep, student.ranked = m, True
         try: rung(label, served(1), generate, mode='routing', k=k, exact_top=m, **serving)

@@ -21,7 +21,7 @@ from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_
 from .routing import MoESpec, RouterTap, attr_at, block, route
 from .store import ExpertStore, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
-from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_heldout_ids, teacher_tokens
+from .teachers import CORPUS, blas_in_use, heldout_ids, teacher_corpus, teacher_tokens
 
 
 # %% auto #0
@@ -493,7 +493,7 @@ def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> 
     "Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in whole windows"
     tokens, seq = teacher_tokens(name, corpus_dir, work, show), params['seq']
     train = sample_windows(tokens, params['tokens'], seq, params['seed']).reshape(-1, seq)
-    held = teacher_heldout_ids(name, open_tokenizer(teacher_path(name)), dtype=np.int64)
+    held = heldout_ids(open_tokenizer(teacher_path(name)), corpus=teacher_corpus(name))
     held = held[:len(held) // seq * seq].reshape(-1, seq)
     code = teacher_corpus(name) == 'code'
     split = ('the training files (before the 2% cut of each); held out: the excerpt edge0/data/heldout-python.txt of '

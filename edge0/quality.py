@@ -15,7 +15,7 @@ from .streaming import StreamOptions
 from .served import open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
-from .teachers import excerpt_ids, teacher_heldout_ids
+from .teachers import heldout_ids, teacher_corpus
 
 # %% auto #0
 __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
@@ -44,8 +44,7 @@ def repetition(ids:list, n:int=4) -> float:
 # %% ../nbs/05b_quality.ipynb #f1dcf5f3
 def heldout_windows(tokenizer, seq:int, n:int, name:str|None=None) -> np.ndarray:
     "Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids (teacher `name`'s own, if given)"
-    ids = (excerpt_ids(tokenizer, dtype=np.int64) if name is None else
-           teacher_heldout_ids(name, tokenizer, dtype=np.int64))
+    ids = heldout_ids(tokenizer, corpus='prose' if name is None else teacher_corpus(name))
     n = min(n, len(ids) // seq)
     return ids[:n * seq].reshape(n, seq)
 

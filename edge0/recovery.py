@@ -12,7 +12,8 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
-from .decode import combine, shadow_blocks, unshadow
+from .decode import Sampling, combine, generate_batch, shadow_blocks, unshadow
+from mlx_lm.models.cache import make_prompt_cache
 from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_prerouter
 from .lora import (TARGETS, Adapter, attach, adapter_file, load_checkpoint, save_adapter,
                         save_checkpoint, read_adapter)
@@ -102,17 +103,11 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     return out
 
 # %% ../nbs/04d_recovery.ipynb #58823f7b
-def student_generate(student:StudentPath, prompts:np.ndarray, n:int, temp:float=1.0, prefill:int|None=None):
-    "`n` tokens (B, n) sampled (greedy at `temp` 0) on the student path after each row of `prompts` (B, P)"
-    from mlx_lm.models.cache import make_prompt_cache
+def student_generate(student:StudentPath, prompts:np.ndarray, n:int, sampling:Sampling|None=None,
+                     prefill:int|None=None) -> np.ndarray:
+    "`n` tokens (B, n) drawn by `sampling` (default greedy) on the student path after each row of `prompts` (B, P)"
     student.reset(prefill=prompts.shape[1] if prefill is None else prefill)  # a huge prefill: own routing throughout
-    cache, x, out = make_prompt_cache(student.model), B.array(prompts.astype(np.int32)), []
-    for _ in range(n):
-        logits = student(x, cache)[:, -1].astype(B.float32)
-        x = (B.argmax(logits, axis=-1) if temp == 0 else B.categorical(logits * (1 / temp)))[:, None].astype(B.int32)
-        out.append(x)
-        B.async_eval(x)
-    return np.array(B.concatenate(out, axis=1))
+    return generate_batch(student, make_prompt_cache(student.model), prompts, n, sampling)
 
 # %% ../nbs/04d_recovery.ipynb #4455fb0f
 def grouped_experts(switch, x, inds):
@@ -153,15 +148,11 @@ def sample_prompts(tokens:np.ndarray, n:int, length:int, seed) -> np.ndarray:
 def teacher_rows(teacher, tokens:np.ndarray, rows:int, prompt:int, gen:int, temp:float, seed:int,
                  batch:int=64) -> np.ndarray:
     "`rows` sequences (rows, prompt + gen): corpus prompts, each continued by the teacher sampling at `temp`"
-    from mlx_lm.models.cache import make_prompt_cache
     prompts, out = sample_prompts(tokens, rows, prompt, [seed, 0]), []
     for i in tqdm(range(0, rows, batch), desc='teacher rows', leave=False):
-        B.seed(seed * 1_000_003 + i)
-        cache, x, written = make_prompt_cache(teacher), B.array(prompts[i:i + batch]), []
-        for _ in range(gen):
-            x = B.categorical(teacher(x, cache=cache)[:, -1].astype(B.float32) * (1 / temp))[:, None]
-            written.append(x)
-        out.append(np.concatenate([prompts[i:i + batch], np.array(B.concatenate(written, axis=1))], axis=1))
+        written = generate_batch(lambda x, c: teacher(x, cache=c), make_prompt_cache(teacher), prompts[i:i + batch],
+                                 gen, Sampling(temp=temp, seed=seed * 1_000_003 + i))
+        out.append(np.concatenate([prompts[i:i + batch], written], axis=1))
     return np.concatenate(out).astype(np.uint16)
 
 # %% ../nbs/04d_recovery.ipynb #ed488822
@@ -307,7 +298,7 @@ def batch(self:Recovery, step:int):
         return B.array(self.rows[pick].astype(np.int32)), r['prompt']
     prompts = sample_prompts(self.tokens, r['batch'], r['prompt'], [r['seed'], 3, step])
     B.seed(r['seed'] * 1_000_003 + step)
-    written = student_generate(self.student, prompts, r['gen'], r['temp'])
+    written = student_generate(self.student, prompts, r['gen'], Sampling(temp=r['temp']))
     return B.array(np.concatenate([prompts, written], axis=1).astype(np.int32)), r['prompt']
 
 @patch

@@ -513,7 +513,7 @@ class RouterTap:
     def __enter__(self): return self
     def __exit__(self, *exc): self.remove()
 
-# %% ../nbs/00_routing.ipynb #6990c324
+# %% ../nbs/00_routing.ipynb #5d275e89
 def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:int=256, whole:bool=True,
                    inputs:bool=False, heaviest_first:bool=False):
     "Per window of `seq` tokens: `{layer: dict(routed=(T, k) ids, logits=(T, E) float32, h=(T, D) if inputs)}`"

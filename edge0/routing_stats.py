@@ -5,9 +5,9 @@
 # %% ../nbs/04b_routing_stats.ipynb #ee1f0e86
 from __future__ import annotations
 import numpy as np
-from .files import heldout_excerpt
 from .routing import MoESpec, routed_windows
 from .streaming import load
+from .teachers import heldout_ids, model_corpus
 
 # %% auto #0
 __all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']
@@ -36,8 +36,7 @@ def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) 
     "Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used over `n_tokens` tokens"
     load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * 2**20), **load_kw)
     with load(model_dir, **load_kw) as h:
-        text = '\n'.join(heldout_excerpt().values())
-        tokens = np.array(h.tokenizer.encode(text)[:n_tokens + 1])
+        tokens = heldout_ids(h.tokenizer, corpus=model_corpus(model_dir))[:n_tokens + 1]
         trace = routing_trace(h.model, h.spec, tokens, k, seq=n_tokens)
         n = h.spec.num_experts
     st = routing_stats(trace, n)

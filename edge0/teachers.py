@@ -22,7 +22,7 @@ from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 # %% auto #0
 __all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'windows_at', 'batch_at', 'balance_loss',
            'update_bias', 'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use',
-           'recipe', 'prepare', 'reproduce', 'excerpt_ids', 'teacher_corpus', 'teacher_tokens', 'teacher_heldout_ids']
+           'recipe', 'prepare', 'reproduce', 'heldout_ids', 'model_corpus', 'teacher_corpus', 'teacher_tokens']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
@@ -302,15 +302,20 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:boo
     return export_teacher(trainer, tok_dir, dst_dir, provenance)
 
 # %% ../nbs/04a_teachers.ipynb #71b3c707
-def excerpt_ids(tokenizer, chars:int|None=None, dtype=np.uint16) -> np.ndarray:
-    "Token ids of the held-out excerpt by a loaded model's `tokenizer`: its parts in order, each cut to `chars`"
+def heldout_ids(tokenizer, chars:int|None=None, dtype=np.int64, corpus:str='prose') -> np.ndarray:
+    "Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to `chars`, or the code's"
+    if corpus == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
     return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
+
+def model_corpus(model_dir) -> str:
+    "`code` for a model whose provenance says it was trained on the code corpus (`edge0-tiny-code`), else `prose`"
+    config = read_json(Path(model_dir) / 'config.json', 'model config')
+    return config.get('edge0_provenance', {}).get('corpus', 'prose')
 
 # %% ../nbs/04a_teachers.ipynb #d66f34f8
 def teacher_corpus(name:str) -> str:
-    "`code` for a committed teacher trained on the code corpus (its provenance says so), else `prose`"
-    config = read_json(teacher_path(name) / 'config.json', 'teacher config')
-    return config.get('edge0_provenance', {}).get('corpus', 'prose')
+    "The corpus committed teacher `name` was trained on: `code` or `prose`"
+    return model_corpus(teacher_path(name))
 
 def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
     "Token ids of the training split of teacher `name`'s corpus, by its own tokenizer, made once under `work`"
@@ -321,8 +326,3 @@ def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
         ids = encode(teacher_path(name), [src for _, src in code_split(corpus_dir)[0]], show)
         replace_whole(cache, lambda tmp: np.save(tmp, ids))
     return np.load(cache)
-
-def teacher_heldout_ids(name:str, tokenizer, chars:int|None=None, dtype=np.uint16) -> np.ndarray:
-    "Token ids of teacher `name`'s held-out excerpt (the prose parts, or the code) by a loaded `tokenizer`"
-    if teacher_corpus(name) == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
-    return excerpt_ids(tokenizer, chars, dtype)

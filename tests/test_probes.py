@@ -11,12 +11,12 @@ def teacher(request):
     from edge0.files import teacher_path
     from edge0.probes import capture_pre
     from edge0.store import model_spec
-    from edge0.teachers import excerpt_ids
+    from edge0.teachers import heldout_ids
     base = teacher_path(request.param)
     model, tokenizer = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
     spec = model_spec(base)
-    return base, model, spec, capture_pre(spec, model, excerpt_ids(tokenizer, 2000, np.int64)[:256], spec.k)
+    return base, model, spec, capture_pre(spec, model, heldout_ids(tokenizer, 2000, np.int64)[:256], spec.k)
 
 def test_tap_restores_the_model(teacher):
     from edge0.backend import core as B
