@@ -382,12 +382,12 @@ class Sampling:
     def draw(self, logits):
         "Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0, else mlx-lm's sampler)"
         if self.repetition_penalty is not None or self.logit_bias:
-            raise InputError("a batched draw takes no repetition_penalty or logit_bias: they follow one sequence's history")
+            raise InputError("a batched draw takes no repetition_penalty or logit_bias (they follow one sequence)")
         logits = logits.astype(B.float32)
         if self.temp == 0: return B.argmax(logits, axis=-1)
         return self.sampler()(logits - B.logsumexp(logits, axis=-1, keepdims=True))
 
-# %% ../nbs/02b_decode.ipynb #c4ba6cba
+# %% ../nbs/02b_decode.ipynb #a26279d8
 def generate_batch(forward, cache, prompts:np.ndarray, n:int, sampling:Sampling|None=None) -> np.ndarray:
     "`n` tokens (B, n) after each row of `prompts` (B, P), drawn by `sampling` from `forward(x, cache)`'s last logits"
     sampling = sampling or Sampling()
