@@ -36,7 +36,7 @@ def bench_model(name, ks, tokens, a, say):
     from edge0.prerouter import load_prerouter
     from edge0.probes import capture_pre, init_probes, probe_recall, train_probes
     from edge0.streaming import load_resident
-    from edge0.teachers import heldout_ids
+    from edge0.files import heldout_ids
     base = teacher_path(name)
     h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
     model, tokenizer, spec = h.model, h.tokenizer, h.spec

@@ -44,7 +44,7 @@ def confidence(loaded:tuple, k:int, windows:int) -> dict:
     from edge0.prerouter import capture, pairs, pair_positions, route, router_bias_of
     from edge0.recovery import log_softmax
     from edge0.routing import weigh
-    from edge0.teachers import heldout_ids
+    from edge0.files import heldout_ids
     model, spec, tok, heads, teacher = loaded
     seq = 256
     ids = heldout_ids(tok, dtype=np.int64)[:windows * seq]

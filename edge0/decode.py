@@ -489,7 +489,7 @@ def held_bytes(model, mode:str, k:int|None=None, heads=None, hold:bool=True) -> 
     if mode == 'oracle': predicted = set(moe)  # every layer replays the trace from K slots
     else:
         owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
-        predicted = {moe[moe.index(n) + 1] for n in owners}
+        predicted = {spec.next_moe[n] for n in owners}
     store = ExpertStore(model, spec, residency=False)
     try: return (hold * sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
                  + len(predicted) * k * store.expert_nbytes)

@@ -8,13 +8,14 @@ import json, os, re, shutil, uuid
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+import numpy as np
 import edge0
 
 
 # %% auto #0
 __all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'InputError', 'teachers',
            'teacher_path', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt', 'read_json',
-           'clear_stale', 'atomic_dir']
+           'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -124,6 +125,17 @@ def read_json(path, what:str='file') -> dict:
         raise InputError(f"{p} holds a JSON {type(d).__name__}, expected an object (the {what})")
     return d
 
+
+# %% ../nbs/00_files.ipynb #2c2f6a75
+def heldout_ids(tokenizer, chars:int|None=None, dtype=np.int64, corpus:str='prose') -> np.ndarray:
+    "Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to `chars`, or the code's"
+    if corpus == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
+    return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
+
+def model_corpus(model_dir) -> str:
+    "`code` for a model whose provenance says it was trained on the code corpus (`edge0-tiny-code`), else `prose`"
+    config = read_json(Path(model_dir) / 'config.json', 'model config')
+    return config.get('edge0_provenance', {}).get('corpus', 'prose')
 
 # %% ../nbs/00_files.ipynb #a4eef5c1
 def _alive(pid:int) -> bool:

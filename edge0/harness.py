@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
-from .files import InputError, find_model
+from .files import InputError, find_model, heldout_ids, model_corpus
 from .memory import io_counters
 from .store import ExpertStore, drop_cache, model_spec, read_files
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
@@ -18,7 +18,6 @@ from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
 from .served import open_served
-from .teachers import heldout_ids, model_corpus
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',

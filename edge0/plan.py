@@ -421,9 +421,8 @@ def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
     spec = model_spec(model_dir)
     k = k or spec.k
     meta = read_header(heads_file(model_dir, spec, k))[1]
-    moe = list(spec.moe_layers)
     if 'heldout_recall' in meta:
-        return {moe[moe.index(int(n)) + 1]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
+        return {spec.next_moe[int(n)]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
     heads = heads_fingerprint(heads_file(model_dir, spec, k))
     r = cached('recall', dict(model=fingerprint(model_dir), heads=heads, k=k),
                lambda: child('edge0.plan:_recall', str(model_dir), k, tokens,

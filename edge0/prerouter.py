@@ -67,7 +67,7 @@ class Prerouter(B.Module):
         for n in self.owners:
             if n not in moe[:-1]:
                 raise ValueError(f"owner layer {n} must be an MoE layer with a next MoE layer; MoE layers are {moe}")
-        self.next_layer = {n: moe[moe.index(n) + 1] for n in self.owners}
+        self.next_layer = {n: spec.next_moe[n] for n in self.owners}
         self.spec, self.hidden, self.k = spec, hidden, k or spec.k
         # keys are not bare numbers: a digit key would be read back as a list index
         d_in = spec.hidden_size + 2 * spec.num_experts

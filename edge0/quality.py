@@ -15,7 +15,8 @@ from .streaming import StreamOptions
 from .served import open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
-from .teachers import heldout_ids, teacher_corpus
+from .files import heldout_ids
+from .teachers import teacher_corpus
 
 # %% auto #0
 __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']

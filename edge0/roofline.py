@@ -128,10 +128,9 @@ def checkpoint_groups(model_dir, k:int|None=None, predicted=()) -> list:
 # %% ../nbs/06_roofline.ipynb #1fad78e0
 def predicted_layers(spec:MoESpec, owners) -> tuple:
     "The MoE layers a prerouter with heads at `owners` predicts: each owner's next MoE layer"
-    moe = list(spec.moe_layers)
-    bad = [n for n in owners if n not in moe[:-1]]
-    if bad: raise InputError(f"owner layer {bad[0]!r}: expected an MoE layer with a next MoE layer ({moe})")
-    return tuple(moe[moe.index(n) + 1] for n in owners)
+    bad = [n for n in owners if n not in spec.next_moe]
+    if bad: raise InputError(f"owner layer {bad[0]!r}: expected an MoE layer with a next MoE layer ({spec.moe_layers})")
+    return tuple(spec.next_moe[n] for n in owners)
 
 # %% ../nbs/06_roofline.ipynb #7b2f5925
 def _config_quant(model, bits:int, group_size:int) -> dict:

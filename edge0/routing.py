@@ -171,6 +171,11 @@ class MoESpec:
         "Leaf name of the correction-bias parameter (e.g. 'e_score_correction_bias'), or None"
         return self.router_bias.rsplit('.', 1)[-1] if self.router_bias else None
 
+    @property
+    def next_moe(self) -> dict:
+        "`{MoE layer: the MoE layer after it}`: the layer a prerouter head owned by the first predicts"
+        return dict(zip(self.moe_layers, self.moe_layers[1:]))
+
     def quant_of(self, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
         "How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if scales are stored"
         own = dict(self.quant_paths)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from .routing import MoESpec, routed_windows
 from .streaming import load
-from .teachers import heldout_ids, model_corpus
+from .files import heldout_ids, model_corpus
 
 # %% auto #0
 __all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']

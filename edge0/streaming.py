@@ -256,7 +256,7 @@ class StreamEngine:
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
         self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
         self.read_costs = {}  # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
-        self.next_layer = dict(zip(self.spec.moe_layers, self.spec.moe_layers[1:]))
+        self.next_layer = self.spec.next_moe
         self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
         n_slots = self.options.slots or 2 * self.k
         for layer, used in paths.items():  # the slots and hot sets the paths hold: out of the budget now, not mid-run

@@ -14,7 +14,8 @@ from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
 from .calib import CORPUS, HELDOUT, code_split, corpus_split
-from .files import PARTS, InputError, atomic_dir, code_excerpt, heldout_excerpt, line_cut, read_json, teacher_path
+from .files import (PARTS, InputError, atomic_dir, code_excerpt, heldout_excerpt, line_cut, model_corpus, read_json,
+                         teacher_path)
 from .prerouter import replace_whole
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
@@ -22,7 +23,7 @@ from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 # %% auto #0
 __all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpec', 'windows_at', 'batch_at', 'balance_loss',
            'update_bias', 'lr_schedule', 'Trainer', 'perplexity', 'export_checkpoints', 'export_teacher', 'blas_in_use',
-           'recipe', 'prepare', 'reproduce', 'heldout_ids', 'model_corpus', 'teacher_corpus', 'teacher_tokens']
+           'recipe', 'prepare', 'reproduce', 'teacher_corpus', 'teacher_tokens']
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
@@ -300,17 +301,6 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:boo
                       heldout_ppl=perplexity(trainer.model, heldout_ids[:200_000], show=show), blas=blas_in_use(),
                       builder='edge0.teachers.reproduce', date=time.strftime('%Y-%m-%d'))
     return export_teacher(trainer, tok_dir, dst_dir, provenance)
-
-# %% ../nbs/04a_teachers.ipynb #71b3c707
-def heldout_ids(tokenizer, chars:int|None=None, dtype=np.int64, corpus:str='prose') -> np.ndarray:
-    "Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to `chars`, or the code's"
-    if corpus == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
-    return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
-
-def model_corpus(model_dir) -> str:
-    "`code` for a model whose provenance says it was trained on the code corpus (`edge0-tiny-code`), else `prose`"
-    config = read_json(Path(model_dir) / 'config.json', 'model config')
-    return config.get('edge0_provenance', {}).get('corpus', 'prose')
 
 # %% ../nbs/04a_teachers.ipynb #d66f34f8
 def teacher_corpus(name:str) -> str:

@@ -11,7 +11,7 @@ def teacher(request):
     from edge0.files import teacher_path
     from edge0.probes import capture_pre
     from edge0.store import model_spec
-    from edge0.teachers import heldout_ids
+    from edge0.files import heldout_ids
     base = teacher_path(request.param)
     model, tokenizer = mlx_lm.load(str(base))
     model.set_dtype(B.compute_dtype())
