@@ -19,9 +19,9 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'save_trace', 'load_trace',
-           'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling', 'generate_batch',
-           'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
+__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
+           'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling',
+           'generate_batch', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -55,16 +55,37 @@ def check_exact_top(mode:str, m:int, k:int):
     if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
     if not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
 
-def save_trace(trace:list, path, spec:MoESpec, k:int) -> Path:
-    "Write a routing trace (`[{layer: ids}]`, one dict per decode step) to `path`"
+def trace_len(trace:dict) -> int:
+    "Decode steps in a routing trace `{layer: (steps, K) expert ids}`"
+    return len(next(iter(trace.values()))) if trace else 0
+
+def check_trace(trace:dict, spec:MoESpec, k:int, where:str='the trace') -> dict:
+    "`trace` as `{MoE layer: (steps, K) int64 ids}`, refused unless it fits the model and K it will drive"
+    layers = list(spec.moe_layers)
+    if not isinstance(trace, dict) or sorted(trace) != layers:
+        got = sorted(trace) if isinstance(trace, dict) else type(trace).__name__
+        raise InputError(f"{where}: expected a routing trace of MoE layers {layers}, got {got}")
+    out = {}
+    for layer in layers:
+        try: a = np.asarray(trace[layer], np.int64)
+        except (TypeError, ValueError): a = np.zeros(0, np.int64)
+        if a.ndim != 2 or a.shape[1:] != (k,) or len(a) != trace_len(trace) or (a.size and (a.min() < 0 or a.max()
+                                                                                              >= spec.num_experts)):
+            raise InputError(f"{where}: layer {layer} is not steps x {k} expert ids below {spec.num_experts}")
+        out[layer] = a
+    return out
+
+def save_trace(trace:dict, path, spec:MoESpec, k:int) -> Path:
+    "Write a routing trace (`{layer: (steps, K) ids}`) to `path`, one row of layers a decode step"
     p = Path(path)
-    steps = [[np.asarray(s[layer]).tolist() for layer in spec.moe_layers] for s in trace]
+    t = check_trace(trace, spec, k)
+    steps = np.stack([t[layer] for layer in spec.moe_layers], 1).tolist() if trace_len(t) else []
     p.write_text(json.dumps(dict(format=TRACE_FORMAT, model_type=spec.model_type, num_layers=spec.num_layers, k=k,
                                  layers=list(spec.moe_layers), steps=steps)))
     return p
 
-def load_trace(path, spec:MoESpec, k:int) -> list:
-    "A trace from `save_trace`, checked against the model and K it will drive"
+def load_trace(path, spec:MoESpec, k:int) -> dict:
+    "A trace from `save_trace` (`{layer: (steps, K) ids}`), checked against the model and K it will drive"
     p = Path(path)
     if not p.exists(): raise InputError(f"trace {p} does not exist (record one with an `off` run: record_trace=...)")
     d = read_json(p, 'routing trace')
@@ -84,8 +105,8 @@ def load_trace(path, spec:MoESpec, k:int) -> list:
         if a.shape != (len(spec.moe_layers), k) or a.min() < 0 or a.max() >= spec.num_experts:
             raise InputError(f"trace {p}: step {i} is not {len(spec.moe_layers)} layers x {k} expert ids "
                              f"below {spec.num_experts}")
-        out.append(dict(zip(spec.moe_layers, a)))
-    return out
+        out.append(a)
+    return {layer: np.array([a[j] for a in out], np.int64).reshape(-1, k) for j, layer in enumerate(spec.moe_layers)}
 
 
 # %% ../nbs/02b_decode.ipynb #3452cba0
@@ -150,7 +171,8 @@ class Decoder:
         self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # the checkpoint's (float32 on the CPU)
         if self.owners: prerouter.set_dtype(self.head_dtype)
         self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
-        self.trace_in, self.trace = trace, [] if record else None
+        self.trace_in = None if trace is None else check_trace(trace, spec, self.k, "the oracle's trace")
+        self.recorded = [] if record else None  # own routing, one `{layer: ids}` a step: `trace` gives it by layer
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
         self.pred_w, self.prewaited = {}, set()  # exact top-M: the flush's ranking; layers whose task was waited on
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
@@ -169,7 +191,14 @@ class Decoder:
         for f in self.pending.values(): f.result()
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
         self.pred_w, self.prewaited, self.step, self.beyond = {}, set(), -1, False
-        if self.trace is not None: self.trace = []
+        if self.recorded is not None: self.recorded = []
+
+    @property
+    def trace(self) -> dict|None:
+        "The own routing recorded so far, `{layer: (steps, K) ids}` (None unless recording)"
+        if self.recorded is None: return None
+        return {layer: np.array([np.asarray(s[layer]).reshape(-1) for s in self.recorded], np.int64).reshape(-1, self.k)
+                for layer in self.spec.moe_layers}
 
     def close(self):
         "Give the model its own blocks back and stop the background reader"
@@ -195,7 +224,7 @@ def moe_block(self:Decoder, layer:int, blk, x):
         y = self._planned(layer, blk, x, ids, inds)
     else:
         if decode and self.beyond:
-            raise InputError(f"the oracle trace has {len(self.trace_in)} steps; decode step {self.step} has none "
+            raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step {self.step} has none "
                              "(record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, self.bias[layer])
         y = self._own(layer, blk, x, inds) if decode else blk['switch_mlp'](x, inds)  # prefill: the engine's path
@@ -265,7 +294,7 @@ def serve_own(self:Decoder, layer:int, inds, compute):
     if self.mode == 'prefetch':
         self._wait(layer)
         ahead = self.warm.get(layer, set())
-    if self.trace is not None: self.own_routed[layer] = inds
+    if self.recorded is not None: self.own_routed[layer] = inds
     y = compute()
     if self.mode == 'prefetch':
         own = set(np.array(inds).ravel().tolist())
@@ -326,14 +355,14 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
     d = self.stats
     if self.step >= 0:
         d.steps += 1
-        if self.trace is not None: self.trace.append(own_routed)
+        if self.recorded is not None: self.recorded.append(own_routed)
     self.step += 1
     ids = {layer: v.astype(np.int64) for layer, v in preds.items()}
     for layer, w in pred_w.items():  # exact top-M: heaviest first, so the K - M slots left take the prediction's best
         ids[layer] = ids[layer][np.argsort(-w, kind='stable')]
     if self.mode == 'oracle':
-        self.beyond = self.step >= len(self.trace_in)  # an error only if that step is run
-        ids = {} if self.beyond else self.trace_in[self.step]
+        self.beyond = self.step >= trace_len(self.trace_in)  # an error only if that step is run
+        ids = {} if self.beyond else {layer: v[self.step] for layer, v in self.trace_in.items()}
     self.plan = ids if self.mode in ('routing', 'oracle') else {}
     self.warm = {layer: set(v.tolist()) for layer, v in ids.items()} if self.mode == 'prefetch' else {}
     if self.engine is not None and self.mode != 'off':
@@ -457,7 +486,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     path = heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     replay = None
-    if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, list) else load_trace(trace, spec, k)
+    if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, dict) else load_trace(trace, spec, k)
     if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")
     handle = (load_resident(model_dir, spec, dtype) if resident else
               stream_load(model_dir, options, spec=spec, k=k, dtype=dtype, **kw))

@@ -14,7 +14,7 @@ from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, 
 from .files import InputError
 from .routing import MoESpec, RouterKind, Routing, attr_at, block
 from .streaming import torch_quant
-from .decode import Sampling, token_loop
+from .decode import Sampling, token_loop, trace_len
 
 # %% auto #0
 __all__ = ['TORCH_FAMILIES', 'PACK_ROWS', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 't_route', 't_weigh', 'MLP',
@@ -454,7 +454,7 @@ def _moe(self:TorchStep, m:MoE, x):
         w = t_weigh(m.routing, logits, inds)
     else:
         if decode and dec is not None and dec.beyond:
-            raise InputError(f"the oracle trace has {len(dec.trace_in)} steps; decode step {dec.step} has none "
+            raise InputError(f"the oracle trace has {trace_len(dec.trace_in)} steps; decode step {dec.step} has none "
                              "(record a longer 'off' run)")
         inds, w = t_route(m.routing, logits, self.k, m.bias)
         y = self._own(m, x, inds.numpy())

@@ -21,7 +21,7 @@ def run(mode, k, n=20, trace=None, record=False, pool=40):
 @pytest.mark.parametrize('k', [8, 4])
 def test_prefetch_and_oracle_reproduce_off(k):
     off, doff = run('off', k, record=True)
-    assert len(doff.trace) == len(off) - 1 and all(len(s) == 6 for s in doff.trace)
+    assert D.trace_len(doff.trace) == len(off) - 1 and len(doff.trace) == 6  # {layer: (steps, K) ids}
     pre, dpre = run('prefetch', k)
     assert pre == off
     assert dpre.stats.background_loads > 0 and dpre.stats.prefetch_used > 0  # the prediction did read ahead, and some of it was used
@@ -29,7 +29,7 @@ def test_prefetch_and_oracle_reproduce_off(k):
     assert orc == off
     assert dorc.stats.planned == dorc.stats.steps * 6 and dorc.stats.syncs == dorc.stats.steps  # every layer replayed, one sync a step
     # a tampered trace changes the output: the replay is really what is computed
-    bad = [{l: (ids + 1) % 64 for l, ids in s.items()} for s in doff.trace]
+    bad = {l: (ids + 1) % 64 for l, ids in doff.trace.items()}
     assert run('oracle', k, trace=bad)[0] != off
 
 @pytest.mark.parametrize('k', [8, 4])
