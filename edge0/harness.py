@@ -4,14 +4,14 @@
 
 # %% ../nbs/05_harness.ipynb #a4df99db
 from __future__ import annotations
-import importlib, importlib.util, json, os, resource, statistics, subprocess, sys, time, uuid
+import importlib, importlib.util, json, os, statistics, subprocess, sys, time, uuid
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, heldout_ids, model_corpus
-from .memory import io_counters
+from .memory import io_counters, peak_rss
 from .store import ExpertStore, drop_cache, model_spec, read_files
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
@@ -302,11 +302,11 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
         toks.append(t)
         times.append(dt - (evicting.pop() if evicting else 0.0))
         if eng is not None: snaps.append(_totals(eng))
-    n, ru, io1 = len(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, io_counters()
+    n, io1 = len(times), io_counters()
     out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s, prefill_warm_tps=len(ids) / warm_s,
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
                peak_active_mb=B.memory_stats().peak / 2**20,
-               rss_mb=ru / (2**20 if sys.platform == 'darwin' else 1024), tokens=toks,
+               rss_mb=peak_rss() / 2**20, tokens=toks,
                disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / 2**20,  # this process's reads
                faults_per_step=(io1[1] - io0[1]) / n)
     if eng is not None and eng.budget is not None:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_measure.ipynb #c0002
 from __future__ import annotations
-import functools, hashlib, json, os, platform, resource, statistics, sys, time
+import functools, hashlib, json, os, platform, statistics, time
 from importlib.metadata import version, PackageNotFoundError
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
@@ -12,6 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError
+from .memory import process_memory
 from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
 from .streaming import reset_stats
@@ -185,12 +186,6 @@ def _missing_steps(h, ids:list, prompt:int, steps:int) -> tuple:
     finally: dec.after_flush.remove(empty)
     return out, sum(s.loads for s in eng.stats.values()) / steps
 
-def _rss_mb() -> float:
-    "This process's resident memory (MiB): its current size where /proc tells it, else its peak"
-    try: return int(Path('/proc/self/statm').read_text().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 1024)
-
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
     "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
     arm = Arm(**arm)
@@ -211,7 +206,7 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
         plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
-        rss = _rss_mb()
+        rss = process_memory().rss / 2**20  # its current size (the peak where no system tells it)
         missing = _missing_steps(h, ids, prompt, steps) if eng is not None else None
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
