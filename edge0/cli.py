@@ -74,7 +74,7 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
                            lora.meta, modules=len(lora.modules), file=lora.path.name if lora.path else None))
     return figures
 
-# %% ../nbs/09_cli.ipynb #a6e30afe
+# %% ../nbs/09_cli.ipynb #59ef106b
 def _list(kind, choices=None):
     "A comma-separated list of `kind`, each in `choices` where given"
     def parse(text):
@@ -87,38 +87,6 @@ def _list(kind, choices=None):
             out.append(v)
         return out
     return parse
-
-def _bench_parser(sub):
-    from edge0.harness import ARM_MODES, TIERS
-    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
-                       'storage tiers')
-    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
-    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
-                   help=f"comma-separated: {', '.join(ARM_MODES)}")
-    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per token (default: native)')
-    b.add_argument('--tier', type=_list(str), default=['nvme'], help=f"comma-separated storage tiers: "
-                   f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
-                   "or a read rate in MB/s")
-    b.add_argument('--cap-mb', type=_positive(float), help='memory cap of every arm (MiB), a child memory cgroup')
-    b.add_argument('--cache', choices=('cold', 'warm'), default='cold', help='page cache before each arm\'s decode: '
-                   'dropped (cold) or after one untimed read of the checkpoint (warm)')
-    b.add_argument('--rounds', type=_positive(int), default=3)
-    b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
-    b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
-    b.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
-                   help="expert budget of every arm, MiB (auto: each arm's from the memory it may use)")
-    b.add_argument('--total-budget', action='store_true', help='--pool-mb bounds resident layers and slots too')
-    b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
-    b.add_argument('--kernels', choices=KERNELS)
-    b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
-    b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...', help="comma-separated exact top-M of "
-                   "the routing arms: one arm per M (0: plain routing); the own M heaviest experts always computed")
-    b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
-    b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
-                   'v1): for checkpoints whose prompt alone reads most of their experts')
-    b.add_argument('--out', default='build/harness', help='sequences and traces')
-    b.add_argument('--json', help='write the report here')
-    b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
 
 def _positive(kind):
     def parse(text):
@@ -141,6 +109,7 @@ def _bool(text):
     if text.lower() in ('false', 'no', '0'): return False
     raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
+# %% ../nbs/09_cli.ipynb #9f21d3db
 def _model_arguments(g):
     "The flags that say what a `Session` serves: the model, how its experts are streamed, heads and adapter"
     g.add_argument('-m', '--model', required=True,
@@ -186,6 +155,7 @@ def _prompt_arguments(g, max_tokens:int):
     g.add_argument('--max-tokens', type=_positive(int), default=max_tokens)
     g.add_argument('--system-prompt', help='system message for the chat template')
 
+# %% ../nbs/09_cli.ipynb #7a315511
 def _generate_parser(sub):
     g = sub.add_parser('generate', help='generate text from a model')
     _model_arguments(g)
@@ -243,6 +213,38 @@ def _plan_parser(sub):
     p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
                    "experts always computed (--prerouter routing --exact-top M)")
     p.add_argument('--json', help='write the plan here')
+
+def _bench_parser(sub):
+    from edge0.harness import ARM_MODES, TIERS
+    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
+                       'storage tiers')
+    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
+    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
+                   help=f"comma-separated: {', '.join(ARM_MODES)}")
+    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per token (default: native)')
+    b.add_argument('--tier', type=_list(str), default=['nvme'], help=f"comma-separated storage tiers: "
+                   f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
+                   "or a read rate in MB/s")
+    b.add_argument('--cap-mb', type=_positive(float), help='memory cap of every arm (MiB), a child memory cgroup')
+    b.add_argument('--cache', choices=('cold', 'warm'), default='cold', help='page cache before each arm\'s decode: '
+                   'dropped (cold) or after one untimed read of the checkpoint (warm)')
+    b.add_argument('--rounds', type=_positive(int), default=3)
+    b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
+    b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
+    b.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
+                   help="expert budget of every arm, MiB (auto: each arm's from the memory it may use)")
+    b.add_argument('--total-budget', action='store_true', help='--pool-mb bounds resident layers and slots too')
+    b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
+    b.add_argument('--kernels', choices=KERNELS)
+    b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
+    b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...', help="comma-separated exact top-M of "
+                   "the routing arms: one arm per M (0: plain routing); the own M heaviest experts always computed")
+    b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
+    b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
+                   'v1): for checkpoints whose prompt alone reads most of their experts')
+    b.add_argument('--out', default='build/harness', help='sequences and traces')
+    b.add_argument('--json', help='write the report here')
+    b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
 
 # %% ../nbs/09_cli.ipynb #c5bef265
 def _train_parser(sub):
@@ -318,7 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     z.add_argument('--overwrite', action='store_true')
     return p
 
-# %% ../nbs/09_cli.ipynb #dfec3a9d
+# %% ../nbs/09_cli.ipynb #a1ddcc47
 def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
 
 def _options(a) -> StreamOptions:
@@ -349,6 +351,7 @@ def _prompt(text:str) -> str:
     if sys.stdin.isatty(): print("reading the prompt from stdin (end it with Ctrl-D)", file=sys.stderr)
     return sys.stdin.read()
 
+# %% ../nbs/09_cli.ipynb #a80bd960
 def _cmd_generate(a):
     kw, prompt = _session_kw(a), _prompt(a.prompt)
     if kw['options'].kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
@@ -382,6 +385,7 @@ def _cmd_serve(a):
     find_model(a.model)  # a bad model fails here, before the server starts
     serve(a.model, a.host, a.port, a.max_queue, a.max_tokens_limit, **_session_kw(a))
 
+# %% ../nbs/09_cli.ipynb #b84406ab
 def _exact_top_arms(arms:list, ms:list) -> list:
     "Each routing arm once per exact top-M in `ms`; refused where no arm routes or M is outside 0..K"
     from dataclasses import replace
@@ -419,6 +423,7 @@ def _cmd_plan(a):
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 
+# %% ../nbs/09_cli.ipynb #2b8a4148
 def _cmd_heads(a):
     "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
     if a.weighted is not None and not 0 <= a.weighted < float('inf'):
@@ -482,6 +487,7 @@ def _cmd_train(a):
     base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads
     print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **_overrides(a)))
 
+# %% ../nbs/09_cli.ipynb #f5c6e99d
 def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)
     elif a.cmd == 'chat': _cmd_chat(a)

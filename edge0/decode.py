@@ -55,6 +55,7 @@ def check_exact_top(mode:str, m:int, k:int):
     if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
     if not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
 
+# %% ../nbs/02b_decode.ipynb #4f0bb904
 def trace_len(trace:dict) -> int:
     "Decode steps in a routing trace `{layer: (steps, K) expert ids}`"
     return len(next(iter(trace.values()))) if trace else 0
