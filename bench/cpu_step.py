@@ -76,23 +76,19 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) ->
 
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,
           prompt:int=SHORT) -> dict:
-    "One edge0 arm in a child process (`--arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
-    cmd = [sys.executable, __file__, '--arm', what, str(n), str(model), '--step', str(int(step)), '--mode', mode,
-           '--pool', pool, '--prompt', str(prompt)] + (['--profile'] if profile else [])
+    "One edge0 arm in a child process (`arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
+    from edge0.harness import run_child
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=cap.preexec if cap else None, timeout=3600)
-    for line in r.stdout.splitlines():
-        if line.startswith('RESULT '): return dict(json.loads(line[7:]), wall_s=time.time() - t0)
-    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:],
-                wall_s=time.time() - t0)
+    r = run_child(f"{__file__}:arm", what, n, str(model), step, mode, pool, profile, prompt, cgroup=cap, timeout=3600)
+    return dict(r.get('result') or r, wall_s=time.time() - t0)
 
 
 def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool, prompt_len:int=SHORT):
-    """Child: load, run one prefill or one decode, print `RESULT {json}`; a decode's `steps` are the streaming counters
-    of its decode steps alone (reset after the first token), per step"""
-    import resource
+    """Child (`edge0.harness.run_child`): load, run one prefill or one decode, return its figures; a decode's `steps` are
+    the streaming counters of its decode steps alone (reset after the first token), per step"""
     import numpy as np
     from edge0 import decode, torchstep
+    from edge0.memory import peak_rss
     from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
     opts = StreamOptions(kernels='torch', pool_bytes=None if pool == 'all' else 'auto')
     h = decode.load(model, mode, options=opts, hold=pool == 'all')  # capped: the unpredicted layer read on demand
@@ -117,8 +113,7 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     if profile:
         pr = cProfile.Profile()
         _, dt = run(n + 1, pr)
-        print('RESULT ' + json.dumps(dict(profile=counts(pstats.Stats(pr), n), tps=n / dt)))
-        return
+        return dict(profile=counts(pstats.Stats(pr), n), tps=n / dt)
     first, rest = run(1 if what == 'pp' else n + 1)
     tps = len(prompt) / first if what == 'pp' else n / rest
     ss = stream_stats(h.engine)
@@ -126,8 +121,8 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     steps = dict(step_ms=1e3 * rest / n, blocked_ms=tot['blocked_ms'] / n, mb=tot['bytes_read'] / n / MiB,
                  loads=tot['loads'] / n, hits=tot['hits'] / n, background_loads=dec.background_loads / n,
                  dropped=dec.dropped, pool_mb=(ss['pool']['budget_bytes'] or 0) / MiB, slot_mb=ss['slot_bytes'] / MiB,
-                 rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    print('RESULT ' + json.dumps(dict(tps=tps, prompt=len(prompt), tokens=n, steps=steps)))
+                 rss_mb=peak_rss() / MiB)
+    return dict(tps=tps, prompt=len(prompt), tokens=n, steps=steps)
 
 
 def counts(st:pstats.Stats, n:int) -> dict:
@@ -349,14 +344,7 @@ def main():
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'cpu_step'))
     ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
     ap.add_argument('--report', action='store_true', help='print the tables again from --out.json; run nothing')
-    ap.add_argument('--arm', nargs=3, metavar=('pp|tg', 'N', 'MODEL'), help=argparse.SUPPRESS)
-    ap.add_argument('--step', type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument('--mode', default='off', help=argparse.SUPPRESS)
-    ap.add_argument('--pool', default='all', help=argparse.SUPPRESS)
-    ap.add_argument('--profile', action='store_true', help=argparse.SUPPRESS)
-    ap.add_argument('--prompt', type=int, default=SHORT, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.arm: return arm(a.arm[0], int(a.arm[1]), Path(a.arm[2]), bool(a.step), a.mode, a.pool, a.profile, a.prompt)
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
     from edge0.harness import routing_report
     a.caps = [int(c) for c in a.caps.split(',')]

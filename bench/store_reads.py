@@ -13,7 +13,7 @@ for a layer's K experts at a time, plain `os.pread` of the store's byte ranges a
 `read_experts` on the same draws (each after a cache drop). The gap between a plain row and its store row is what the
 store itself costs.
 """
-import argparse, json, os, subprocess, sys, time
+import argparse, json, os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np
@@ -62,26 +62,22 @@ def main():
                     help='read throttles in MB/s (0: none): sata 500, emmc 277, usb 38')
     ap.add_argument('--draws', type=int, default=96, help='(layer, experts) draws per row')
     ap.add_argument('--out', default=str(ROOT / 'bench/results/store_reads'))
-    ap.add_argument('--measure', action='store_true', help=argparse.SUPPRESS)  # the child: measure and print JSON
     a = ap.parse_args()
     model = Path(a.model)
     if not (model / 'config.json').exists():
         src = model.with_name(model.name.removesuffix('-torch'))
         sys.exit(f"{model}: no config.json (build it: python -c \"from edge0.zoo import build_synthetic; "
                  f"build_synthetic('{src}')\" && edge0 convert {src} {model} --layout torch-cpu)")
-    if a.measure: return print('RESULT ' + json.dumps(measure(model, a.draws)))
-    from edge0.harness import Cgroup, read_throttle
+    from edge0.harness import Cgroup, read_throttle, run_child
     results = dict(model=model.name, date=time.strftime('%Y-%m-%d %H:%M'), tiers=[])
     for mb_s in a.mb_s:
         throttle = Cgroup(read_throttle(model, mb_s)) if mb_s else None
         try:
-            r = subprocess.run([sys.executable, __file__, str(model), '--measure', '--draws', str(a.draws)], text=True,
-                               capture_output=True, preexec_fn=throttle.preexec if throttle else None, timeout=1800)
+            r = run_child(f"{__file__}:measure", str(model), a.draws, cgroup=throttle, timeout=1800)
         finally:
             if throttle: throttle.close()
-        line = next((l for l in r.stdout.splitlines() if l.startswith('RESULT ')), None)
-        if line is None: sys.exit(f"the measurement at {mb_s or 'no'} MB/s failed:\n{r.stderr[-600:]}")
-        results['tiers'].append(dict(mb_s=mb_s, **json.loads(line[7:])))
+        if r.get('failed'): sys.exit(f"the measurement at {mb_s or 'no'} MB/s failed:\n{r['stderr']}")
+        results['tiers'].append(dict(mb_s=mb_s, **r['result']))
     lines = []
     for t in results['tiers']:
         asked = f"throttled to {t['mb_s']:.0f} MB/s ({t['mb_s'] * 1e6 / 2**20:.0f} MiB/s)" if t['mb_s'] else 'no throttle'

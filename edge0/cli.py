@@ -74,7 +74,7 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
                            lora.meta, modules=len(lora.modules), file=lora.path.name if lora.path else None))
     return figures
 
-# %% ../nbs/09_cli.ipynb #59ef106b
+# %% ../nbs/09_cli.ipynb #9f39bc4e
 def _list(kind, choices=None):
     "A comma-separated list of `kind`, each in `choices` where given"
     def parse(text):
@@ -109,7 +109,7 @@ def _bool(text):
     if text.lower() in ('false', 'no', '0'): return False
     raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
-# %% ../nbs/09_cli.ipynb #9f21d3db
+# %% ../nbs/09_cli.ipynb #1cfd01be
 def _model_arguments(g):
     "The flags that say what a `Session` serves: the model, how its experts are streamed, heads and adapter"
     g.add_argument('-m', '--model', required=True,
@@ -155,7 +155,7 @@ def _prompt_arguments(g, max_tokens:int):
     g.add_argument('--max-tokens', type=_positive(int), default=max_tokens)
     g.add_argument('--system-prompt', help='system message for the chat template')
 
-# %% ../nbs/09_cli.ipynb #7a315511
+# %% ../nbs/09_cli.ipynb #07edbc17
 def _generate_parser(sub):
     g = sub.add_parser('generate', help='generate text from a model')
     _model_arguments(g)
@@ -320,7 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     z.add_argument('--overwrite', action='store_true')
     return p
 
-# %% ../nbs/09_cli.ipynb #a1ddcc47
+# %% ../nbs/09_cli.ipynb #4a24429c
 def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
 
 def _options(a) -> StreamOptions:
@@ -351,7 +351,7 @@ def _prompt(text:str) -> str:
     if sys.stdin.isatty(): print("reading the prompt from stdin (end it with Ctrl-D)", file=sys.stderr)
     return sys.stdin.read()
 
-# %% ../nbs/09_cli.ipynb #a80bd960
+# %% ../nbs/09_cli.ipynb #88a9192b
 def _cmd_generate(a):
     kw, prompt = _session_kw(a), _prompt(a.prompt)
     if kw['options'].kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
@@ -385,7 +385,7 @@ def _cmd_serve(a):
     find_model(a.model)  # a bad model fails here, before the server starts
     serve(a.model, a.host, a.port, a.max_queue, a.max_tokens_limit, **_session_kw(a))
 
-# %% ../nbs/09_cli.ipynb #b84406ab
+# %% ../nbs/09_cli.ipynb #897d63ec
 def _exact_top_arms(arms:list, ms:list) -> list:
     "Each routing arm once per exact top-M in `ms`; refused where no arm routes or M is outside 0..K"
     from dataclasses import replace
@@ -423,7 +423,7 @@ def _cmd_plan(a):
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 
-# %% ../nbs/09_cli.ipynb #2b8a4148
+# %% ../nbs/09_cli.ipynb #829ef978
 def _cmd_heads(a):
     "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
     if a.weighted is not None and not 0 <= a.weighted < float('inf'):
@@ -487,7 +487,7 @@ def _cmd_train(a):
     base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads
     print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **_overrides(a)))
 
-# %% ../nbs/09_cli.ipynb #f5c6e99d
+# %% ../nbs/09_cli.ipynb #f74fc30b
 def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)
     elif a.cmd == 'chat': _cmd_chat(a)

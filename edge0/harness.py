@@ -152,7 +152,7 @@ def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no outpu
 _RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
 
 def run_child(fn:str, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
-    "Call `fn` ('module:function') on JSON arguments in a fresh interpreter (in `cgroup`): its result, or why it failed"
+    "Call `fn` ('module:function' or 'file.py:function') on JSON arguments in a fresh interpreter (in `cgroup`)"
     cmd = [sys.executable, '-c', 'from edge0.harness import _child_main; _child_main()', json.dumps([fn, args, kw])]
     try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             preexec_fn=cgroup.preexec if cgroup else None)
@@ -170,8 +170,13 @@ def child(fn:str, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, 
 
 def _child_main():
     fn, args, kw = json.loads(sys.argv[1])
-    module, name = fn.split(':')
-    result = getattr(importlib.import_module(module), name)(*args, **kw)
+    module, name = fn.rsplit(':', 1)
+    if module.endswith('.py'):  # a script (a benchmark's own child): loaded from its file, its main not run
+        spec = importlib.util.spec_from_file_location(Path(module).stem, module)
+        sys.modules[spec.name] = mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else: mod = importlib.import_module(module)
+    result = getattr(mod, name)(*args, **kw)
     print(_RESULT + json.dumps(result), flush=True)
 
 def evict(model):
