@@ -75,7 +75,7 @@ def main():
             trace = model_trace(m, k, a.prompt + a.tokens)
             recall = head_recall(m, k) if mode == 'routing' else None
             planned = heads_planned(m, k) if mode == 'routing' else None
-            served = served_by_heads(m, k, a.prompt + a.tokens) if mode == 'routing' else None
+            served = served_by_heads(m, k, a.prompt + a.tokens, a.prompt) if mode == 'routing' else None
             p = plan(m, dev, k, arm_kw['pool_mb'], (mode,), trace, compute, recall, planned, a.prompt, served)
             say(f"  K={k} {mode}: {dev.name}; runtime {dev.runtime_mb:.0f} MiB; expert reads cold "
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['cold'].items()) + ' ms, warm '

@@ -41,7 +41,7 @@ class ColdLoad:
         return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked, step_ms=steps,
                     tps={k: 1e3 / v for k, v in steps.items()})
 
-# %% ../nbs/06e_cold_load.ipynb #352b1b9a
+# %% ../nbs/06e_cold_load.ipynb #22cddf4e
 def measured_points(report:dict) -> list:
     "One point per checkpoint x tier x streamed arm of a `bench/tiers.py` report"
     pts = []
@@ -57,7 +57,7 @@ def measured_points(report:dict) -> list:
                                 cold_fraction=r['cold_fraction'], blocked_ms=r['blocked_ms_per_step']))
     return pts
 
-# %% ../nbs/06e_cold_load.ipynb #e8bd16c3
+# %% ../nbs/06e_cold_load.ipynb #8332660c
 STYLE = dict(off=('C3', 'o'), routing=('C0', 's'), prefetch=('C1', '^'), oracle=('C2', 'D'))
 
 def plot_tps(ax, cl:ColdLoad, pool_mb:float, recall:float, cache_mb:float=0.0, points=(), mark:float|None=None,
@@ -88,7 +88,7 @@ def plot_bytes(ax, cl:ColdLoad, pool_mb:float, points=()):
     ax.set(xscale='log', xlabel='expert pool, MiB', ylabel='MiB read per token')
     ax.legend(fontsize=7)
 
-# %% ../nbs/06e_cold_load.ipynb #d8a431b6
+# %% ../nbs/06e_cold_load.ipynb #f374af58
 def cold_load_explorer(models:dict, points=()):
     "ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache sliders"
     try: import ipywidgets as W

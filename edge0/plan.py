@@ -12,12 +12,14 @@ import numpy as np
 from .backend import core as B
 from .files import InputError, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
-from .routing import route, spec_for
+from .routing import spec_for
 from .store import ExpertStore, model_spec, read_header
 from .streaming import load_resident, open_tokenizer
 from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
-                             recall_report, router_bias_of)
+                             recall_report)
 from .routing_stats import routing_trace
+from .decode import generate_ids
+from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
@@ -430,28 +432,26 @@ def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
     return {int(l): v for l, v in r.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0043
-def _served(model_dir:str, k:int, tokens:int) -> dict:
-    with load_resident(model_dir) as h:
-        spec, m = h.spec, h.model
-        pr = load_prerouter(model_dir, spec, k)
-        cap = capture(spec, m, np.array(sequence(model_dir, tokens)), k, tokens)
-        out = {}
-        for n in sorted(pr.next_layer):  # a predicted owner's features are the sets it was served, as at decode
-            nxt, now = pr.next_layer[n], out.get(n, cap[n]['routed'])
-            prev = np.concatenate([now[:1], now[:-1]])
-            lg = pr.predict(n, cap[n]['h'][:-1], now[:-1], prev[:-1])
-            out[nxt] = cap[nxt]['routed'].copy()
-            out[nxt][1:] = np.array(route(spec.routing, lg, k, router_bias_of(spec, m, nxt))[0])
-    return {str(l): v.tolist() for l, v in out.items()}
+def _served(model_dir:str, k:int, tokens:int, prompt:int) -> dict:
+    "The sets a `routing` decode serves at positions `prompt` to `tokens - 1` of the forced sequence, as it runs"
+    ids = sequence(model_dir, tokens)
+    with open_served(model_dir, 'routing', k, resident=True) as h:  # the decoder as served, its experts in memory
+        dec, plans = h.decoder, []
+        dec.after_flush.append(lambda: plans.append({l: np.asarray(v).tolist() for l, v in dec.plan.items()}))
+        for _ in generate_ids(h.model, ids[:prompt], tokens - prompt + 1, decoder=dec, force=ids[prompt:]): pass
+        layers = sorted(dec.planned)
+    return {str(l): [p[l] for p in plans[:tokens - prompt]] for l in layers}  # a flush plans the next position
 
-def served_by_heads(model_dir, k:int|None=None, tokens:int=256) -> dict:
-    "`{predicted layer: (tokens, k) ids}`: the sets the heads of `model_dir` serve over the excerpt (cached)"
+def served_by_heads(model_dir, k:int|None=None, tokens:int=256, prompt:int=1) -> dict:
+    "`{predicted layer: (tokens, k) ids}`: the sets a `routing` decode of the excerpt serves (cached; the prompt's own)"
     spec = model_spec(model_dir)
     k = k or spec.k
-    t = cached('served', dict(model=fingerprint(model_dir), heads=heads_fingerprint(heads_file(model_dir, spec, k)),
-                              k=k, tokens=tokens),
-               lambda: child('edge0.plan:_served', str(model_dir), k, tokens, what=f"running the heads of {model_dir}"))
-    return {int(l): np.array(v) for l, v in t.items()}
+    key = dict(model=fingerprint(model_dir), heads=heads_fingerprint(heads_file(model_dir, spec, k)), k=k,
+               tokens=tokens, prompt=prompt, at='decode')
+    t = cached('served', key, lambda: child('edge0.plan:_served', str(model_dir), k, tokens, prompt,
+                                            what=f"running the heads of {model_dir}"))
+    own = model_trace(model_dir, k, tokens)  # the prompt is prefilled: its layers route themselves
+    return {int(l): np.concatenate([own[int(l)][:prompt], np.array(v, np.int64).reshape(-1, k)]) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0046
 def heads_planned(model_dir, k:int|None=None) -> set:
