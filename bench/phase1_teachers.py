@@ -36,7 +36,7 @@ def measured(name:str, k:int, files:list) -> list:
     from edge0.prerouter import capture, load_prerouter, recall_report
     from edge0.streaming import open_tokenizer
     from edge0.files import heldout_ids
-from edge0.teachers import teacher_corpus
+    from edge0.teachers import teacher_corpus
     base = teacher_path(name)
     h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
     spec, model = h.spec, h.model
