@@ -20,8 +20,8 @@ from .prerouter import Prerouter, features, heads_file, load_prerouter
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
-           'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'DecodeStats', 'Decoder', 'Sampling',
-           'generate_batch', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
+           'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype', 'DecodeStats', 'Decoder',
+           'Sampling', 'generate_batch', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -132,6 +132,10 @@ def unshadow(installed:list):
     installed.clear()
 
 # %% ../nbs/02b_decode.ipynb #d0000012
+def heads_dtype(spec:MoESpec):
+    "The dtype prerouter heads run in: the checkpoint's (float32 on the CPU)"
+    return B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
+
 @dataclass
 class DecodeStats:
     "Counters of prerouted decoding"
@@ -169,7 +173,7 @@ class Decoder:
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
-        self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))  # the checkpoint's (float32 on the CPU)
+        self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
         self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
         self.trace_in = None if trace is None else check_trace(trace, spec, self.k, "the oracle's trace")
@@ -486,6 +490,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     check_exact_top(mode, exact_top, k)
     path = heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
+    if heads is not None: heads.set_dtype(heads_dtype(spec))  # as the decoder runs them, installed or not
     replay = None
     if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, dict) else load_trace(trace, spec, k)
     if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")

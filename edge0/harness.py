@@ -340,7 +340,7 @@ def _arm(job:dict) -> dict:
 
 # %% ../nbs/05_harness.ipynb #d2c83bd9
 def sequence(model, n:int) -> list:
-    "The first `n` held-out token ids of `model` (`teachers.heldout_ids`: the code for a model trained on code)"
+    "The first `n` held-out token ids of `model` (`files.heldout_ids`: the code for a model trained on code)"
     ids = heldout_ids(open_tokenizer(model), corpus=model_corpus(model))[:n].tolist()
     if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
     return ids

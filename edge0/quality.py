@@ -69,9 +69,7 @@ class Served:
         self.handle = h = open_served(model_dir, mode, k or None, prerouter, adapter, self.resident, options, dtype,
                                       decoder=False)
         self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, mode, h.k
-        self.heads_path, self.heads = h.heads, h.prerouter
-        if self.heads is not None:  # in the dtype the decoder runs them in
-            self.heads.set_dtype(B.compute_dtype(getattr(B, h.spec.dtype, B.bfloat16)))
+        self.heads_path, self.heads = h.heads, h.prerouter  # in the dtype the decoder runs them in (`decode.load`)
         self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter
 
     def close(self):

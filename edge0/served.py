@@ -7,7 +7,7 @@ from __future__ import annotations
 from .files import InputError, find_model
 from .store import model_spec
 from .streaming import StreamOptions, Handle
-from .decode import check_mode, load as decode_load
+from .decode import check_exact_top, check_mode, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
@@ -22,7 +22,7 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
                 resident:bool=False, # every expert in memory, nothing read after load
                 options:StreamOptions|None=None, # how the experts stream: pool, slots, reader, kernels
                 dtype=None, # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
-                trace=None, # a routing trace (file or list) that mode 'oracle' replays
+                trace=None, # a routing trace (a file or `{layer: (steps, K) ids}`) that mode 'oracle' replays
                 record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
                 exact_top:int=0, # mode 'routing': the own router's M heaviest experts are always computed
                 decoder:bool=True, # False: heads loaded (`handle.prerouter`), the model routes itself
@@ -30,8 +30,7 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
     d = find_model(model)
     spec = model_spec(d)
-    if exact_top and mode != 'routing':
-        raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode or 'the own routing'!r}")
+    check_exact_top(mode or 'the own routing', exact_top, k or spec.k)
     if mode is None and (k is not None or trace is not None or record_trace): mode = 'off'  # a decoder serves them
     if mode is not None: check_mode(mode)
     if k is not None and not 1 <= k <= spec.num_experts:
