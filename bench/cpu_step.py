@@ -31,7 +31,7 @@ it cannot run). Parts, each arm in its own process, the arms alternating within 
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
 """
-import argparse, cProfile, json, os, pstats, shutil, statistics, subprocess, sys, time
+import argparse, cProfile, json, os, pstats, shutil, statistics, subprocess, sys, threading, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,17 +61,30 @@ def anchor(model:Path, work:Path) -> tuple:
 
 
 def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) -> dict:
-    "One llama-bench test (`pp` prefill or `tg` decode of `n` tokens, 2 threads, mmap, no repacking): tok/s"
+    """One llama-bench test (`pp` prefill or `tg` decode of `n` tokens, 2 threads, mmap, no repacking): tok/s, and the
+    process's peak anonymous memory in MiB (`anon_mb`: what it holds besides the mapped weights), sampled every 20 ms"""
     flag = '-p' if what == 'pp' else '-n'
     other = '-n' if what == 'pp' else '-p'
     cmd = [str(bench), '-m', str(gguf), flag, str(n), other, '0', '-r', '1', '-t', '2', '--repack', '0', '-lm', 'mmap',
            '-o', 'json']
     env = dict(os.environ, LD_PRELOAD=str(gguf.parent / 'madv_random.so')) if tuned else None
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=cap.preexec if cap else None,
-                       timeout=3600)
-    if r.returncode: return dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:], wall_s=time.time() - t0)
-    return dict(tps=json.loads(r.stdout)[0]['avg_ts'], wall_s=time.time() - t0)
+    t0, anon = time.time(), [0]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=cap.preexec if cap else None)
+    def watch():
+        while p.poll() is None:
+            try: anon[0] = max(anon[0], next(int(l.split()[1]) for l in open(f'/proc/{p.pid}/status')
+                                             if l.startswith('RssAnon:')))
+            except (OSError, StopIteration, ValueError): pass
+            time.sleep(0.02)
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    try: out, err = p.communicate(timeout=3600)
+    except subprocess.TimeoutExpired:
+        p.kill(); out, err = p.communicate()
+    w.join()
+    if p.returncode: return dict(failed=True, returncode=p.returncode, stderr=err[-400:], wall_s=time.time() - t0)
+    return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 1024, wall_s=time.time() - t0)
 
 
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,

@@ -1,76 +1,136 @@
-"""The planner against the harness: predicted and measured decode tok/s, side by side, in one run.
+"""The planner against what it predicts, side by side, in one run: edge0's decode tok/s measured by the harness, and
+static offload measured on llama.cpp reading the same weights.
 
-    python bench/plan_calibration.py                  # every configuration, 3 rounds; writes bench/results/plan_calibration.*
-    python bench/plan_calibration.py --only tiny --rounds 2
+    python bench/plan_calibration.py                  # every configuration, 2 rounds; writes bench/results/plan_calibration.*
+    python bench/plan_calibration.py --only code --rounds 1
 
-For each configuration (checkpoint x memory cap x storage tier x K x mode) this script
+Configurations whose decode step is at least 20 ms (steps of a few ms move 30% between runs here): the 2.2 GB synthetic
+Qwen3-MoE at two storage tiers (usb at K=8, emmc at K=4) x two memory caps (half and three quarters of its size) x
+`off`/`routing`, its 256 MiB pool, its prefill outside the throttle; and the code teacher (edge0-tiny-code) at K=8 on the
+sata tier with its experts evicted before every step and a pool of 1/8 of them, `off` and `routing`.
+
+For each configuration this script
   1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the store's
      expert reads at batch 1 and K, cold and warm, in a child cgroup; the mode's compute profile with every expert pooled,
-     no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and the sets its heads
-     predict over it (teacher-forced);
+     no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets a
+     routing decode serves over it (edge0.plan.served_by_heads);
   2. predicts decode tok/s with edge0.plan.plan from those alone;
-  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the same forced
-     sequence) and sets its measured decode tok/s beside the prediction.
-It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both models' read
-sizes. Checkpoints and conditions are those of bench/tiers.py: edge0-tiny evicts its experts before every step with a pool of 1/8
-of its experts; the 2.2 GB synthetic runs capped at half its size with a 256 MiB pool, its prefill outside the throttle.
+  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the same
+     forced sequence) and sets its measured decode tok/s beside the prediction.
+Static offload (`static`, llama.cpp's mmap): where llama.cpp is built (../shared/tools/llama_anchor.sh, as
+bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the same
+weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with the
+planner's `static` row. A run decodes up to --tokens tokens after llama-bench's warm-up token: as many as the prediction
+puts in about 90 s, at least 2 (on the usb tier a token reads about 2 GB). Its compute is llama.cpp's own, measured here warm and unthrottled; its runtime memory is llama-bench's
+peak anonymous memory; its bytes a step are the cgroup's reads over the test (warm-up token included).
+It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both models'
+read sizes.
 """
 import argparse, os, sys, tempfile, time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.harness import Arm, run, save, table, tier_name  # noqa: E402
+from edge0.harness import Arm, conditions, run, save, table, tier_name  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
-from edge0.plan import (calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
+from edge0.plan import (Compute, calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
                         plot_calibration, served_by_heads, this_machine)
-from edge0.store import ExpertStore  # noqa: E402
+from edge0.store import ExpertStore, drop_cache  # noqa: E402
 
-# (checkpoint, K, mode, tier): grouped by checkpoint and tier, one harness run per group
-CONFIGS = [('tiny', 8, 'off', 'nvme'), ('tiny', 8, 'routing', 'nvme'), ('tiny', 4, 'routing', 'sata'),
-           ('tiny', 8, 'off', 'usb'), ('tiny', 8, 'routing', 'usb'),
-           ('synthetic', 8, 'off', 'usb'), ('synthetic', 8, 'routing', 'usb'),
-           ('synthetic', 4, 'off', 'emmc'), ('synthetic', 4, 'routing', 'emmc')]
+CAPS = (0.5, 0.75)  # memory caps of the synthetic, as fractions of its size
+# (checkpoint, K, mode, tier, cap): grouped by checkpoint, tier and cap, one harness run per group
+CONFIGS = ([('code', 8, 'off', 'sata', None), ('code', 8, 'routing', 'sata', None)]
+           + [('synthetic', k, mode, tier, cap) for cap in CAPS for k, tier in ((8, 'usb'), (4, 'emmc'))
+              for mode in ('off', 'routing')])
 
-def checkpoint(name, synthetic):
+def checkpoint(name, synthetic, cap=None):
     "(model dir, arm options, run options, cap MiB, cold_steps) of a checkpoint, as bench/tiers.py runs it"
-    if name == 'tiny':
-        m = teacher_path('edge0-tiny')
+    if name == 'code':
+        m = teacher_path('edge0-tiny-code')
         st = ExpertStore(m); pool = 48 * st.expert_nbytes / 2**20; st.close()
         return m, dict(pool_mb=pool, cold_steps=True), {}, None, True
     m = Path(synthetic)
     if not (m / 'config.json').exists(): raise SystemExit(f"{m} is missing: run bench/prerouter_ab.py once to build it")
-    cap = sum(f.stat().st_size for f in m.glob('*.safetensors')) / 2 / 2**20
-    return m, dict(pool_mb=256), dict(cap_mb=cap, throttle_prefill=False), cap, False
+    cap_mb = sum(f.stat().st_size for f in m.glob('*.safetensors')) * cap / 2**20
+    return m, dict(pool_mb=256), dict(cap_mb=cap_mb, throttle_prefill=False), cap_mb, False
+
+def read_bytes(cg) -> int:
+    "Bytes the processes of cgroup `cg` have read from disk (cgroup v1 blkio, v2 io.stat); 0 where neither is there"
+    for p in cg.paths:
+        f = p / 'blkio.throttle.io_service_bytes'
+        if f.exists():
+            return sum(int(l.split()[2]) for l in f.read_text().splitlines() if len(l.split()) == 3
+                       and l.split()[1] == 'Read')
+        f = p / 'io.stat'
+        if f.exists():
+            return sum(int(kv.split('=')[1]) for l in f.read_text().splitlines() for kv in l.split()[1:]
+                       if kv.startswith('rbytes='))
+    return 0
+
+def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
+    """The planner's `static` row for the synthetic `m` in `tier` and `cap`, and llama.cpp's decode measured there: a
+    calibration row, or None where llama.cpp is not built"""
+    from cpu_step import llama
+    bench, gguf = work / 'bin' / 'llama-bench', work / f'{m.name}-Q4_0.gguf'
+    if not (bench.exists() and gguf.exists()):
+        say(f"  static: llama.cpp is not built ({bench}, {gguf}): bash ../shared/tools/llama_anchor.sh {work} {m}")
+        return None
+    warm = llama(bench, gguf, 'tg', tokens)  # in RAM, unthrottled: llama.cpp's own compute a token
+    if warm.get('failed'): raise SystemExit(f"llama-bench failed: {warm['stderr']}")
+    spec_layers = model_bytes(m, k)['spec'].num_layers
+    compute = Compute([0.0] * spec_layers, [0.0] * spec_layers, 1e3 / warm['tps'], 'llama.cpp, in RAM')
+    d = replace(dev, runtime_mb=warm['anon_mb'], name=dev.name + ' (llama.cpp)')
+    # llama-bench decodes one warm-up token, then the test's: the warm-up is the prompt the page cache starts from
+    pred = plan(m, d, k, 0, ('static',), trace, {'static': compute}, prompt=1)['rows']['static']
+    n = max(2, min(tokens, int(90 * pred['tps'])))  # about 90 s a run where a token takes many seconds
+    runs = []
+    for _ in range(rounds):
+        drop_cache(gguf)
+        cg, _, _ = conditions(gguf, int(cap * 2**20), tier)
+        try:
+            before = read_bytes(cg)
+            r = llama(bench, gguf, 'tg', n, cg)
+            r['mb'] = (read_bytes(cg) - before) / (n + 1) / 2**20
+        finally: cg.close()
+        if r.get('failed'): raise SystemExit(f"llama-bench under the cap failed: {r['stderr']}")
+        runs.append(r)
+    tps = sorted(r['tps'] for r in runs)[len(runs) // 2]
+    mb = sorted(r['mb'] for r in runs)[len(runs) // 2]
+    say(f"  K={k} static: llama.cpp {gguf.name}: {warm['tps']:.2f} tok/s in RAM ({1e3 / warm['tps']:.1f} ms), runtime "
+        f"{warm['anon_mb']:.0f} MiB; capped and throttled " + ', '.join(f"{r['tps']:.3f}" for r in runs)
+        + f" tok/s over {n} tokens, {mb:.1f} MiB read a token (warm-up token included); read-ahead {d.readahead_kb:.0f} KB")
+    return dict(tps=tps, mb_per_step=mb, pred=pred)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--only', choices=('tiny', 'synthetic'), help='one checkpoint only')
+    ap.add_argument('--only', choices=('code', 'synthetic'), help='one checkpoint only')
     ap.add_argument('--synthetic', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-2g'))
-    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp and the GGUF are built')
+    ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--tokens', type=int, default=16)
     ap.add_argument('--prompt', type=int, default=16)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'plan_calibration'))
     a = ap.parse_args()
     os.environ['EDGE0_CACHE'] = tempfile.mkdtemp(prefix='edge0-calibration-')  # every input measured in this run
-    lines, rows, t0 = [], [], time.time()
+    lines, rows, static, t0 = [], [], [], time.time()
     def say(s=''): print(s, flush=True); lines.append(s)
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     configs = [c for c in CONFIGS if not a.only or c[0] == a.only]
     groups = {}
-    for c in configs: groups.setdefault((c[0], c[3]), []).append(c)
+    for c in configs: groups.setdefault((c[0], c[3], c[4]), []).append(c)
     eta = None
     if not a.only or a.only == 'synthetic':
-        eta = eta_curve(checkpoint('synthetic', a.synthetic)[0], seconds=1.0, max_mb=256)
+        eta = eta_curve(checkpoint('synthetic', a.synthetic, 1)[0], seconds=1.0, max_mb=256)
         say('cold read rate (MB/s) by read size on this disk (synthetic checkpoint shards):')
         for p, v in eta.mb_s.items(): say(f"  {p:>10}: " + '  '.join(f"{s // 1024}K {r:.0f}" for s, r in zip(eta.sizes, v)))
-    for (name, tier), cs in groups.items():
-        m, arm_kw, run_kw, cap, cold_steps = checkpoint(name, a.synthetic)
+    for (name, tier, frac), cs in groups.items():
+        m, arm_kw, run_kw, cap, cold_steps = checkpoint(name, a.synthetic, frac)
         say(f"\n=== {m.name} on tier {tier}" + (f", memory cap {cap:.0f} MiB" if cap else ', experts evicted every step'))
         arms, preds = [], []
-        for _, k, mode, _ in cs:
+        for _, k, mode, _, _ in cs:
             dev, compute = this_machine(m, k, tier, cap, cold_steps, modes=(mode,), eta=eta)
             trace = model_trace(m, k, a.prompt + a.tokens)
             recall = head_recall(m, k) if mode == 'routing' else None
@@ -86,24 +146,35 @@ def main():
             preds.append((k, mode, dev, p['rows'][mode]))
         rep = run(arms, a.tokens, a.prompt, a.rounds, cache='cold', tier=tier, out=ROOT / 'build' / 'harness', **run_kw)
         say(table(rep))
+        where = f" {tier_name(tier)}" + (f" cap {cap:.0f}" if cap else '')
         for arm, (k, mode, dev, pred) in zip(arms, preds):
             meas = rep['results'][arm.name]
-            rows.append(dict(name=f"{m.name} {mode} K={k} {tier_name(tier)}" + (f" cap {cap:.0f}" if cap else ''),
-                             short=f"{'tiny' if name == 'tiny' else 'syn'} {mode[:3]} K{k} {tier}", model=name, k=k,
-                             mode=mode, tier=tier, cap_mb=cap, device=dev.name, storage_mb_s=dev.storage_mb_s,
-                             predicted=pred, measured={x: meas[x] for x in ('decode_tps', 'mb_per_step',
-                                                                             'blocked_ms_per_step', 'cold_fraction',
-                                                                             'rss_mb') if x in meas} or None))
+            rows.append(dict(name=f"{m.name} {mode} K={k}{where}", model=name, k=k, mode=mode, tier=tier, cap_mb=cap,
+                             device=dev.name, storage_mb_s=dev.storage_mb_s, predicted=pred,
+                             measured={x: meas[x] for x in ('decode_tps', 'mb_per_step', 'blocked_ms_per_step',
+                                                            'cold_fraction', 'rss_mb') if x in meas} or None))
+        if name == 'synthetic':  # llama.cpp at the checkpoint's own K: its routing is the GGUF's
+            k0 = model_bytes(m)['k']
+            dev = preds[0][2] if preds[0][0] == k0 else this_machine(m, k0, tier, cap, False, modes=('off',), eta=eta)[0]
+            r = llama_static(m, k0, tier, cap, dev, model_trace(m, k0, 1 + a.tokens), a.rounds, a.tokens,
+                             Path(a.llama), say)
+            if r: static.append(dict(name=f"{m.name} static K={k0}{where}", model=name, k=k0, mode='static', tier=tier,
+                                     cap_mb=cap, device=dev.name, storage_mb_s=dev.storage_mb_s, predicted=r['pred'],
+                                     measured=dict(decode_tps=r['tps'], mb_per_step=r['mb_per_step'],
+                                                   blocked_ms_per_step=1e3 / r['tps'] - r['pred']['compute_ms'])))
     report = dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, rows=rows,
-                  eta=dict(sizes=eta.sizes, mb_s=eta.mb_s, source=eta.source) if eta else None,
+                  static=static, eta=dict(sizes=eta.sizes, mb_s=eta.mb_s, source=eta.source) if eta else None,
                   seconds=time.time() - t0)
     say('\npredicted (planner) vs measured (harness) decode tok/s\n' + calibration_table(report))
+    if static:
+        say('\nstatic offload: predicted (planner) vs measured (llama.cpp, mmap, same cgroup) decode tok/s\n'
+            + calibration_table(dict(rows=static)))
     fig, axs = plt.subplots(1, 2 if eta else 1, figsize=(10 if eta else 5, 4.2), squeeze=False)
-    plot_calibration(report, axs[0][0])
+    plot_calibration(dict(report, rows=rows + static), axs[0][0])
     if eta:
         grains = {}
-        for n in ('tiny', 'synthetic'):
-            mb = model_bytes(checkpoint(n, a.synthetic)[0])
+        for n in ('code', 'synthetic'):
+            mb = model_bytes(checkpoint(n, a.synthetic, 1)[0])
             grains[f"{n} expert range"] = max(mb['ranges'])
         plot_eta(eta, grains, axs[0][1])
     fig.tight_layout(); fig.savefig(a.out + '.png', dpi=110)

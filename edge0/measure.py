@@ -4,7 +4,7 @@
 
 # %% ../nbs/06b_measure.ipynb #c0002
 from __future__ import annotations
-import functools, hashlib, json, os, platform, statistics, time
+import functools, hashlib, json, os, platform, statistics, sys, time
 from importlib.metadata import version, PackageNotFoundError
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
@@ -18,11 +18,11 @@ from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
 from .streaming import reset_stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
-from .harness import Arm, child, evict_experts, open_arm, sequence
+from .harness import Arm, child, disk_of, evict_experts, open_arm, sequence
 
 # %% auto #0
 __all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
-           'measure_expert_reads', 'compute_profile']
+           'measure_expert_reads', 'read_ahead_kb', 'compute_profile']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -136,6 +136,14 @@ def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict
     rows = child('edge0.measure:_expert_read_rows', str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
                  what=f"measuring expert reads of {model_dir}")
     return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
+
+# %% ../nbs/06b_measure.ipynb #4b830697
+def read_ahead_kb(path) -> float|None:
+    "The read-ahead (KB) of the disk that holds `path` (Linux: its queue's `read_ahead_kb`), or None where unknown"
+    if not sys.platform.startswith('linux'): return None
+    f = Path(f'/sys/dev/block/{disk_of(path)}/queue/read_ahead_kb')
+    try: return float(f.read_text())
+    except (OSError, ValueError): return None
 
 # %% ../nbs/06b_measure.ipynb #c0028
 ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a decoder layer's attention child
