@@ -155,7 +155,13 @@ def _prompt_arguments(g, max_tokens:int):
     g.add_argument('--max-tokens', type=_positive(int), default=max_tokens)
     g.add_argument('--system-prompt', help='system message for the chat template')
 
-# %% ../nbs/09_cli.ipynb #07edbc17
+# %% ../nbs/09_cli.ipynb #3e1d49d3
+class _Parser(argparse.ArgumentParser):
+    "Argument errors as one line (`edge0 generate: error: ...`) and exit status 2, without the usage block"
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+# %% ../nbs/09_cli.ipynb #8aa7f13a
 def _generate_parser(sub):
     g = sub.add_parser('generate', help='generate text from a model')
     _model_arguments(g)
@@ -169,6 +175,7 @@ def _generate_parser(sub):
     g.add_argument('--trace', help="routing trace for --prerouter oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
 
+# %% ../nbs/09_cli.ipynb #17a9c96c
 def _chat_parser(sub):
     c = sub.add_parser('chat', help='chat with a model: the chat template, streamed replies, the prompt cache kept '
                        'between turns; /reset, /stats, /help, /quit')
@@ -186,6 +193,7 @@ def _serve_parser(sub):
                    'past it a request gets 503')
     s.add_argument('--max-tokens-limit', type=_positive(int), default=2048, help='largest max_tokens a request may ask')
 
+# %% ../nbs/09_cli.ipynb #1069406a
 def _plan_parser(sub):
     from edge0.harness import TIERS
     from edge0.plan import DEVICES, SHAPES, STRATEGIES
@@ -214,6 +222,7 @@ def _plan_parser(sub):
                    "experts always computed (--prerouter routing --exact-top M)")
     p.add_argument('--json', help='write the plan here')
 
+# %% ../nbs/09_cli.ipynb #bfcfc676
 def _bench_parser(sub):
     from edge0.harness import ARM_MODES, TIERS
     b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
@@ -246,7 +255,7 @@ def _bench_parser(sub):
     b.add_argument('--json', help='write the report here')
     b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
 
-# %% ../nbs/09_cli.ipynb #c5bef265
+# %% ../nbs/09_cli.ipynb #3d8c14d8
 def _train_parser(sub):
     t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) "
                        "or its recovery LoRA (phases 2 and 3)")
@@ -285,11 +294,6 @@ def _train_parser(sub):
 
 
 # %% ../nbs/09_cli.ipynb #082aae7d
-class _Parser(argparse.ArgumentParser):
-    "Argument errors as one line (`edge0 generate: error: ...`) and exit status 2, without the usage block"
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on disk.')
     p.add_argument('--version', action='version', version=f"edge0 {edge0.__version__}")
@@ -450,6 +454,7 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
             if not (base / 'config.json').exists(): raise
     return base
 
+# %% ../nbs/09_cli.ipynb #5fbaa882
 def _cmd_distil(a):
     "Phase 3 for any model, streamed: self-distillation (or from --teacher) into the adapter for `routing` at --k"
     from edge0.distil import distil
@@ -461,6 +466,7 @@ def _overrides(a) -> dict:
     "The recipe keys phases 2 and 3 take from the command line"
     return {**({'steps': a.steps} if a.steps else {}), **({'exact_top': a.exact_top} if a.exact_top else {})}
 
+# %% ../nbs/09_cli.ipynb #8d5527f1
 def _cmd_train(a):
     if a.exact_top and a.phase in (0, 1): raise CLIError(f"--exact-top is for phases 2 and 3, not phase {a.phase}")
     if a.exact_top < 0 or (a.k and a.exact_top > a.k):

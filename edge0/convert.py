@@ -55,7 +55,7 @@ def _copy_side_files(src:Path, dst:Path):
         for f in src.glob(pat):
             if f.name != 'model.safetensors.index.json': shutil.copy2(f, dst / f.name)
 
-# %% ../nbs/01c_convert.ipynb #13df4b71
+# %% ../nbs/01c_convert.ipynb #cdae998b
 def _quantize_into(src:Path, dst:Path, bits:int, group_size:int):
     from mlx_lm.utils import load_model, quantize_model, save_model, save_config
     with tqdm(total=3, desc=f"quantize {src.name}", unit='step', leave=False) as bar:
@@ -71,6 +71,7 @@ def _quantize_into(src:Path, dst:Path, bits:int, group_size:int):
         save_config(config, dst / 'config.json')
         bar.update()
 
+# %% ../nbs/01c_convert.ipynb #bcaa30fe
 def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
     "`{layer: [TensorInfo]}` of every MoE layer's stacked experts"
     out = {}
@@ -91,6 +92,7 @@ def _read_array(t:TensorInfo):
     if len(buf) != t.nbytes: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
     return bio.from_buffer(buf, t.dtype, t.shape)
 
+# %% ../nbs/01c_convert.ipynb #27dc55df
 def _check_torch(spec:MoESpec, tensors:dict, src:Path):
     "Refuse experts torch's int4 kernel cannot take, before anything is written"
     if spec.layout != 'separate': raise StoreError(f"{src}: --layout torch-cpu needs separate gate/up/down experts")
@@ -104,6 +106,7 @@ def _check_torch(spec:MoESpec, tensors:dict, src:Path):
             if out % 16: raise StoreError(f"{src}: layer {layer} {p} has {out} outputs; torch's int4 packing needs a "
                                           "multiple of 16 (serve this checkpoint with kernels='mlx')")
 
+# %% ../nbs/01c_convert.ipynb #f434f2c8
 def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
     "`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied as they are)"
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
@@ -118,6 +121,7 @@ def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
         if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
     return infos, data
 
+# %% ../nbs/01c_convert.ipynb #f838f2a4
 def _repack_into(src:Path, dst:Path, layout:str='mlx'):
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)

@@ -76,6 +76,7 @@ def check_trace(trace:dict, spec:MoESpec, k:int, where:str='the trace') -> dict:
         out[layer] = a
     return out
 
+# %% ../nbs/02b_decode.ipynb #629d9a16
 def save_trace(trace:dict, path, spec:MoESpec, k:int) -> Path:
     "Write a routing trace (`{layer: (steps, K) ids}`) to `path`, one row of layers a decode step"
     p = Path(path)
@@ -109,7 +110,6 @@ def load_trace(path, spec:MoESpec, k:int) -> dict:
         out.append(a)
     return {layer: np.array([a[j] for a in out], np.int64).reshape(-1, k) for j, layer in enumerate(spec.moe_layers)}
 
-
 # %% ../nbs/02b_decode.ipynb #3452cba0
 def shadow(obj, name:str, fn) -> tuple:
     "Call `fn` where `obj` calls its child `name`; returns what `unshadow` takes back (an earlier shadow included)"
@@ -136,6 +136,8 @@ def heads_dtype(spec:MoESpec):
     "The dtype prerouter heads run in: the checkpoint's (float32 on the CPU)"
     return B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
 
+
+# %% ../nbs/02b_decode.ipynb #5bf5c267
 @dataclass
 class DecodeStats:
     "Counters of prerouted decoding"
@@ -153,6 +155,8 @@ class DecodeStats:
     exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
     exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
 
+
+# %% ../nbs/02b_decode.ipynb #da14e472
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
@@ -287,6 +291,7 @@ def _wait(self:Decoder, layer:int) -> bool:
     self.stats.background_loads += cost.loads
     return True
 
+# %% ../nbs/02b_decode.ipynb #c6915e99
 @patch
 def _own(self:Decoder, layer:int, blk, x, inds):
     if self.engine is None or layer in self.engine.resident: return blk['switch_mlp'](x, inds)  # routed on the device
@@ -306,7 +311,6 @@ def serve_own(self:Decoder, layer:int, inds, compute):
         self.stats.prefetch_used += len(own & ahead)
         self.stats.prefetch_wasted += len(ahead - own)
     return y
-
 
 # %% ../nbs/02b_decode.ipynb #38bafd9d
 @patch

@@ -22,9 +22,9 @@ from .served import open_served
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
            'memory_cap', 'read_throttle', 'conditions', 'last_line', 'run_child', 'child', 'evict', 'evict_experts',
-           'warm', 'measure_read', 'Arm', 'open_arm', 'run_arm', 'sequence', 'routing_report', 'run', 'fit_load_cost',
-           'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers', 'speedup_table', 'model_dir',
-           'arms_for', 'bench']
+           'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence', 'routing_report',
+           'rotations', 'run', 'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups',
+           'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench']
 
 # %% ../nbs/05_harness.ipynb #198990a8
 TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
@@ -63,6 +63,7 @@ def _own_cgroups() -> dict:
             out[''] = Path('/sys/fs/cgroup') / rel.lstrip('/')
     return out
 
+# %% ../nbs/05_harness.ipynb #f28a84bb
 class Cgroup:
     "A child of this process's cgroup with `limits` `{controller: (v1 knobs, v2 knobs)}`; `preexec` joins a process"
     def __init__(self, limits:dict, optional=(), prefix:str='edge0-bench'):
@@ -125,6 +126,7 @@ def read_throttle(path, mb_s:float) -> dict:
     dev, bps = disk_of(path), int(mb_s * 1e6)
     return {'blkio': ({'blkio.throttle.read_bps_device': f'{dev} {bps}'}, {'io.max': f'{dev} rbps={bps}'})}
 
+# %% ../nbs/05_harness.ipynb #3d66eb6e
 def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=True) -> tuple:
     """`(start, later, notes)`: the cgroup an arm joins at its start (memory cap, storage tier on `path`'s disk),
     the one it joins after its prefills (`throttle_prefill=False` on cgroup v1: the tier then holds the decode only),
@@ -179,6 +181,7 @@ def _child_main():
     result = getattr(mod, name)(*args, **kw)
     print(_RESULT + json.dumps(result), flush=True)
 
+# %% ../nbs/05_harness.ipynb #94dc7fd5
 def evict(model):
     "Drop the checkpoint in `model` from the page cache"
     for f in read_files(model): drop_cache(f)
@@ -207,6 +210,7 @@ def warm(model):
         with open(f, 'rb') as fh:
             while fh.read(64 << 20): pass
 
+# %% ../nbs/05_harness.ipynb #d2dec037
 def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float=64) -> float:
     "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
     size = min(4 << 20, max(f.stat().st_size for f in read_files(model)) // 4096 * 4096)  # 4 MiB reads, or shorter
@@ -275,6 +279,18 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     B.clear_cache()
     return h
 
+# %% ../nbs/05_harness.ipynb #0c96a93e
+def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
+    """An arm's streaming figures from the engine's counters (`_totals`) before its first decode step and after each
+    (`prefill_bytes` read for its `prompt` tokens): per step and per token, and `per_step` rows for the load-cost fit"""
+    steps = np.diff(np.array(snaps), axis=0)  # per step: loads, bytes, cold, pages, read s, blocked s, hits
+    n, tot = len(steps), steps.sum(0)
+    return dict(mb_per_step=tot[1] / n / 2**20, mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / 2**20,
+                loads_per_step=tot[0] / n, hits_per_step=tot[6] / n, blocked_ms_per_step=1e3 * tot[5] / n,
+                cold_fraction=tot[2] / tot[3] if tot[3] else 0.0,
+                per_step=[[int(s[0]), int(s[2]), int(s[3]), float(s[4])] for s in steps])
+
+# %% ../nbs/05_harness.ipynb #d26c6c78
 def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None, record=None,
             join=None) -> dict:
     "Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced decode steps"
@@ -317,12 +333,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     if eng is not None and eng.budget is not None:
         out.update(pool_mb=eng.budget.pool / 2**20 if eng.budget.pool else None, budget=asdict(eng.budget))
     if eng is not None:
-        steps = np.diff(np.array(snaps), axis=0)  # per step: loads, bytes, cold, pages, read s, blocked s, hits
-        tot = steps.sum(0)
-        out.update(mb_per_step=tot[1] / n / 2**20, mb_per_token=(tot[1] + prefill_bytes) / (n + len(ids)) / 2**20,
-                   loads_per_step=tot[0] / n, hits_per_step=tot[6] / n, blocked_ms_per_step=1e3 * tot[5] / n,
-                   cold_fraction=tot[2] / tot[3] if tot[3] else 0.0,
-                   per_step=[[int(s[0]), int(s[2]), int(s[3]), float(s[4])] for s in steps],
+        out.update(stream_figures(snaps, prefill_bytes, len(ids)),
                    peak_active_mb=max(out['peak_active_mb'], max(s.peak_active for s in eng.stats.values()) / 2**20))
     if dec is not None:
         d = dec.stats
@@ -357,15 +368,37 @@ def _spawn(job:dict, cgroup:Cgroup|None, timeout:float) -> dict:
     return r['result'] if 'result' in r else dict(arm=job['arm']['name'], **r)
 
 # %% ../nbs/05_harness.ipynb #3b7b605a
-def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
-        out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
-    "Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the checkpoints' routing)"
+def _checked(arms:list, tokens:int, prompt:int, rounds:int, cache:str) -> list:
+    "`arms` as `Arm`s, after refusing what a run cannot do"
     arms = [a if isinstance(a, Arm) else Arm(**a) for a in arms]
     if not arms: raise InputError("no arms to run")
     if len({a.name for a in arms}) < len(arms): raise InputError(f"arm names repeat: {[a.name for a in arms]}")
     if cache not in ('cold', 'warm'): raise InputError(f"cache {cache!r}: expected 'cold' or 'warm'")
     for what, v in (('tokens', tokens), ('prompt', prompt), ('rounds', rounds)):
         if v < 1: raise InputError(f"{what} must be at least 1, got {v}")
+    return arms
+
+def rotations(arms:list, rounds:int) -> list:
+    "The order the arms run in, round by round: each round starts one arm later"
+    return [arms[r % len(arms):] + arms[:r % len(arms)] for r in range(rounds)]
+
+def _oracle_traces(arms:list, job, out:Path, cgroup:Cgroup|None, timeout:float) -> dict:
+    "`{(model, K): trace file}` an `oracle` arm replays: an untimed `off` run at its K, recorded in `cgroup`"
+    traces = {}
+    for a in arms:
+        if a.mode != 'oracle' or (a.model, a.k) in traces: continue
+        traces[a.model, a.k] = str(out / f"trace-{Path(a.model).name}-k{a.k}.json")
+        rec = Arm(a.model, 'off', a.k, pool_mb=a.pool_mb, kernels=a.kernels, name='trace')
+        r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
+        if r.get('failed'):
+            raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
+    return traces
+
+# %% ../nbs/05_harness.ipynb #204e6a93
+def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
+        out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
+    "Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the checkpoints' routing)"
+    arms = _checked(arms, tokens, prompt, rounds, cache)
     out = Path(out or Path('build') / 'harness')
     out.mkdir(parents=True, exist_ok=True)
     seqs = {}
@@ -383,18 +416,11 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
         join = [str(p) for p in later.paths] if later else None
         job = lambda a, **kw: dict(arm=asdict(a), sequence=str(seqs[a.model]), prompt=prompt, tokens=tokens,
                                    cache=cache, join=join, **kw)
-        traces = {}
-        for a in arms:
-            if a.mode != 'oracle' or (a.model, a.k) in traces: continue
-            traces[a.model, a.k] = str(out / f"trace-{Path(a.model).name}-k{a.k}.json")
-            rec = Arm(a.model, 'off', a.k, pool_mb=a.pool_mb, kernels=a.kernels, name='trace')
-            r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
-            if r.get('failed'):
-                raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
+        traces = _oracle_traces(arms, job, out, cgroup, timeout)
         bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
         runs = {a.name: [] for a in arms}
-        for rnd in range(rounds):
-            for a in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
+        for rnd, order in enumerate(rotations(arms, rounds)):
+            for a in order:
                 bar.set_postfix_str(f"round {rnd + 1}: {a.name}")
                 runs[a.name].append(_spawn(job(a, trace=traces.get((a.model, a.k)) if a.mode == 'oracle' else None),
                                            cgroup, timeout))
@@ -488,6 +514,7 @@ def table(report:dict) -> str:
         lines.append(s + ('  ' + '; '.join(notes) if notes else ''))
     return '\n'.join(lines)
 
+# %% ../nbs/05_harness.ipynb #def5d993
 def save(report:dict, path) -> Path:
     "Write `report` as JSON (written whole, then renamed: an interrupted write leaves the old file)"
     p = Path(path)
@@ -523,6 +550,7 @@ def speedups(tiers:dict, k:int, compute_ms:float, nvme_mb_s:float) -> dict:
         out[name] = row
     return out
 
+# %% ../nbs/05_harness.ipynb #d4240045
 def plot_tiers(rows:dict, title:str='', ax=None):
     "Speedup over `off` against read bandwidth (`speedups`' rows), measured (points) and bound (dashed)"
     import matplotlib.pyplot as plt
@@ -570,6 +598,7 @@ def arms_for(models, modes=('off',), ks=(None,), pool_mb:float|str='auto', **kw)
                 arms.append(a)
     return arms
 
+# %% ../nbs/05_harness.ipynb #6735c613
 def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=True, **kw) -> dict:
     "Run `arms` on each tier by the protocol; print the tables; write the JSON and the tier plot where asked"
     if plot_path and importlib.util.find_spec('matplotlib') is None:  # before the sweep, not after it

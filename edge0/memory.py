@@ -110,6 +110,7 @@ def system_memory() -> SystemMemory:
     total = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     return SystemMemory(total, total, 'physical memory (no measure of what is free on this system)')
 
+# %% ../nbs/00_memory.ipynb #41f7cb89
 @dataclass
 class ProcessMemory:
     "This process's resident memory (bytes): anonymous and file-backed where the system tells them apart"
@@ -134,7 +135,6 @@ def peak_rss() -> int:
     "This process's peak resident memory in bytes (`getrusage`: kB on Linux, bytes on macOS)"
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r if sys.platform == 'darwin' else r * 1024
-
 
 # %% ../nbs/00_memory.ipynb #5e275aa5
 def metal_working_set() -> int|None:

@@ -104,6 +104,8 @@ def _lock(d:Path) -> int:
         raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for it to end") from None
     return fd
 
+
+# %% ../nbs/04c_phase1.ipynb #0ac195a8
 class Scratch:
     """The resumable state of one phase-1 run in folder `dir`: the states between layers, the captures the heads still
     need, the heads' checkpoints and `manifest.json`; an existing folder is resumed if its key is `key`, else cleared"""

@@ -142,10 +142,12 @@ def weighted_nll(spec:MoESpec, q, target_logits, routed):
     w = w / w.sum(axis=-1, keepdims=True)
     return -(w * B.log(B.take_along_axis(q, routed, axis=-1) + 1e-9)).sum(axis=-1).mean()
 
+# %% ../nbs/02a_prerouter.ipynb #29e86c0f
 def head_batch(n:int, step:int, seed:int, positions:np.ndarray, batch:int) -> np.ndarray:
     "The pair positions head `n` trains on at `step`: drawn from a generator of its own, so any step can be redrawn"
     return positions[np.random.default_rng([seed, n, step]).integers(0, len(positions), batch)]
 
+# %% ../nbs/02a_prerouter.ipynb #f54c03a3
 def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
                h, routed, target_logits, # captures of layer n (h, routed) and of `next_layer[n]` (logits): any
                                          # row-indexable arrays, memory-mapped files included
@@ -180,6 +182,7 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
     bar.close()
     return log
 
+# %% ../nbs/02a_prerouter.ipynb #0242159c
 def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True,
            seq:int=256, weighted:float=1.0) -> list:
     "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean KL log"
@@ -187,7 +190,6 @@ def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, 
                        seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'], weighted=weighted)
             for n in pr.owners]
     return np.mean(logs, axis=0).tolist()
-
 
 # %% ../nbs/02a_prerouter.ipynb #6a697490
 FORMAT = 'edge0-prerouter/1'

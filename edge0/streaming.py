@@ -546,7 +546,7 @@ class StreamingSwitchGLU(B.Module):
     def __call__(self, x, indices): return self._engine(self._layer, x, indices)
 
 
-# %% ../nbs/01b_streaming.ipynb #36712ac6
+# %% ../nbs/01b_streaming.ipynb #6ee7d66b
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'tokenizer.tiktoken')
 _JSON_FILES = {'tokenizer.json': 'tokenizer (a tokenizers JSON file)', 'tokenizer_config.json': 'tokenizer settings',
                'special_tokens_map.json': "tokenizer's special tokens", 'added_tokens.json': "tokenizer's added tokens",
@@ -582,6 +582,7 @@ def open_tokenizer(model_dir, eos_token_ids=None):
     check_tokenizer(model_dir)
     return _tokenizer_of(Path(model_dir), eos_token_ids)
 
+# %% ../nbs/01b_streaming.ipynb #de61f971
 def serving_dtype(spec:MoESpec, dtype=None):
     "The dtype a model is served in: `dtype`, else the backend's policy for the checkpoint's dtype"
     return dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
@@ -595,7 +596,6 @@ def cast_params(model, spec:MoESpec, dtype=None):
                                    and cast(n)]))
     B.eval(model.parameters())
     return model
-
 
 # %% ../nbs/01b_streaming.ipynb #fa171a11
 @dataclass(eq=False)
@@ -641,6 +641,7 @@ def _cache_growth(c) -> tuple:
     if keys is None or not hasattr(c, 'offset'): return 0.0, int(getattr(c, 'nbytes', 0) or 0), None
     return c.nbytes / _leaf(keys).shape[-2], 0, getattr(c, 'max_size', None)  # allocated in steps: bytes per slot
 
+# %% ../nbs/01b_streaming.ipynb #d25ed33f
 def kv_growth(model, engine:StreamEngine) -> list:
     "Per layer of `model`'s prompt cache `(bytes per token, fixed bytes, cap)`, from one token with no expert read"
     from mlx_lm.models.cache import make_prompt_cache
@@ -653,6 +654,7 @@ def kv_bytes(growth:list, tokens:int) -> int:
     "Bytes of the prompt cache at `tokens` tokens"
     return int(sum(f + per * (tokens if cap is None else min(tokens, cap)) for per, f, cap in growth))
 
+# %% ../nbs/01b_streaming.ipynb #e7093d27
 def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
     "The expert budget of a loaded model: `options.pool_bytes`, or `'auto'` from the memory left (see above)"
     spec, store, k = engine.spec, engine.store, engine.k
@@ -678,6 +680,7 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
                   h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step, room, experts,
                   minimum, notes)
 
+# %% ../nbs/01b_streaming.ipynb #00a92d7c
 def apply_budget(engine:StreamEngine, where):
     "Size the pool by `engine.budget`: refuse a budget below one token's working set, warn of one past the memory"
     b = engine.budget
@@ -700,8 +703,7 @@ def apply_budget(engine:StreamEngine, where):
     engine.pool.resize(b.pool)
     B.set_cache_limit(b.step)  # freed stacks wait for the next layer's, within the step's share
 
-
-# %% ../nbs/01b_streaming.ipynb #69498861
+# %% ../nbs/01b_streaming.ipynb #375720f2
 def _token_id(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
@@ -717,6 +719,7 @@ def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
         raise InputError(f"{d}: mlx-lm cannot build the model ({_brief(e)})") from None
     return model, _tokenizer_of(d, config.get('eos_token_id'))
 
+# %% ../nbs/01b_streaming.ipynb #634a49c1
 def _torch_packed(store:ExpertStore) -> bool:
     return any(torch_quant(qs) for qs in store.quant.values())
 
@@ -733,6 +736,7 @@ def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
                 f"projections are large: 2.2-2.6x MLX's on a 30B shape; on tiny models MLX's kernels are faster)"]
     return []
 
+# %% ../nbs/01b_streaming.ipynb #48b7501c
 def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
          **kw) -> Handle:
     "A `Handle` on the model in `model_dir`, every routed `SwitchGLU` streamed from disk (kwargs go to `StreamOptions`)"
@@ -769,6 +773,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         raise
     return handle
 
+# %% ../nbs/01b_streaming.ipynb #a3389424
 def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
     "A `Handle` on a resident model in `model_dir` (every expert in memory, no reads after load), same dtype policy"
     d = Path(model_dir)
@@ -793,7 +798,6 @@ def _resident_packed(d:Path, spec:MoESpec, dtype=None) -> Handle:
     h.notes.append(f"the experts of {d.name} are packed for torch's kernels (--layout torch-cpu), which mlx-lm cannot "
                    f"load: they are served resident through edge0's streaming layer, every layer read once at load")
     return h
-
 
 # %% ../nbs/01b_streaming.ipynb #5f6a99ea
 def _row(s:LayerStats) -> dict: return dict(asdict(s), cold_fraction=s.cold_fraction, blocked_ms=s.blocked_s * 1e3)

@@ -81,7 +81,7 @@ class Proj:
         for i in range(len(x)):
             y[i, top[i]] = self.exact(top[i]) @ x[i]
 
-
+# %% ../nbs/02c_torch_step.ipynb #11e9e4fa
 def fuse(projs:list) -> Proj|None:
     """One `Proj` computing `projs` (same input, int4, same group, no LoRA or refinement) as one product, else None.
     Torch's int4 packing interleaves blocks of 64 rows, so packed weights stack when each but the last fills whole
@@ -148,6 +148,7 @@ class KV:
         "Keep the first `n` tokens"
         self.n = min(self.n, n)
 
+# %% ../nbs/02c_torch_step.ipynb #6c3660d9
 class Attention:
     "Grouped-query attention of the torch families: projections, optional q/k RMSNorm, RoPE, a causal softmax"
     def __init__(self, a):
@@ -240,6 +241,7 @@ class MLP:
     def __init__(self, m): self.gate, self.up, self.down = Proj(m.gate_proj), Proj(m.up_proj), Proj(m.down_proj)
     def __call__(self, x): return self.down(F.silu(self.gate(x)) * self.up(x))
 
+# %% ../nbs/02c_torch_step.ipynb #ca5f1d02
 class Experts:
     "The routed experts of one streamed layer, computed by torch's int4 kernel on the engine's torch-packed bundles"
     def __init__(self, engine, layer:int):
@@ -469,6 +471,7 @@ def _moe(self:TorchStep, m:MoE, x):
         if dec.exact_top: dec.pred_w[nxt] = pw
     return out
 
+# %% ../nbs/02c_torch_step.ipynb #73340335
 @patch
 def _planned(self:TorchStep, m:MoE, x, ids):
     "The planned set `ids` computed from the layer's staged slots (staged now where the background read has not)"
@@ -489,6 +492,7 @@ def _own(self:TorchStep, m:MoE, x, inds:np.ndarray):
     if dec is None or len(x) > 1 or layer in self.engine.resident: return m.experts(x, inds)
     return dec.serve_own(layer, inds, lambda: m.experts(x, inds))
 
+# %% ../nbs/02c_torch_step.ipynb #55645f29
 @patch
 def flush(self:TorchStep):
     "End a step: the decoder plans the next one from this step's predictions and starts its reads"

@@ -66,7 +66,7 @@ def torch_int4(bits:int, group_size:int, mode:str='affine', out_features:int=16)
     return mode == 'affine' and bits == 4 and group_size in TORCH_GROUPS and out_features % 16 == 0
 
 
-# %% ../../nbs/00_backend_quant.ipynb #83dc467c
+# %% ../../nbs/00_backend_quant.ipynb #1ac05cf2
 def nibbles(wq) -> np.ndarray:
     "The `[out, in]` int32 values (0..15) packed in MLX's 4-bit `wq` (8 per uint32, lowest bits first)"
     b = np.asarray(wq).view(np.uint8)
@@ -82,6 +82,7 @@ def torch_pack(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
     sz = np.ascontiguousarray(np.stack([s.T, (b + 8 * s).T], -1))
     return packed, torch.from_numpy(sz).to(torch.bfloat16).contiguous()
 
+# %% ../../nbs/00_backend_quant.ipynb #fff1bff9
 def to_torch(x):
     "A torch view of the MLX array `x` (evaluated first; no copy)"
     import torch
@@ -114,6 +115,7 @@ def torch_view(a):
     _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))  # forgotten when `a` goes, before its id is reused
     return t
 
+# %% ../../nbs/00_backend_quant.ipynb #95abf354
 def weight_arrays(w:dict) -> list:
     "Every array of weights `{key: array, or list of per-expert arrays}`"
     return [a for v in w.values() for a in (v if isinstance(v, list) else [v])]
@@ -129,7 +131,6 @@ def int4_mm(x, packed, sz, group_size:int=GROUP_SIZE):
     "`x @ W.T` on torch tensors: `x` (M, in), `W` packed by `torch_pack`; bfloat16 (M, out)"
     import torch
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, group_size, sz)
-
 
 # %% ../../nbs/00_backend_quant.ipynb #a02b9a3b
 class TorchLinear(B.Module):
