@@ -211,6 +211,36 @@ def _resume(root:Path, dist:Distiller):
     if saved is not None: dist.step_no, dist.log = saved['step'], saved['log']
 
 # %% ../nbs/04g_distil.ipynb #cd6cad69
+def _teacher_for(d:Path, spec, teacher) -> Path:
+    "The teacher's checkpoint (`d` itself when `teacher` is None), refused unless it is `d`'s model and vocabulary"
+    tdir = find_model(teacher) if teacher is not None else d
+    if tdir == d: return tdir
+    tspec = model_spec(tdir)
+    shape = lambda s: (s.num_layers, s.num_experts, s.hidden_size)
+    if shape(tspec) != shape(spec):
+        raise InputError(f"teacher {tdir} is not {d}'s model: {tspec.num_layers} layers x {tspec.num_experts} "
+                         f"experts, hidden {tspec.hidden_size}; expected {spec.num_layers} x {spec.num_experts}, "
+                         f"hidden {spec.hidden_size}")
+    if len(open_tokenizer(tdir)) != len(open_tokenizer(d)):
+        raise InputError(f"teacher {tdir}'s tokenizer differs from {d}'s: they must share the vocabulary")
+    return tdir
+
+# %% ../nbs/04g_distil.ipynb #2852540c
+def _provenance(d:Path, tdir:Path, k:int, m:int, r:dict, data, windows, teacher_bytes:int, pool:int, log:list,
+                steps:int, t0:float) -> dict:
+    "What the adapter's file records of how it was made: teacher, recipe, data, and the reads and memory each step took"
+    return dict(builder='edge0.distil.distil', teacher=str(tdir) if tdir != d else 'self: own routing at native K',
+                recipe=json.dumps(r), steps=steps, final_loss=f"{np.mean([e['loss'] for e in log[-8:]]):.4f}",
+                data=f"{len(windows)} windows: {r['prompt']}-token prompts of "
+                     f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, each continued by "
+                     f"{r['gen']} tokens the student wrote (routing, K={k}{f', exact top-{m}' if m else ''}, "
+                     "sampled at temperature 1)", exact_top=m,
+                pool_mib=round(pool / 2**20), teacher_bytes_read=teacher_bytes,
+                bytes_read_per_step=int(np.median([e['bytes_read'] for e in log])),
+                peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
+                step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')} for e in log]))
+
+# %% ../nbs/04g_distil.ipynb #bcec7322
 def distil(model, # a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
            k:int|None=None, # serving K (default: native); its heads must exist (phase 1)
            teacher=None, # a bf16 checkpoint of the same model (default: the served one under its own routing)
@@ -227,16 +257,7 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
     if not heads.exists():
         raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase 1 "
                          f"--k {k}` first")
-    tdir = find_model(teacher) if teacher is not None else d
-    if tdir != d:
-        tspec = model_spec(tdir)
-        shape = lambda s: (s.num_layers, s.num_experts, s.hidden_size)
-        if shape(tspec) != shape(spec):
-            raise InputError(f"teacher {tdir} is not {d}'s model: {tspec.num_layers} layers x {tspec.num_experts} "
-                             f"experts, hidden {tspec.hidden_size}; expected {spec.num_layers} x {spec.num_experts}, "
-                             f"hidden {spec.hidden_size}")
-        if len(open_tokenizer(tdir)) != len(open_tokenizer(d)):
-            raise InputError(f"teacher {tdir}'s tokenizer differs from {d}'s: they must share the vocabulary")
+    tdir = _teacher_for(d, spec, teacher)
     dst = Path(dst) if dst is not None else heads_dir_for(d)
     if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable folder (--dst)")
     pool = training_pool(d, spec, spec.k, pool_mib, 'phase 3')[0]  # the teacher's pass routes at native K
@@ -267,19 +288,7 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
             bar.update(1)
             bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / 2**20:,.0f}MiB")
         bar.close()
-        log = dist.log
-        extra = dict(builder='edge0.distil.distil', teacher=str(tdir) if tdir != d else 'self: own routing at native K',
-                     recipe=json.dumps(r), steps=dist.step_no,
-                     final_loss=f"{np.mean([e['loss'] for e in log[-8:]]):.4f}",
-                     data=f"{len(windows)} windows: {r['prompt']}-token prompts of "
-                          f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, each continued by "
-                          f"{r['gen']} tokens the student wrote (routing, K={k}{f', exact top-{m}' if m else ''}, "
-                          "sampled at temperature 1)", exact_top=m,
-                     pool_mib=round(pool / 2**20), teacher_bytes_read=teacher_bytes,
-                     bytes_read_per_step=int(np.median([e['bytes_read'] for e in log])),
-                     peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
-                     step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')}
-                                          for e in log]))
+        extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log, dist.step_no, t0)
         out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra, path=dst / adapter_file(k, m))
     shutil.rmtree(root, ignore_errors=True)
     if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes read per step "

@@ -180,6 +180,7 @@ class TorchLinear(B.Module):
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)
         return B.array(int4_mm(eye, self._packed, self._sz, self.group_size).float().T.contiguous().numpy())
 
+# %% ../../nbs/00_backend_quant.ipynb #29e124a4
 REFINE = 64  # lm_head outputs recomputed exactly per row
 
 def use_torch_kernels(model, weights:dict|None=None) -> list:
@@ -204,7 +205,6 @@ def _unload(m, path:str, weights:dict):
     disk = {k: weights.get(f'{path}.{k}') for k in own}
     if all(a is not None and a.shape == own[k].shape for k, a in disk.items()):
         m.update(B.tree_unflatten([(k, a.astype(own[k].dtype)) for k, a in disk.items()]))
-
 
 # %% ../../nbs/00_backend_quant.ipynb #b280e93d
 TORCH_PARTS = ('packed', 'sz')  # a torch-packed projection's stored parts
