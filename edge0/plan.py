@@ -229,8 +229,9 @@ def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None) -> tuple:
 
 # %% ../nbs/06c_plan.ipynb #c0028
 def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
-    """`trace` in read-around windows of `ra` bytes: an expert's use touches, in each of its 3 projections' tensors, the
-    windows its bytes lie in (a mapped checkpoint keeps a projection of all experts in one tensor, expert after expert)"""
+    """`trace` in read-around windows of `ra` bytes: an expert's use touches, in each of its 3 projections'
+    tensors, the windows its bytes lie in (a mapped checkpoint keeps a projection of all experts in one tensor,
+    expert after expert)"""
     proj = mb['bundle'] / 3
     per = math.ceil(mb['spec'].num_experts * proj / ra)  # windows in one projection tensor
     span = lambda e: range(int(e * proj // ra), int(((e + 1) * proj - 1) // ra) + 1)
@@ -239,12 +240,13 @@ def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
 
 # %% ../nbs/06c_plan.ipynb #28e547e2
 def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
-    "Page faults on the mapped checkpoint, each reading the read-around window it falls in, an LRU page cache of windows"
+    "Page faults on the mapped checkpoint, each reading the read-around window it falls in; an LRU cache of windows"
     used = dev.runtime_mb + mb['resident'] / 2**20
     ra = max(dev.readahead_kb, 4) * 1024
     r = replay(fault_windows(mb, trace, ra), max(int((dev.ram_mb - used) * 2**20 / ra), 0), 0, prompt)
     return dict(read_ms=r['misses'] * ra / (read_mb_s(dev, ra) * 1e6) * 1e3, misses=r['misses'],
-                peak_mb=min(dev.ram_mb, used + sum(mb['experts'].values()) / 2**20), bytes=r['misses'].sum(1).mean() * ra)
+                peak_mb=min(dev.ram_mb, used + sum(mb['experts'].values()) / 2**20),
+                bytes=r['misses'].sum(1).mean() * ra)
 
 # %% ../nbs/06c_plan.ipynb #67f72011
 def _expert_cache(mb:dict, dev:Device, used:float) -> int:
