@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+from edge0.memory import process_memory  # noqa: E402
 
 SHAPE_30B = dict(num_layers=48, num_experts=128, k=8, hidden=2048, expert_size=768)  # Qwen3-30B-A3B's MoE shape
 
@@ -73,9 +74,7 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) ->
                          preexec_fn=cap.preexec if cap else None)
     def watch():
         while p.poll() is None:
-            try: anon[0] = max(anon[0], next(int(l.split()[1]) for l in open(f'/proc/{p.pid}/status')
-                                             if l.startswith('RssAnon:')))
-            except (OSError, StopIteration, ValueError): pass
+            anon[0] = max(anon[0], process_memory(p.pid).anon or 0)
             time.sleep(0.02)
     w = threading.Thread(target=watch, daemon=True)
     w.start()
@@ -84,7 +83,7 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) ->
         p.kill(); out, err = p.communicate()
     w.join()
     if p.returncode: return dict(failed=True, returncode=p.returncode, stderr=err[-400:], wall_s=time.time() - t0)
-    return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 1024, wall_s=time.time() - t0)
+    return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)
 
 
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,
