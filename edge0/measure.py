@@ -18,11 +18,11 @@ from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
 from .streaming import reset_stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
-from .harness import Arm, child, disk_of, evict_experts, open_arm, sequence
+from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
 
 # %% auto #0
 __all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
-           'measure_expert_reads', 'read_ahead_kb', 'compute_profile']
+           'measure_expert_reads', 'read_ahead_kb', 'compute_profile', 'cold_misses']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -239,3 +239,67 @@ def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None
     key = dict(model=fingerprint(model_dir), mode=mode, k=k or st.spec.k, kernels=kernels, prompt=prompt, steps=steps)
     return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
                                                 what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
+
+# %% ../nbs/06b_measure.ipynb #65dbb770
+def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None) -> dict:
+    "Step ms of `arm` with every load read cold (in this process); `plain`: every expert pooled, plain steps timed too"
+    arm = Arm(**arm)
+    h = open_arm(arm)
+    try:
+        spec, dec, eng = h.spec, h.decoder, h.engine
+        ids = sequence(arm.model, prompt + steps)
+        if plain:
+            for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
+        _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
+        plain_s = _steps(h, ids, prompt, steps) if plain else None
+        spent = []
+        def cold():
+            t = time.perf_counter()
+            with eng.pool.lock: eng.pool.lru.clear()
+            evict_experts(arm.model)
+            spent.append(time.perf_counter() - t)
+        dec.before_flush.append(cold)
+        try:
+            dec.reset()
+            gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec, force=ids[prompt:prompt + steps])
+            next(gen)  # the prefill, outside the throttle
+            for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
+            reset_stats(eng)
+            spent.clear()
+            times = [dt - (spent.pop() if spent else 0.0) for _, dt in gen]
+        finally: dec.before_flush.remove(cold)
+        tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('loads', 'cold_pages', 'pages', 'bytes_read')]
+    finally: h.close()
+    med = lambda xs: 1e3 * statistics.median(xs)
+    return dict(cold_ms=med(times), plain_ms=med(plain_s) if plain else None, loads=tot[0] / steps,
+                cold_fraction=tot[1] / max(tot[2], 1), mb_per_step=tot[3] / steps / 2**20, steps=steps)
+
+
+# %% ../nbs/06b_measure.ipynb #8da2bbbf
+def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, plain_ms:float|None=None,
+                prompt:int=8, steps:int=6, refresh:bool=False) -> dict:
+    """What one cold miss adds to a decode step of `off` at `k` in `tier` and `cap_mb` (`miss_ms`), measured in place
+    (`_cold_steps` in a child in that cgroup); `plain_ms`, the step without misses, where a cap keeps the pool small"""
+    st = ExpertStore(model_dir, residency=False)
+    spec, nbytes = st.spec, st.expert_nbytes
+    experts_mb = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
+    st.close()
+    k = k or spec.k
+    plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
+    pool = experts_mb * 1.05 + 1 if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
+    if not plain and plain_ms is None: raise InputError("cold_misses under a cap needs plain_ms (the compute profile)")
+    arm = Arm(str(model_dir), 'off', k, pool_mb=pool)
+    key = dict(model=fingerprint(model_dir), k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps)
+    def make():
+        start, later, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill=False)
+        try:
+            return child('edge0.measure:_cold_steps', asdict(arm), prompt, steps, plain,
+                         [str(p) for p in later.paths] if later else None, cgroup=start, timeout=3600,
+                         what=f"timing cold misses of {model_dir} (K={k})")
+        finally:
+            for cg in (start, later):
+                if cg: cg.close()
+    r = dict(cached('cold_misses', key, make, refresh))
+    base = r['plain_ms'] if r['plain_ms'] is not None else plain_ms
+    return dict(r, base_ms=base, miss_ms=max(r['cold_ms'] - base, 0.0) / max(r['loads'], 1e-9))
+

@@ -23,7 +23,7 @@ from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
-from .measure import Eta, cached, compute_profile, eta_curve, measure_expert_reads, read_ahead_kb
+from .measure import Eta, cached, cold_misses, compute_profile, eta_curve, measure_expert_reads, read_ahead_kb
 
 # %% auto #0
 __all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
@@ -41,6 +41,7 @@ class Device:
     storage_mb_s:float             # cold read rate (MB/s) of large reads, or the storage tier's rate
     eta:Eta|None = None            # read rate by size (None: every read size at storage_mb_s)
     expert_ms:dict|None = None     # `measure_expert_reads` on this device: {'cold'|'warm': {batch: row}}
+    miss_cold_ms:float|None = None # what a cold miss adds to a decode step, measured in place (`cold_misses`)
     runtime_mb:float = 300.0       # the process besides the model's weights (libraries, activations, buffers)
     mem_gb_s:float|None = None     # memory bandwidth, for compute estimated from the shape alone
     layer_ms:float = 0.0           # fixed cost per layer in that estimate (kernel launches, syncs)
@@ -221,11 +222,14 @@ def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> 
     return max(int(share * (dev.ram_mb - used_mb) * 2**20 / bundle), 0)
 
 def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None) -> tuple:
-    "(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`"
+    """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`
+    (else the store's warm read), a cold one `dev.miss_cold_ms` in all where measured (else the store's cold read on top)"""
     m, c = r['misses'], r['cold']
     cost = np.vectorize(lambda n, cold: miss_ms(mb, dev, max(int(n), 1), cold))
     warm = cost(m, False)
-    return m * (warm if warm_ms is None else warm_ms), c * np.maximum(cost(m, True) - warm, 0)
+    w = warm if warm_ms is None else warm_ms
+    extra = dev.miss_cold_ms - w if dev.miss_cold_ms is not None else cost(m, True) - warm
+    return m * w, c * np.maximum(extra, 0)
 
 # %% ../nbs/06c_plan.ipynb #c0028
 def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
@@ -486,10 +490,12 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     finally:
         if cg: cg.close()
     profiles = {m: compute_profile(model_dir, k, m) for m in modes}
-    p = profiles.get('off') or next(iter(profiles.values()))
+    p = profiles.get('off') or compute_profile(model_dir, k, 'off')
+    cold = cold_misses(model_dir, k, tier, cap_mb, p['step_ms'])  # a cold miss as a decode pays it, in this tier
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
-    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, max(runtime, 0.0), cold_steps=cold_steps,
+    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, cold['miss_ms'], max(runtime, 0.0),
+                 cold_steps=cold_steps,
                  readahead_kb=Device.readahead_kb if (ra := read_ahead_kb(model_dir)) is None else ra,
                  kv_itemsize=4 if B.device_kind() == 'cpu' else 2)  # the KV cache in the serving dtype
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
