@@ -34,25 +34,12 @@ class Meter:
         limits = dict(memory_cap(cap), **({'blkio': ({}, {})} if self.v1 and 'blkio' in own else {}))
         self.cg, self.cap = Cgroup(limits, OPTIONAL, prefix='edge0-phase1'), cap
         self.mem = next(p for p in self.cg.paths if not self.v1 or 'memory' in p.parts)
-        self.io = next((p for p in self.cg.paths if not self.v1 or 'blkio' in p.parts), None)
 
     def read(self, name:str) -> str: return (self.mem / name).read_text()
 
     def io_bytes(self, dev:str) -> dict:
-        "`{read, write}` bytes the cgroup moved to and from the disk `dev` (MAJ:MIN)"
-        out = dict(read=0, write=0)  # zeros where nothing counts them (no blkio, no io controller)
-        if self.io is None: return out
-        if self.v1:
-            for line in (self.io / 'blkio.throttle.io_service_bytes').read_text().splitlines():
-                f = line.split()
-                if len(f) == 3 and f[0] == dev and f[1] in ('Read', 'Write'): out[f[1].lower()] = int(f[2])
-        elif (self.io / 'io.stat').exists():
-            for line in (self.io / 'io.stat').read_text().splitlines():
-                f = line.split()
-                if f and f[0] == dev:
-                    kv = dict(x.split('=') for x in f[1:])
-                    out = dict(read=int(kv.get('rbytes', 0)), write=int(kv.get('wbytes', 0)))
-        return out
+        "`{read, write}` bytes the cgroup moved from and to the disk `dev` (MAJ:MIN): `Cgroup.io_bytes`"
+        return self.cg.io_bytes(dev)
 
     def anon(self) -> int:
         "Resident anonymous memory of the cgroup now (page cache, reclaimable, not counted)"

@@ -11,7 +11,8 @@ sata tier with its experts evicted before every step and a pool of 1/8 of them, 
 
 For each configuration this script
   1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the store's
-     expert reads at batch 1 and K, cold and warm, in a child cgroup; the mode's compute profile with every expert pooled,
+     expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to an `off` decode step there,
+     timed in place (edge0.measure.cold_misses); the mode's compute profile with every expert pooled,
      no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets a
      routing decode serves over it (edge0.plan.served_by_heads);
   2. predicts decode tok/s with edge0.plan.plan from those alone;
@@ -56,19 +57,6 @@ def checkpoint(name, synthetic, cap=None):
     cap_mb = sum(f.stat().st_size for f in m.glob('*.safetensors')) * cap / 2**20
     return m, dict(pool_mb=256), dict(cap_mb=cap_mb, throttle_prefill=False), cap_mb, False
 
-def read_bytes(cg) -> int:
-    "Bytes the processes of cgroup `cg` have read from disk (cgroup v1 blkio, v2 io.stat); 0 where neither is there"
-    for p in cg.paths:
-        f = p / 'blkio.throttle.io_service_bytes'
-        if f.exists():
-            return sum(int(l.split()[2]) for l in f.read_text().splitlines() if len(l.split()) == 3
-                       and l.split()[1] == 'Read')
-        f = p / 'io.stat'
-        if f.exists():
-            return sum(int(kv.split('=')[1]) for l in f.read_text().splitlines() for kv in l.split()[1:]
-                       if kv.startswith('rbytes='))
-    return 0
-
 def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
     """The planner's `static` row for the synthetic `m` in `tier` and `cap`, and llama.cpp's decode measured there: a
     calibration row, or None where llama.cpp is not built"""
@@ -90,9 +78,9 @@ def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
         drop_cache(gguf)
         cg, _, _ = conditions(gguf, int(cap * 2**20), tier)
         try:
-            before = read_bytes(cg)
+            before = cg.io_bytes()['read']
             r = llama(bench, gguf, 'tg', n, cg)
-            r['mb'] = (read_bytes(cg) - before) / (n + 1) / 2**20
+            r['mb'] = (cg.io_bytes()['read'] - before) / (n + 1) / 2**20
         finally: cg.close()
         if r.get('failed'): raise SystemExit(f"llama-bench under the cap failed: {r['stderr']}")
         runs.append(r)
@@ -140,8 +128,8 @@ def main():
             say(f"  K={k} {mode}: {dev.name}; runtime {dev.runtime_mb:.0f} MiB; expert reads cold "
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['cold'].items()) + ' ms, warm '
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['warm'].items())
-                + f" ms; compute {compute[mode].step_ms:.1f} ms" + (f"; recall {sum(recall.values()) / len(recall):.2f}"
-                                                                   if recall else ''))
+                + f" ms; a cold miss in a decode {dev.miss_cold_ms:.2f} ms; compute {compute[mode].step_ms:.1f} ms"
+                + (f"; recall {sum(recall.values()) / len(recall):.2f}" if recall else ''))
             arms.append(Arm(m, mode, k, **arm_kw))
             preds.append((k, mode, dev, p['rows'][mode]))
         rep = run(arms, a.tokens, a.prompt, a.rounds, cache='cold', tier=tier, out=ROOT / 'build' / 'harness', **run_kw)

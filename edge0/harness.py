@@ -90,6 +90,23 @@ class Cgroup:
             self.close()
             raise
 
+    def io_bytes(self, dev:str|None=None) -> dict:
+        "`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every disk); 0 where uncounted"
+        out = dict(read=0, write=0)
+        for p in self.paths:
+            if (f := p / 'blkio.throttle.io_service_bytes').exists():  # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
+                for x in map(str.split, f.read_text().splitlines()):
+                    if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
+                return out
+            if (f := p / 'io.stat').exists():  # cgroup v2: 'MAJ:MIN rbytes=n wbytes=n ...'
+                for x in map(str.split, f.read_text().splitlines()):
+                    if x and dev in (None, x[0]):
+                        kv = dict(s.split('=', 1) for s in x[1:])
+                        out['read'] += int(kv.get('rbytes', 0))
+                        out['write'] += int(kv.get('wbytes', 0))
+                return out
+        return out
+
     def preexec(self):
         "Join this cgroup (run in the child between fork and exec)"
         for p in self.paths: (p / 'cgroup.procs').write_text(str(os.getpid()))
