@@ -1,31 +1,32 @@
-"""The planner against what it predicts, side by side, in one run: edge0's decode tok/s measured by the harness, and
-static offload measured on llama.cpp reading the same weights.
+"""The planner against what it predicts, side by side, in one run: edge0's decode tok/s measured by the harness,
+and static offload measured on llama.cpp reading the same weights.
 
-    python bench/plan_calibration.py                  # every configuration, 2 rounds; writes bench/results/plan_calibration.*
+    python bench/plan_calibration.py          # every configuration, 2 rounds; writes bench/results/plan_calibration.*
     python bench/plan_calibration.py --only code --rounds 1
 
-Configurations whose decode step is at least 20 ms (steps of a few ms move 30% between runs here): the 2.2 GB synthetic
-Qwen3-MoE at two storage tiers (usb at K=8, emmc at K=4) x two memory caps (half and three quarters of its size) x
-`off`/`routing`, its 256 MiB pool, its prefill outside the throttle; and the code teacher (edge0-tiny-code) at K=8 on the
-sata tier with its experts evicted before every step and a pool of 1/8 of them, `off` and `routing`.
+Configurations whose decode step is at least 20 ms (steps of a few ms move 30% between runs here): the 2.2 GB
+synthetic Qwen3-MoE at two storage tiers (usb at K=8, emmc at K=4) x two memory caps (half and three quarters of its
+size) x `off`/`routing`, its 256 MiB pool, its prefill outside the throttle; and the code teacher (edge0-tiny-code) at
+K=8 on the sata tier with its experts evicted before every step and a pool of 1/8 of them, `off` and `routing`.
 
 For each configuration this script
-  1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the store's
-     expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to an `off` decode step there,
-     timed in place (edge0.measure.cold_misses); the mode's compute profile with every expert pooled,
-     no cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets a
-     routing decode serves over it (edge0.plan.served_by_heads);
+  1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the
+     store's expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to an `off` decode
+     step there, timed in place (edge0.measure.cold_misses); the mode's compute profile with every expert pooled, no
+     cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets
+     a routing decode serves over it (edge0.plan.served_by_heads);
   2. predicts decode tok/s with edge0.plan.plan from those alone;
-  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the same
-     forced sequence) and sets its measured decode tok/s beside the prediction.
+  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the
+     same forced sequence) and sets its measured decode tok/s beside the prediction.
 Static offload (`static`, llama.cpp's mmap): where llama.cpp is built (../shared/tools/llama_anchor.sh, as
-bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the same
-weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with the
-planner's `static` row. A run decodes up to --tokens tokens after llama-bench's warm-up token: as many as the prediction
-puts in about 90 s, at least 2 (on the usb tier a token reads about 2 GB). Its compute is llama.cpp's own, measured here warm and unthrottled; its runtime memory is llama-bench's
-peak anonymous memory; its bytes a step are the cgroup's reads over the test (warm-up token included).
-It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both models'
-read sizes.
+bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the
+same weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with
+the planner's `static` row. A run decodes up to --tokens tokens after llama-bench's warm-up token: as many as the
+prediction puts in about 90 s, at least 2 (on the usb tier a token reads about 2 GB). Its compute is llama.cpp's own,
+measured here warm and unthrottled; its runtime memory is llama-bench's peak anonymous memory; its bytes a step are the
+cgroup's reads over the test (warm-up token included).
+It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both
+models' read sizes.
 """
 import argparse, os, sys, tempfile, time
 from dataclasses import replace
@@ -38,7 +39,7 @@ from edge0.files import teacher_path  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
 from edge0.plan import (Compute, calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
                         plot_calibration, served_by_heads, this_machine)
-from edge0.store import ExpertStore, drop_cache  # noqa: E402
+from edge0.store import ExpertStore, drop_cache, model_spec  # noqa: E402
 
 CAPS = (0.5, 0.75)  # memory caps of the synthetic, as fractions of its size
 # (checkpoint, K, mode, tier, cap): grouped by checkpoint, tier and cap, one harness run per group
@@ -67,8 +68,8 @@ def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
         return None
     warm = llama(bench, gguf, 'tg', tokens)  # in RAM, unthrottled: llama.cpp's own compute a token
     if warm.get('failed'): raise SystemExit(f"llama-bench failed: {warm['stderr']}")
-    spec_layers = model_bytes(m, k)['spec'].num_layers
-    compute = Compute([0.0] * spec_layers, [0.0] * spec_layers, 1e3 / warm['tps'], 'llama.cpp, in RAM')
+    n_layers = model_spec(m).num_layers  # llama.cpp's compute is one figure a token: no layer of it is apart
+    compute = Compute([0.0] * n_layers, [0.0] * n_layers, 1e3 / warm['tps'], 'llama.cpp, in RAM')
     d = replace(dev, runtime_mb=warm['anon_mb'], name=dev.name + ' (llama.cpp)')
     # llama-bench decodes one warm-up token, then the test's: the warm-up is the prompt the page cache starts from
     pred = plan(m, d, k, 0, ('static',), trace, {'static': compute}, prompt=1)['rows']['static']
