@@ -41,7 +41,7 @@ class Device:
     storage_mb_s:float             # cold read rate (MB/s) of large reads, or the storage tier's rate
     eta:Eta|None = None            # read rate by size (None: every read size at storage_mb_s)
     expert_ms:dict|None = None     # `measure_expert_reads` on this device: {'cold'|'warm': {batch: row}}
-    miss_cold_ms:float|None = None # what a cold miss adds to a decode step, measured in place (`cold_misses`)
+    miss_cold_ms:float|None = None # the disk's part of a cold miss in a decode, measured in place (`cold_misses`)
     runtime_mb:float = 300.0       # the process besides the model's weights (libraries, activations, buffers)
     mem_gb_s:float|None = None     # memory bandwidth, for compute estimated from the shape alone
     layer_ms:float = 0.0           # fixed cost per layer in that estimate (kernel launches, syncs)
@@ -223,13 +223,13 @@ def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> 
 
 def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None) -> tuple:
     """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`
-    (else the store's warm read), a cold one `dev.miss_cold_ms` in all where measured (else the store's cold read on top)"""
+    (else the store's warm read), a cold one the disk's part on top: `dev.miss_cold_ms` where it was measured in a
+    decode, else the store's cold read less its warm one"""
     m, c = r['misses'], r['cold']
     cost = np.vectorize(lambda n, cold: miss_ms(mb, dev, max(int(n), 1), cold))
     warm = cost(m, False)
-    w = warm if warm_ms is None else warm_ms
-    extra = dev.miss_cold_ms - w if dev.miss_cold_ms is not None else cost(m, True) - warm
-    return m * w, c * np.maximum(extra, 0)
+    disk = dev.miss_cold_ms if dev.miss_cold_ms is not None else cost(m, True) - warm
+    return m * (warm if warm_ms is None else warm_ms), c * np.maximum(disk, 0)
 
 # %% ../nbs/06c_plan.ipynb #c0028
 def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
@@ -492,9 +492,10 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     profiles = {m: compute_profile(model_dir, k, m) for m in modes}
     p = profiles.get('off') or compute_profile(model_dir, k, 'off')
     cold = cold_misses(model_dir, k, tier, cap_mb, p['step_ms'])  # a cold miss as a decode pays it, in this tier
+    disk = max(cold['miss_ms'] - (p.get('miss_ms') or 0.0), 0.0)  # less what a warm one costs in place: the disk's part
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
-    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, cold['miss_ms'], max(runtime, 0.0),
+    dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, disk, max(runtime, 0.0),
                  cold_steps=cold_steps,
                  readahead_kb=Device.readahead_kb if (ra := read_ahead_kb(model_dir)) is None else ra,
                  kv_itemsize=4 if B.device_kind() == 'cpu' else 2)  # the KV cache in the serving dtype
