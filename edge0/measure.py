@@ -242,7 +242,8 @@ def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
 def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None) -> dict:
-    "Step ms of `arm` with every load read cold (in this process); `plain`: every expert pooled, plain steps timed too"
+    """Step ms of `arm` with every load read cold (in this process); `plain`: every expert pooled, and plain steps and
+    steps whose every load is a warm read (the pool emptied, the pages cached) timed too"""
     arm = Arm(**arm)
     h = open_arm(arm)
     try:
@@ -252,6 +253,7 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
             for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
         _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
         plain_s = _steps(h, ids, prompt, steps) if plain else None
+        warm_s = _missing_steps(h, ids, prompt, steps)[0] if plain else None
         spent = []
         def cold():
             t = time.perf_counter()
@@ -271,7 +273,8 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
         tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('loads', 'cold_pages', 'pages', 'bytes_read')]
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
-    return dict(cold_ms=med(times), plain_ms=med(plain_s) if plain else None, loads=tot[0] / steps,
+    return dict(cold_ms=med(times), plain_ms=med(plain_s) if plain else None, warm_ms=med(warm_s) if plain else None,
+                loads=tot[0] / steps,
                 cold_fraction=tot[1] / max(tot[2], 1), mb_per_step=tot[3] / steps / 2**20, steps=steps)
 
 
@@ -279,7 +282,8 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
 def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, plain_ms:float|None=None,
                 prompt:int=8, steps:int=6, refresh:bool=False) -> dict:
     """What one cold miss adds to a decode step of `off` at `k` in `tier` and `cap_mb` (`miss_ms`), measured in place
-    (`_cold_steps` in a child in that cgroup); `plain_ms`, the step without misses, where a cap keeps the pool small"""
+    (`_cold_steps` in a child in that cgroup), and a warm one (`warm_miss_ms`) where the same process could time it;
+    `plain_ms`, the step without misses, where a cap keeps the pool small"""
     st = ExpertStore(model_dir, residency=False)
     spec, nbytes = st.spec, st.expert_nbytes
     experts_mb = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
@@ -301,5 +305,7 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, p
                 if cg: cg.close()
     r = dict(cached('cold_misses', key, make, refresh))
     base = r['plain_ms'] if r['plain_ms'] is not None else plain_ms
-    return dict(r, base_ms=base, miss_ms=max(r['cold_ms'] - base, 0.0) / max(r['loads'], 1e-9))
+    per = lambda ms: max(ms - base, 0.0) / max(r['loads'], 1e-9)
+    return dict(r, base_ms=base, miss_ms=per(r['cold_ms']),
+                warm_miss_ms=per(r['warm_ms']) if r.get('warm_ms') is not None else None)
 

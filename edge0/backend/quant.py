@@ -184,7 +184,8 @@ class TorchLinear(B.Module):
 REFINE = 64  # lm_head outputs recomputed exactly per row
 
 def use_torch_kernels(model, weights:dict|None=None) -> list:
-    """Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, name, original)]` to undo it.
+    """Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, key, original)]` to undo it
+    (`parent[key] = original`; `key` is an index where the parent is a list).
     With `weights` (the checkpoint's arrays by name, unread), each original gives up its arrays for the checkpoint's:
     MLX's copies are freed and read back from disk only if the original is put back"""
     from mlx.nn import QuantizedLinear
@@ -194,9 +195,10 @@ def use_torch_kernels(model, weights:dict|None=None) -> list:
         *up, name = path.split('.')
         parent = model
         for p in up: parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        parent[name] = TorchLinear(m, refine=REFINE if name == 'lm_head' else 0)
+        key = int(name) if isinstance(parent, list) else name  # a projection held directly in a list
+        parent[key] = TorchLinear(m, refine=REFINE if name == 'lm_head' else 0)
         if weights is not None and name != 'lm_head': _unload(m, path, weights)  # the lm_head refines from its own
-        swapped.append((parent, name, m))
+        swapped.append((parent, key, m))
     return swapped
 
 def _unload(m, path:str, weights:dict):
