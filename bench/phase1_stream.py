@@ -37,10 +37,6 @@ class Meter:
 
     def read(self, name:str) -> str: return (self.mem / name).read_text()
 
-    def io_bytes(self, dev:str) -> dict:
-        "`{read, write}` bytes the cgroup moved from and to the disk `dev` (MAJ:MIN): `Cgroup.io_bytes`"
-        return self.cg.io_bytes(dev)
-
     def anon(self) -> int:
         "Resident anonymous memory of the cgroup now (page cache, reclaimable, not counted)"
         st = dict(l.split() for l in self.read('memory.stat').splitlines())
@@ -56,7 +52,7 @@ class Meter:
 
     def run(self, cmd:list, dev:str, log:Path) -> dict:
         "Run `cmd` in the cgroup (output to `log`): exit status, oom kills, bytes moved, peak memory, wall time"
-        io0, peak_anon, done = self.io_bytes(dev), [0], threading.Event()
+        io0, peak_anon, done = self.cg.io_bytes(dev), [0], threading.Event()
         def sample():
             while not done.wait(0.25):
                 try: peak_anon[0] = max(peak_anon[0], self.anon())
@@ -70,7 +66,7 @@ class Meter:
             p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.time() - t0
         done.set(); th.join()
-        io1 = self.io_bytes(dev)
+        io1 = self.cg.io_bytes(dev)
         return dict(returncode=p.returncode, oom_kills=self.oom_kills(), wall_s=round(wall, 1),
                     read_bytes=io1['read'] - io0['read'], write_bytes=io1['write'] - io0['write'],
                     child_read_blocks_bytes=ru.ru_inblock * 512, child_maxrss=ru.ru_maxrss * 1024,

@@ -91,7 +91,7 @@ class Cgroup:
             raise
 
     def io_bytes(self, dev:str|None=None) -> dict:
-        "`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every disk); 0 where uncounted"
+        "`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every disk); 0: uncounted"
         out = dict(read=0, write=0)
         for p in self.paths:
             if (f := p / 'blkio.throttle.io_service_bytes').exists():  # cgroup v1: 'MAJ:MIN Read n' lines, and a Total

@@ -178,20 +178,31 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
     return [dt for _, dt in gen]
 
 # %% ../nbs/06b_measure.ipynb #c0030
-def _missing_steps(h, ids:list, prompt:int, steps:int) -> tuple:
-    "`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached)"
-    dec, eng = h.decoder, h.engine
+def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join:list|None=None) -> tuple:
+    """`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached);
+    `evict`: the model whose experts also leave the page cache before every step (that time left out), so every load is
+    cold; `join`: cgroup folders this process joins after the prefill"""
+    dec, eng, spent = h.decoder, h.engine, []
     def empty():
         with eng.pool.lock: eng.pool.lru.clear()  # the bundles, not the reservations (slots, resident layers)
+    def drop():
+        t = time.perf_counter()
+        evict_experts(evict)
+        spent.append(time.perf_counter() - t)
     dec.after_flush.append(empty)
+    if evict: dec.before_flush.append(drop)
     try:
         _steps(h, ids, prompt, 2)
         dec.reset()
         gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec, force=ids[prompt:prompt + steps])
         next(gen)  # the prefill
+        for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
         reset_stats(eng)
-        out = [dt for _, dt in gen]
-    finally: dec.after_flush.remove(empty)
+        spent.clear()
+        out = [dt - (spent.pop() if spent else 0.0) for _, dt in gen]
+    finally:
+        dec.after_flush.remove(empty)
+        if evict: dec.before_flush.remove(drop)
     return out, sum(s.loads for s in eng.stats.values()) / steps
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
@@ -229,14 +240,19 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
                 rss_mb=rss, pooled_mb=pooled, **miss)
 
 # %% ../nbs/06b_measure.ipynb #c0032
+def _pool_sizes(model_dir) -> tuple:
+    "`(spec, bytes of one expert, MiB of a pool that holds every expert)` of the checkpoint in `model_dir`"
+    st = ExpertStore(model_dir, residency=False)
+    try: every = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
+    finally: st.close()
+    return st.spec, st.expert_nbytes, every * 1.05 + 1
+
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
     "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
-    st = ExpertStore(model_dir, residency=False)
-    experts_mb = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
-    st.close()
-    arm = Arm(str(model_dir), mode, k, pool_mb=experts_mb * 1.05 + 1, kernels=kernels)
-    key = dict(model=fingerprint(model_dir), mode=mode, k=k or st.spec.k, kernels=kernels, prompt=prompt, steps=steps)
+    spec, _, every = _pool_sizes(model_dir)
+    arm = Arm(str(model_dir), mode, k, pool_mb=every, kernels=kernels)
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
     return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
                                                 what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
 
@@ -247,35 +263,18 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
     arm = Arm(**arm)
     h = open_arm(arm)
     try:
-        spec, dec, eng = h.spec, h.decoder, h.engine
+        spec, eng = h.spec, h.engine
         ids = sequence(arm.model, prompt + steps)
         if plain:
             for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
-        _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
-        plain_s = _steps(h, ids, prompt, steps) if plain else None
-        warm_s = _missing_steps(h, ids, prompt, steps)[0] if plain else None
-        spent = []
-        def cold():
-            t = time.perf_counter()
-            with eng.pool.lock: eng.pool.lru.clear()
-            evict_experts(arm.model)
-            spent.append(time.perf_counter() - t)
-        dec.before_flush.append(cold)
-        try:
-            dec.reset()
-            gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec, force=ids[prompt:prompt + steps])
-            next(gen)  # the prefill, outside the throttle
-            for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
-            reset_stats(eng)
-            spent.clear()
-            times = [dt - (spent.pop() if spent else 0.0) for _, dt in gen]
-        finally: dec.before_flush.remove(cold)
-        tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('loads', 'cold_pages', 'pages', 'bytes_read')]
+            _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
+            plain_s, warm_s = _steps(h, ids, prompt, steps), _missing_steps(h, ids, prompt, steps)[0]
+        times, loads = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
+        tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('cold_pages', 'pages', 'bytes_read')]
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
     return dict(cold_ms=med(times), plain_ms=med(plain_s) if plain else None, warm_ms=med(warm_s) if plain else None,
-                loads=tot[0] / steps,
-                cold_fraction=tot[1] / max(tot[2], 1), mb_per_step=tot[3] / steps / 2**20, steps=steps)
+                loads=loads, cold_fraction=tot[0] / max(tot[1], 1), mb_per_step=tot[2] / steps / 2**20, steps=steps)
 
 
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
@@ -284,13 +283,10 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, p
     """What one cold miss adds to a decode step of `off` at `k` in `tier` and `cap_mb` (`miss_ms`), measured in place
     (`_cold_steps` in a child in that cgroup), and a warm one (`warm_miss_ms`) where the same process could time it;
     `plain_ms`, the step without misses, where a cap keeps the pool small"""
-    st = ExpertStore(model_dir, residency=False)
-    spec, nbytes = st.spec, st.expert_nbytes
-    experts_mb = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
-    st.close()
+    spec, nbytes, every = _pool_sizes(model_dir)
     k = k or spec.k
     plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
-    pool = experts_mb * 1.05 + 1 if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
+    pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
     if not plain and plain_ms is None: raise InputError("cold_misses under a cap needs plain_ms (the compute profile)")
     arm = Arm(str(model_dir), 'off', k, pool_mb=pool)
     key = dict(model=fingerprint(model_dir), k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps)

@@ -493,7 +493,7 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     p = profiles.get('off') or compute_profile(model_dir, k, 'off')
     cold = cold_misses(model_dir, k, tier, cap_mb, p['step_ms'])  # a cold miss as a decode pays it, in this tier
     warm = cold['warm_miss_ms'] if cold['warm_miss_ms'] is not None else p.get('miss_ms') or 0.0
-    disk = max(cold['miss_ms'] - warm, 0.0)  # less what a warm one costs in place (one process where it could): the disk's
+    disk = max(cold['miss_ms'] - warm, 0.0)  # less what a warm one costs in place (one process where it could)
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
     dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, disk, max(runtime, 0.0),
