@@ -22,7 +22,7 @@ from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, s
 
 # %% auto #0
 __all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
-           'measure_expert_reads', 'read_ahead_kb', 'median_of', 'compute_profile', 'cold_misses']
+           'measure_expert_reads', 'read_ahead_kb', 'compute_profile', 'cold_misses']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -179,8 +179,7 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
 
 # %% ../nbs/06b_measure.ipynb #c0030
 def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join:list|None=None) -> tuple:
-    """`(seconds of each step, loads a step, seconds a step waited on reads)` with the pool's LRU emptied before every
-    step (its pages stay cached);
+    """`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached);
     `evict`: the model whose experts also leave the page cache before every step (that time left out), so every load is
     cold; `join`: cgroup folders this process joins after the prefill"""
     dec, eng, spent = h.decoder, h.engine, []
@@ -204,7 +203,7 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     finally:
         dec.after_flush.remove(empty)
         if evict: dec.before_flush.remove(drop)
-    return out, *(sum(getattr(s, f) for s in eng.stats.values()) / steps for f in ('loads', 'blocked_s'))
+    return out, sum(s.loads for s in eng.stats.values()) / steps
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
     "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
@@ -235,11 +234,7 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
     scale = step / sync
     att = [part[i, 'attention'] * scale for i in range(spec.num_layers)]
     moe = [part[i, 'moe'] * scale for i in range(spec.num_layers)]
-    # every mode but off reads in the background: the step's waits on that reader are the planner's deadline model,
-    # and in place a miss costs the rest (the reader's work on the same cores, the bundles handed to the kernels)
-    waits = 1e3 * missing[2] if missing and arm.mode != 'off' else 0.0
-    miss = (dict(miss_ms=max(med(missing[0]) - step - waits, 0.0) / missing[1], miss_loads=missing[1],
-                 miss_waits_ms=1e3 * missing[2]) if missing and missing[1] else {})
+    miss = dict(miss_ms=(med(missing[0]) - step) / missing[1], miss_loads=missing[1]) if missing and missing[1] else {}
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
                 rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads,
                 rss_mb=rss, pooled_mb=pooled, **miss)
@@ -252,25 +247,14 @@ def _pool_sizes(model_dir) -> tuple:
     finally: st.close()
     return st.spec, st.expert_nbytes, every * 1.05 + 1
 
-def median_of(runs:list) -> dict:
-    "Field by field median of dicts of one shape: numbers, and lists of numbers element by element; the rest the first's"
-    med = lambda vs: statistics.median(vs) if all(isinstance(v, (int, float)) for v in vs) else vs[0]
-    return {key: ([med(col) for col in zip(*vs)] if isinstance(vs[0], list) else med(vs))
-            for key in runs[0] for vs in [[r.get(key) for r in runs]]}
-
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
-                    refresh:bool=False, runs:int=3) -> dict:
-    """Per-layer decode compute (ms) of `mode` at `k`, every expert pooled: the median of `runs` fresh processes (one
-    process's speed drifts from the next's); measured once per host and cached"""
+                    refresh:bool=False) -> dict:
+    "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
     spec, _, every = _pool_sizes(model_dir)
     arm = Arm(str(model_dir), mode, k, pool_mb=every, kernels=kernels)
-    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps,
-               runs=runs)
-    def make():
-        p = median_of([child('edge0.measure:_profile', asdict(arm), prompt, steps,
-                             what=f"profiling {model_dir} ({mode}, K={k})") for _ in range(runs)])
-        return dict(p, rest_ms=max(p['step_ms'] - sum(p['attention_ms']) - sum(p['moe_ms']), 0.0))  # medians don't add
-    return cached('compute', key, make, refresh)
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
+    return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
+                                                what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
 def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None) -> dict:
@@ -285,7 +269,7 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
             for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
             _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
             plain_s, warm_s = _steps(h, ids, prompt, steps), _missing_steps(h, ids, prompt, steps)[0]
-        times, loads, _ = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
+        times, loads = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
         tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('cold_pages', 'pages', 'bytes_read')]
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
