@@ -205,22 +205,7 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
         if evict: dec.before_flush.remove(drop)
     return out, sum(s.loads for s in eng.stats.values()) / steps
 
-def _paired_misses(h, ids:list, prompt:int, steps:int, blocks:int, first:list) -> tuple:
-    """`(plain runs, missing runs, loads a step)`: `blocks` runs of `_missing_steps`, each between two runs of plain
-    steps with every expert pooled again (`first`: the plain run just timed), so a drift of the machine over the minutes
-    a profile takes shows on both sides of each pair"""
-    spec, eng = h.spec, h.engine
-    def pool_all():
-        for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
-    plain, missing, loads = [first], [], []
-    for _ in range(blocks):
-        s, n = _missing_steps(h, ids, prompt, steps)
-        missing.append(s); loads.append(n)
-        pool_all()
-        plain.append(_steps(h, ids, prompt, steps))
-    return plain, missing, loads
-
-def _profile(arm:dict, prompt:int, steps:int, blocks:int=4) -> dict:
+def _profile(arm:dict, prompt:int, steps:int) -> dict:
     "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
     arm = Arm(**arm)
     h = open_arm(arm)
@@ -237,24 +222,19 @@ def _profile(arm:dict, prompt:int, steps:int, blocks:int=4) -> dict:
                 for i, layer, att, mlp in layers for name, part in ((att, 'attention'), (mlp, 'moe'))]
         try: synced = _steps(h, ids, prompt, steps)
         finally: unshadow(undo)
-        after = _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
+        plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
         rss = process_memory().rss / 2**20  # its current size (the peak where no system tells it)
-        pairs = _paired_misses(h, ids, prompt, steps, blocks, after) if eng is not None and blocks else None
+        missing = _missing_steps(h, ids, prompt, steps) if eng is not None else None
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
     part = {key: med(v[-steps:]) for key, v in logs.items()}
-    plain += after + [t for run in (pairs[0][1:] if pairs else ()) for t in run]  # every plain run counts
     step, sync = med(plain), med(synced)
     scale = step / sync
     att = [part[i, 'attention'] * scale for i in range(spec.num_layers)]
     moe = [part[i, 'moe'] * scale for i in range(spec.num_layers)]
-    miss = {}
-    if pairs and pairs[2][0]:  # each missing run against the plain runs on either side of it; the median of those
-        p, m, n = pairs
-        per = [(med(m[b]) - (med(p[b]) + med(p[b + 1])) / 2) / n[b] for b in range(len(m))]
-        miss = dict(miss_ms=statistics.median(per), miss_ms_runs=per, miss_loads=n[0])
+    miss = dict(miss_ms=(med(missing[0]) - step) / missing[1], miss_loads=missing[1]) if missing and missing[1] else {}
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
                 rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads,
                 rss_mb=rss, pooled_mb=pooled, **miss)
@@ -268,13 +248,12 @@ def _pool_sizes(model_dir) -> tuple:
     return st.spec, st.expert_nbytes, every * 1.05 + 1
 
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
-                    blocks:int=4, refresh:bool=False) -> dict:
-    "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled, and `blocks` pairs timing a warm miss; cached"
+                    refresh:bool=False) -> dict:
+    "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
     spec, _, every = _pool_sizes(model_dir)
     arm = Arm(str(model_dir), mode, k, pool_mb=every, kernels=kernels)
-    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps,
-               blocks=blocks)
-    return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps, blocks,
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
+    return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
                                                 what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
