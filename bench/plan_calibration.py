@@ -15,9 +15,16 @@ For each configuration this script
      step there, timed in place (edge0.measure.cold_misses); the mode's compute profile with every expert pooled, no
      cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets
      a routing decode serves over it (edge0.plan.served_by_heads);
-  2. predicts decode tok/s with edge0.plan.plan from those alone;
-  3. runs the arm by the harness's protocol (edge0.harness.run: own process, rotated rounds, page cache dropped, the
-     same forced sequence) and sets its measured decode tok/s beside the prediction.
+  2. runs the arm by the harness's protocol (edge0.harness.run: own process, page cache dropped, the same forced
+     sequence), one round at a time, and beside each round the arm's warm twin: the same mode, K and pool with every
+     page of the checkpoint cached, no tier and no cap, so none of its misses reads the disk; the arms' order rotates
+     round to round;
+  3. predicts the warm twin with edge0.plan.plan (the disk's part of a miss set to nothing) and scales the compute
+     profile by the warm twin's measured step over that prediction: the compute and the in-place cost of misses at
+     the machine's speed in that round, for this VM's speed moves 20-40% between processes and over minutes;
+  4. predicts decode tok/s with edge0.plan.plan from the inputs of 1 with that compute, and sets the arm's measured
+     decode tok/s beside it. What is checked is the planner's model of the reads: which misses are cold, what the
+     disk adds to each, what the background reads leave exposed.
 Static offload (`static`, llama.cpp's mmap): where llama.cpp is built (../shared/tools/llama_anchor.sh, as
 bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the
 same weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with
@@ -34,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.harness import Arm, conditions, run, save, table, tier_name  # noqa: E402
+from edge0.harness import Arm, conditions, routing_report, run, save, summarize, table, tier_name  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
 from edge0.plan import (Compute, calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
@@ -57,6 +64,34 @@ def checkpoint(name, synthetic, cap=None):
     if not (m / 'config.json').exists(): raise SystemExit(f"{m} is missing: run bench/prerouter_ab.py once to build it")
     cap_mb = sum(f.stat().st_size for f in m.glob('*.safetensors')) * cap / 2**20
     return m, dict(pool_mb=256), dict(cap_mb=cap_mb, throttle_prefill=False), cap_mb, False
+
+def warm_name(arm):
+    "The name of `arm`'s warm twin (`rotated`)"
+    return arm.name + '/warm'
+
+def scale_compute(c, s:float):
+    "Compute `c` with every part, and a warm miss's in-place cost, times `s`"
+    return Compute([x * s for x in c.attention_ms], [x * s for x in c.moe_ms], c.rest_ms * s,
+                   c.source + f", scaled by {s:.3f}", None if c.miss_ms is None else c.miss_ms * s)
+
+def rotated(arms, a, tier, run_kw, say):
+    """`(cold report, warm report)` of `arms`: each round one harness run of the arms as calibrated (cold, in the cap)
+    and one of their warm twins (every page cached, no tier, no cap, experts kept between steps) beside it, the arms' order
+    rotated round to round; each report the medians over its rounds"""
+    notes = {arms[0].model: routing_report(arms[0].model)}
+    twins = [replace(x, cold_steps=False, name=warm_name(x)) for x in arms]
+    cold, warm = [], []
+    for r in range(a.rounds):
+        turn = lambda xs: xs[r % len(xs):] + xs[:r % len(xs)]
+        kw = dict(tokens=a.tokens, prompt=a.prompt, rounds=1, out=ROOT / 'build' / 'harness', routing=notes,
+                  progress=False)
+        warm.append(run(turn(twins), cache='warm', **kw))  # nothing read from the disk: no tier, no cap
+        cold.append(run(turn(arms), cache='cold', tier=tier, **kw, **run_kw))
+        say(f"  round {r + 1}: " + ', '.join(f"{n} {x['decode_tps']:.2f}" for rep in (cold[-1], warm[-1])
+                                         for n, x in rep['results'].items()) + ' tok/s')
+    merge = lambda reps: summarize(dict(reps[0], rounds=len(reps),
+                                        runs={n: [x for rep in reps for x in rep['runs'][n]] for n in reps[0]['runs']}))
+    return merge(cold), merge(warm)
 
 def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
     """The planner's `static` row for the synthetic `m` in `tier` and `cap`, and llama.cpp's decode measured there: a
@@ -118,28 +153,41 @@ def main():
     for (name, tier, frac), cs in groups.items():
         m, arm_kw, run_kw, cap, cold_steps = checkpoint(name, a.synthetic, frac)
         say(f"\n=== {m.name} on tier {tier}" + (f", memory cap {cap:.0f} MiB" if cap else ', experts evicted every step'))
-        arms, preds = [], []
+        arms, inputs = [], []
         for _, k, mode, _, _ in cs:
             dev, compute = this_machine(m, k, tier, cap, cold_steps, modes=(mode,), eta=eta)
             trace = model_trace(m, k, a.prompt + a.tokens)
             recall = head_recall(m, k) if mode == 'routing' else None
             planned = heads_planned(m, k) if mode == 'routing' else None
             served = served_by_heads(m, k, a.prompt + a.tokens, a.prompt) if mode == 'routing' else None
-            p = plan(m, dev, k, arm_kw['pool_mb'], (mode,), trace, compute, recall, planned, a.prompt, served)
             say(f"  K={k} {mode}: {dev.name}; runtime {dev.runtime_mb:.0f} MiB; expert reads cold "
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['cold'].items()) + ' ms, warm '
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['warm'].items())
                 + f" ms; a cold miss in a decode {dev.miss_cold_ms:.2f} ms; compute {compute[mode].step_ms:.1f} ms"
                 + (f"; recall {sum(recall.values()) / len(recall):.2f}" if recall else ''))
             arms.append(Arm(m, mode, k, **arm_kw))
-            preds.append((k, mode, dev, p['rows'][mode]))
-        rep = run(arms, a.tokens, a.prompt, a.rounds, cache='cold', tier=tier, out=ROOT / 'build' / 'harness', **run_kw)
+            inputs.append((k, mode, dev, compute, trace, recall, planned, served))
+        rep, warm = rotated(arms, a, tier, run_kw, say)
         say(table(rep))
+        say('the same arms with every page cached, no cap, run beside them (the compute reference):')
+        say(table(warm))
         where = f" {tier_name(tier)}" + (f" cap {cap:.0f}" if cap else '')
-        for arm, (k, mode, dev, pred) in zip(arms, preds):
+        preds = []
+        for arm, (k, mode, dev, compute, trace, recall, planned, served) in zip(arms, inputs):
+            args = (k, arm_kw['pool_mb'], (mode,), trace)
+            rest = (recall, planned, a.prompt, served)
+            at_warm = plan(m, replace(dev, miss_cold_ms=0.0), *args, compute, *rest)['rows'][mode]
+            w = warm['results'][warm_name(arm)]
+            s = 1e3 / w['decode_tps'] / at_warm['step_ms']
+            scaled = {mode: scale_compute(compute[mode], s)}
+            pred = plan(m, dev, *args, scaled, *rest)['rows'][mode]
+            say(f"  {arm.name}: warm arm {1e3 / w['decode_tps']:.1f} ms a step, the planner's warm step "
+                f"{at_warm['step_ms']:.1f} ms: compute scaled by {s:.3f}")
+            preds.append((k, mode, dev, pred))
             meas = rep['results'][arm.name]
             rows.append(dict(name=f"{m.name} {mode} K={k}{where}", model=name, k=k, mode=mode, tier=tier, cap_mb=cap,
-                             device=dev.name, storage_mb_s=dev.storage_mb_s, predicted=pred,
+                             device=dev.name, storage_mb_s=dev.storage_mb_s, predicted=pred, compute_scale=s,
+                             warm=dict(decode_tps=w['decode_tps'], planned_step_ms=at_warm['step_ms']),
                              measured={x: meas[x] for x in ('decode_tps', 'mb_per_step', 'blocked_ms_per_step',
                                                             'cold_fraction', 'rss_mb') if x in meas} or None))
         if name == 'synthetic':  # llama.cpp at the checkpoint's own K: its routing is the GGUF's
