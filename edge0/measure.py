@@ -179,7 +179,8 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
 
 # %% ../nbs/06b_measure.ipynb #c0030
 def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join:list|None=None) -> tuple:
-    """`(seconds of each step, loads a step)` with the pool's LRU emptied before every step (its pages stay cached);
+    """`(seconds of each step, loads a step, seconds a step waited for reads)` with the pool's LRU emptied before every
+    step (its pages stay cached);
     `evict`: the model whose experts also leave the page cache before every step (that time left out), so every load is
     cold; `join`: cgroup folders this process joins after the prefill"""
     dec, eng, spent = h.decoder, h.engine, []
@@ -203,7 +204,8 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     finally:
         dec.after_flush.remove(empty)
         if evict: dec.before_flush.remove(drop)
-    return out, sum(s.loads for s in eng.stats.values()) / steps
+    tot = lambda f: sum(getattr(s, f) for s in eng.stats.values()) / steps
+    return out, tot('loads'), tot('blocked_s')
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
     "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
@@ -258,8 +260,8 @@ def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
 def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None) -> dict:
-    """Step ms of `arm` with every load read cold (in this process); `plain`: every expert pooled, and plain steps and
-    steps whose every load is a warm read (the pool emptied, the pages cached) timed too"""
+    """Step ms of `arm` with every load read warm (the pool emptied, the pages cached), then with every load read cold
+    (in this process), and what each waited for reads; `plain`: every expert pooled first, and plain steps timed too"""
     arm = Arm(**arm)
     h = open_arm(arm)
     try:
@@ -268,40 +270,45 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
         if plain:
             for layer in spec.moe_layers: eng.warm(layer, range(spec.num_experts))
             _steps(h, ids, prompt, 2)  # warm-up: kernels, caches
-            plain_s, warm_s = _steps(h, ids, prompt, steps), _missing_steps(h, ids, prompt, steps)[0]
-        times, loads = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
+            plain_s = _steps(h, ids, prompt, steps)
+        else: _missing_steps(h, ids, prompt, steps)  # reads the steps' experts into the page cache
+        warm = _missing_steps(h, ids, prompt, steps)
+        warm_cold = sum(s.cold_pages for s in eng.stats.values()) / max(sum(s.pages for s in eng.stats.values()), 1)
+        cold = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
         tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('cold_pages', 'pages', 'bytes_read')]
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
-    return dict(cold_ms=med(times), plain_ms=med(plain_s) if plain else None, warm_ms=med(warm_s) if plain else None,
-                loads=loads, cold_fraction=tot[0] / max(tot[1], 1), mb_per_step=tot[2] / steps / 2**20, steps=steps)
+    return dict(cold_ms=med(cold[0]), warm_ms=med(warm[0]), plain_ms=med(plain_s) if plain else None,
+                loads=cold[1], warm_loads=warm[1], blocked_ms=1e3 * cold[2], warm_blocked_ms=1e3 * warm[2],
+                cold_fraction=tot[0] / max(tot[1], 1), warm_cold_fraction=warm_cold,
+                mb_per_step=tot[2] / steps / 2**20, steps=steps)
 
 
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
-def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, plain_ms:float|None=None,
-                prompt:int=8, steps:int=6, refresh:bool=False) -> dict:
-    """What one cold miss adds to a decode step of `off` at `k` in `tier` and `cap_mb` (`miss_ms`), measured in place
-    (`_cold_steps` in a child in that cgroup), and a warm one (`warm_miss_ms`) where the same process could time it;
-    `plain_ms`, the step without misses, where a cap keeps the pool small"""
+def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, mode:str='off', prompt:int=8,
+                steps:int=6, refresh:bool=False) -> dict:
+    """What one cold miss adds to a decode step of `mode` at `k` in `tier` and `cap_mb` over a warm one (`miss_ms`), in
+    place (`_cold_steps` in a child in that cgroup): the part the step waited for (`wait_ms`) and the part it computed
+    beside its waits (`cpu_ms`); and what a warm miss adds (`warm_miss_ms`) where the pool could hold every expert"""
     spec, nbytes, every = _pool_sizes(model_dir)
     k = k or spec.k
     plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
     pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
-    if not plain and plain_ms is None: raise InputError("cold_misses under a cap needs plain_ms (the compute profile)")
-    arm = Arm(str(model_dir), 'off', k, pool_mb=pool)
-    key = dict(model=fingerprint(model_dir), k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps)
+    arm = Arm(str(model_dir), mode, k, pool_mb=pool)
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps,
+               paired=True)
     def make():
         start, later, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill=False)
         try:
             return child('edge0.measure:_cold_steps', asdict(arm), prompt, steps, plain,
                          [str(p) for p in later.paths] if later else None, cgroup=start, timeout=3600,
-                         what=f"timing cold misses of {model_dir} (K={k})")
+                         what=f"timing cold misses of {model_dir} ({mode}, K={k})")
         finally:
             for cg in (start, later):
                 if cg: cg.close()
     r = dict(cached('cold_misses', key, make, refresh))
-    base = r['plain_ms'] if r['plain_ms'] is not None else plain_ms
-    per = lambda ms: max(ms - base, 0.0) / max(r['loads'], 1e-9)
-    return dict(r, base_ms=base, miss_ms=per(r['cold_ms']),
-                warm_miss_ms=per(r['warm_ms']) if r.get('warm_ms') is not None else None)
+    per = lambda ms: ms / max(r['loads'], 1e-9)
+    miss, wait = per(r['cold_ms'] - r['warm_ms']), per(r['blocked_ms'] - r['warm_blocked_ms'])
+    return dict(r, miss_ms=miss, wait_ms=wait, cpu_ms=miss - wait,
+                warm_miss_ms=per(r['warm_ms'] - r['plain_ms']) if r['plain_ms'] is not None else None)
 

@@ -49,6 +49,7 @@ class Device:
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
     cache_share:float = 0.5        # of the memory left, what the page cache keeps of pages read once (see below)
     kv_itemsize:int = 4            # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
+    cold_cpu_ms:dict|None = None   # {mode: ms}: a cold miss's work beside its waits, over a warm one's (`cold_misses`)
     note:str = ''
 
 # %% ../nbs/06c_plan.ipynb #c0007
@@ -257,14 +258,18 @@ def _expert_cache(mb:dict, dev:Device, used:float) -> int:
     "Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too)"
     return 0 if dev.cold_steps else _cache_bundles(dev, used + mb['resident'] / 2**20, mb['bundle'], dev.cache_share)
 
+def _cold_cpu(dev:Device, mode:str) -> float:
+    "What a cold miss costs a step of `mode` beside its waits, over a warm one: measured in place, else nothing"
+    return max((dev.cold_cpu_ms or {}).get(mode, 0.0), 0.0)
+
 def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute) -> dict:
     "Pool misses, cold where the page cache behind the pool had dropped them"
     used = dev.runtime_mb + mb['resident'] / 2**20 + pool_mb
     r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
                dev.cold_steps)
     warm, cold = _read_ms(mb, dev, r, c.miss_ms)
-    return dict(read_ms=warm + cold, misses=r['misses'], cold=r['cold'], peak_mb=used,
-                bytes=r['misses'].sum(1).mean() * mb['bundle'])
+    return dict(read_ms=warm + cold + r['cold'] * _cold_cpu(dev, 'off'), misses=r['misses'], cold=r['cold'],
+                peak_mb=used, bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
 # %% ../nbs/06c_plan.ipynb #c0030
 def _new_in_slots(ids, prompt:int) -> list:
@@ -297,6 +302,7 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
                                         1.0) for row in ms])
     if c.miss_ms is not None:  # what warm misses cost the step in place (the reader's work on the same cores)
         exposed = exposed + r['misses'].sum(1) * c.miss_ms
+    exposed = exposed + r['cold'].sum(1) * _cold_cpu(dev, 'routing')  # the reader's work for a cold read, in place
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
         fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), served[l].tolist())]
@@ -304,7 +310,7 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
         f = replay(fg, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
                    dev.cold_steps)
         warm, cold = _read_ms(mb, dev, f, c.miss_ms)
-        exposed = exposed + (warm + cold).sum(1)
+        exposed = exposed + (warm + cold + f['cold'] * _cold_cpu(dev, 'off')).sum(1)  # read as `off` reads
         nbytes += f['misses'].sum(1).mean() * mb['bundle']
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
                 syncs=1 + len(planned) * (exact_top > 0))
@@ -491,15 +497,15 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
         if cg: cg.close()
     profiles = {m: compute_profile(model_dir, k, m) for m in modes}
     p = profiles.get('off') or compute_profile(model_dir, k, 'off')
-    cold = cold_misses(model_dir, k, tier, cap_mb, p['step_ms'])  # a cold miss as a decode pays it, in this tier
-    warm = cold['warm_miss_ms'] if cold['warm_miss_ms'] is not None else p.get('miss_ms') or 0.0
-    disk = max(cold['miss_ms'] - warm, 0.0)  # less what a warm one costs in place (one process where it could)
+    cold = {m: cold_misses(model_dir, k, tier, cap_mb, m) for m in dict.fromkeys(('off', *modes))}  # as paid
+    disk = max(cold['off']['wait_ms'], 0.0)  # what `off` waits for a cold read over a warm one: the disk's part
     runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
     dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, disk, max(runtime, 0.0),
                  cold_steps=cold_steps,
                  readahead_kb=Device.readahead_kb if (ra := read_ahead_kb(model_dir)) is None else ra,
-                 kv_itemsize=4 if B.device_kind() == 'cpu' else 2)  # the KV cache in the serving dtype
+                 kv_itemsize=4 if B.device_kind() == 'cpu' else 2,  # the KV cache in the serving dtype
+                 cold_cpu_ms={m: c['cpu_ms'] for m, c in cold.items()})
     return dev, {m: Compute.of_profile(q) for m, q in profiles.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0050
