@@ -11,10 +11,11 @@ K=8 on the sata tier with its experts evicted before every step and a pool of 1/
 
 For each configuration this script
   1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the
-     store's expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to an `off` decode
-     step there, timed in place (edge0.measure.cold_misses); the mode's compute profile with every expert pooled, no
-     cap, no throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets
-     a routing decode serves over it (edge0.plan.served_by_heads);
+     store's expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to a decode step
+     there over a warm one, in `off` and in the mode, timed in place in one process (edge0.measure.cold_misses): what
+     the step waited for and what it computed beside; the mode's compute profile with every expert pooled, no cap, no
+     throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets a
+     routing decode serves over it (edge0.plan.served_by_heads);
   2. runs the arm by the harness's protocol (edge0.harness.run: own process, page cache dropped, the same forced
      sequence), one round at a time, and beside each round the arm's warm twin: the same mode, K and pool with every
      page of the checkpoint cached, no tier and no cap, so none of its misses reads the disk; the arms' order rotates
@@ -24,7 +25,7 @@ For each configuration this script
      the machine's speed in that round, for this VM's speed moves 20-40% between processes and over minutes;
   4. predicts decode tok/s with edge0.plan.plan from the inputs of 1 with that compute, and sets the arm's measured
      decode tok/s beside it. What is checked is the planner's model of the reads: which misses are cold, what the
-     disk adds to each, what the background reads leave exposed.
+     disk adds to each and what it costs beside the waits, what the background reads leave exposed.
 Static offload (`static`, llama.cpp's mmap): where llama.cpp is built (../shared/tools/llama_anchor.sh, as
 bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the
 same weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with
