@@ -77,15 +77,14 @@ def scale_compute(c, s:float):
 
 def rotated(arms, a, tier, run_kw, say):
     """`(cold report, warm report)` of `arms`: each round one harness run of the arms as calibrated (cold, in the cap)
-    and one of their warm twins (every page cached, no tier, no cap, experts kept between steps) beside it, the arms' order
-    rotated round to round; each report the medians over its rounds"""
+    and one of their warm twins (every page cached, no tier, no cap, experts kept between steps) beside it, the arms'
+    order rotated round to round; each report the medians over its rounds"""
     notes = {arms[0].model: routing_report(arms[0].model)}
     twins = [replace(x, cold_steps=False, name=warm_name(x)) for x in arms]
     cold, warm = [], []
+    kw = dict(tokens=a.tokens, prompt=a.prompt, rounds=1, out=ROOT / 'build' / 'harness', routing=notes, progress=False)
     for r in range(a.rounds):
         turn = lambda xs: xs[r % len(xs):] + xs[:r % len(xs)]
-        kw = dict(tokens=a.tokens, prompt=a.prompt, rounds=1, out=ROOT / 'build' / 'harness', routing=notes,
-                  progress=False)
         warm.append(run(turn(twins), cache='warm', **kw))  # nothing read from the disk: no tier, no cap
         cold.append(run(turn(arms), cache='cold', tier=tier, **kw, **run_kw))
         say(f"  round {r + 1}: " + ', '.join(f"{n} {x['decode_tps']:.2f}" for rep in (cold[-1], warm[-1])

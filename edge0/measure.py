@@ -15,7 +15,7 @@ from .files import InputError
 from .memory import process_memory
 from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
-from .streaming import reset_stats
+from .streaming import reset_stats, stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
 from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
@@ -204,8 +204,8 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     finally:
         dec.after_flush.remove(empty)
         if evict: dec.before_flush.remove(drop)
-    tot = lambda f: sum(getattr(s, f) for s in eng.stats.values()) / steps
-    return out, tot('loads'), tot('blocked_s')
+    tot = stats(eng)['total']
+    return out, tot['loads'] / steps, tot['blocked_s'] / steps
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
     "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
@@ -273,15 +273,15 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
             plain_s = _steps(h, ids, prompt, steps)
         else: _missing_steps(h, ids, prompt, steps)  # reads the steps' experts into the page cache
         warm = _missing_steps(h, ids, prompt, steps)
-        warm_cold = sum(s.cold_pages for s in eng.stats.values()) / max(sum(s.pages for s in eng.stats.values()), 1)
+        warm_cold = stats(eng)['total']['cold_fraction']
         cold = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
-        tot = [sum(getattr(s, f) for s in eng.stats.values()) for f in ('cold_pages', 'pages', 'bytes_read')]
+        tot = stats(eng)['total']
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
     return dict(cold_ms=med(cold[0]), warm_ms=med(warm[0]), plain_ms=med(plain_s) if plain else None,
                 loads=cold[1], warm_loads=warm[1], blocked_ms=1e3 * cold[2], warm_blocked_ms=1e3 * warm[2],
-                cold_fraction=tot[0] / max(tot[1], 1), warm_cold_fraction=warm_cold,
-                mb_per_step=tot[2] / steps / 2**20, steps=steps)
+                cold_fraction=tot['cold_fraction'], warm_cold_fraction=warm_cold,
+                mb_per_step=tot['bytes_read'] / steps / 2**20, steps=steps)
 
 
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
