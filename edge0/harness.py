@@ -181,10 +181,22 @@ def run_child(fn:str, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) 
     if line is not None: return dict(result=json.loads(line[len(_RESULT):]))
     return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
 
+def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
+    "A failed child's last line; where it was killed, why: the out-of-memory kills its cgroup counted under the cap"
+    if not r.get('killed'): return last_line(r['stderr'])
+    for p in (cgroup.paths if cgroup else ()):
+        for events, cap in (('memory.events', 'memory.max'), ('memory.oom_control', 'memory.limit_in_bytes')):
+            try:
+                kills = int(dict(l.split()[:2] for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
+                limit = int((p / cap).read_text())
+            except (OSError, ValueError): continue
+            if kills: return f"killed: out of memory under the memory cap of {limit / 2**20:.0f} MiB"
+    return "killed (SIGKILL): out of memory, or stopped from outside"
+
 def child(fn:str, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
-    "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line, if it did"
+    "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or why it was killed"
     r = run_child(fn, *args, cgroup=cgroup, timeout=timeout, **kw)
-    if r.get('failed'): raise BenchError(f"{what} failed: {last_line(r['stderr'])}")
+    if r.get('failed'): raise BenchError(f"{what} failed: {_why_failed(r, cgroup)}")
     return r['result']
 
 def _child_main():
