@@ -177,7 +177,8 @@ def _record_layout(src:Path, dst:Path, layout:str):
                                date=datetime.date.today().isoformat())
     if layout == 'torch-cpu':
         import torch
-        cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__)
+        cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__,
+                                   packing=bq.torch_packing())  # how this CPU's torch packed them
     (dst / 'config.json').write_text(json.dumps(cfg, indent=4))
     for f in (*src.glob('prerouter*.safetensors'), *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
 

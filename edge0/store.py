@@ -9,14 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .backend import io as bio
+from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['PAGE', 'SIZES', 'PATTERNS', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
            'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'read_files', 'read_rate', 'PreadReader',
-           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore']
+           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -319,6 +319,10 @@ class ExpertStore:
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
+        self.repack, self.notes = None, []  # experts packed for another CPU's torch: re-packed as they are read
+        if bq.torch_available() and any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values()):
+            self.repack, note = check_packing(self.dir)
+            self.notes += [note] if note else []
         paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
         self.reader = (PreadReader if reader == 'pread' else MmapReader)(self.fds)
@@ -326,6 +330,30 @@ class ExpertStore:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
+
+# %% ../nbs/01a_store.ipynb #d7067642
+def _packing_desc(p:dict) -> str:
+    return f"torch {p.get('torch')} on {p.get('capability')} ({p.get('scheme') or 'packing ' + str(p.get('probe'))})"
+
+def check_packing(model_dir) -> tuple:
+    """`(Repack or None, note or None)`: how the torch-packed experts of `model_dir` are served by this machine's torch,
+    from the packing its config.json records; a `StoreError` where they cannot be served exactly"""
+    d = Path(model_dir)
+    layout = read_json(d / 'config.json', 'model config').get('edge0_layout', {})
+    rec, here = layout.get('packing'), bq.torch_packing()
+    fix = (f"convert the mlx-lm checkpoint they came from ({layout.get('source') or 'its source'}) on this machine: "
+           f"edge0 convert SOURCE DST --layout torch-cpu")
+    if not (isinstance(rec, dict) and isinstance(rec.get('probe'), str)):
+        raise StoreError(f"{d / 'config.json'}: edge0_layout records no torch packing (converted by an older edge0), so "
+                         f"the experts may be packed for another CPU; {fix}")
+    if rec['probe'] == here['probe']: return None, None
+    src = bq.scheme_of(rec['probe'])
+    if src is None or here['scheme'] is None:
+        raise StoreError(f"{d.name}: its experts were packed by {_packing_desc(rec)}, this machine's is "
+                         f"{_packing_desc(here)}, and edge0 cannot re-pack one into the other; {fix}")
+    return bq.Repack(src, here['scheme']), (
+        f"the experts of {d.name} were packed by {_packing_desc(rec)}; this machine's is {_packing_desc(here)}: each "
+        f"expert is re-packed exactly as it is read, a cost on every load (to store them as this machine packs, {fix})")
 
 # %% ../nbs/01a_store.ipynb #722de1ed
 from fastcore.basics import patch
@@ -367,12 +395,14 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     return out
 
 @patch
-def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, stats:LoadStats):
+def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, stats:LoadStats, part:str|None=None):
     if self.res:
         cold, pages = self.res[t.path].cold_pages(off, n)
         stats.cold += cold
         stats.pages += pages
-    a = bio.from_buffer(self.reader.read(t.path, off, n), t.dtype, shape, evaluate=False)
+    buf = self.reader.read(t.path, off, n)
+    if part == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
+    a = bio.from_buffer(buf, t.dtype, shape, evaluate=False)
     stats.nbytes += n
     return a
 
@@ -381,7 +411,7 @@ def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, stats:LoadStats
 def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
     "Expert `expert` of `layer` as `{(proj, part): array}`, and its `LoadStats`"
     stats, t0, out = LoadStats(), time.perf_counter(), {}
-    for key, t, off, n in self.ranges(layer, expert): out[key] = self._read(t, off, n, t.shape[1:], stats)
+    for key, t, off, n in self.ranges(layer, expert): out[key] = self._read(t, off, n, t.shape[1:], stats, key[1])
     bio.materialize(*out.values())  # once per expert, in this thread
     stats.seconds = time.perf_counter() - t0
     return out, stats
@@ -396,7 +426,7 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
 def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
     "All experts of `layer`: one read per tensor, `{(proj, part): stacked array}`"
     stats, t0 = LoadStats(), time.perf_counter()
-    out = {key: self._read(t, t.start, t.nbytes, t.shape, stats) for key, t in self.layers[layer].items()}
+    out = {key: self._read(t, t.start, t.nbytes, t.shape, stats, key[1]) for key, t in self.layers[layer].items()}
     bio.materialize(*out.values())
     stats.seconds = time.perf_counter() - t0
     return out, stats

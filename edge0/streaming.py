@@ -754,7 +754,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         try: handle.kernels = bq.check_kernels(options.kernels)
         except ValueError as e: raise InputError(str(e)) from None
         packed = _torch_packed(store)
-        handle.notes = _kernel_notes(d, handle.kernels, packed)
+        handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes  # + experts re-packed for this CPU
         handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
         for layer in spec.moe_layers:
             blk = block(spec, handle.model, layer)

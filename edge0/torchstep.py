@@ -17,13 +17,12 @@ from .streaming import torch_quant
 from .decode import Sampling, token_loop, trace_len
 
 # %% auto #0
-__all__ = ['TORCH_FAMILIES', 'PACK_ROWS', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 't_route', 't_weigh', 'MLP',
-           'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 't_features', 'StepCounts',
-           'TorchStep', 'generate_ids']
+__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 't_route', 't_weigh', 'MLP', 'Experts', 'MoE',
+           'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 't_features', 'StepCounts', 'TorchStep',
+           'generate_ids']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
 TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')  # attention it computes
-PACK_ROWS = 64  # torch's CPU int4 packing interleaves rows within blocks of this many
 _INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu  # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
 
 def _f32(a) -> torch.Tensor:
@@ -84,11 +83,12 @@ class Proj:
 # %% ../nbs/02c_torch_step.ipynb #11e9e4fa
 def fuse(projs:list) -> Proj|None:
     """One `Proj` computing `projs` (same input, int4, same group, no LoRA or refinement) as one product, else None.
-    Torch's int4 packing interleaves blocks of 64 rows, so packed weights stack when each but the last fills whole
-    blocks; the originals become views into the stack"""
+    Torch's int4 packing interleaves rows within blocks (`bq.pack_rows()`: 64 with AVX512, 32 with AVX2), so packed
+    weights stack when each but the last fills whole blocks; the originals become views into the stack"""
     if not all(p.packed is not None and p.lora is None and not p.refine and p.group == projs[0].group for p in projs):
         return None
-    if any(p.out_features % PACK_ROWS for p in projs[:-1]): return None
+    rows = bq.pack_rows()  # asked of the running torch: a packing edge0 does not know is not stacked
+    if rows is None or any(p.out_features % rows for p in projs[:-1]): return None
     f = Proj()
     f.packed, f.sz = torch.cat([p.packed for p in projs]), torch.cat([p.sz for p in projs], 1).contiguous()
     f.group = projs[0].group
