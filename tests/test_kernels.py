@@ -1,6 +1,6 @@
 """Torch's int4 kernels (`kernels='torch'`, the CPU default) against mlx-lm's resident model: next-token agreement and logits
 on every supported family, the committed teacher converted to the torch-cpu layout, and the decode modes' contracts there."""
-import json
+import json, os, subprocess, sys
 import numpy as np
 import pytest
 from mlx.nn import QuantizedLinear
@@ -130,3 +130,99 @@ def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch):
     torch, mlx = traces
     same = np.mean([len(set(a) & set(b)) / 8 for l in mlx for a, b in zip(torch[l].tolist(), mlx[l].tolist())])
     assert same >= 0.95, same  # the routing of the checkpoint it came from, but for bfloat16 rounding
+
+# --- torch packs int4 weights differently on different CPUs: every capability this CPU runs, in child processes ----
+
+CAPABILITY_ORDER = ('default', 'avx2', 'avx512')
+_CHILD = r'''
+import json, sys
+import numpy as np
+from edge0.backend import core as B, quant as bq
+from edge0.convert import convert
+from edge0.streaming import load
+cmd, *args = sys.argv[1:]
+here = bq.torch_packing()
+if cmd == 'packing':  # the running torch's packing is the scheme edge0 names, on shapes beyond the probe
+    import torch
+    rng = np.random.default_rng(5)
+    for n, k in ((16, 64), (48, 128), (96, 256), (768, 2048), (2048, 768)):
+        q = rng.integers(0, 16, (n, k), dtype=np.int32)
+        got = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q), 2).numpy()
+        assert here['scheme'] and np.array_equal(bq.pack_as(here['scheme'], q), got), (here, n, k)
+elif cmd == 'convert': convert(args[0], args[1], layout='torch-cpu')
+else:  # serve: teacher-forced logits of each checkpoint over the ids, saved beside it, and the notes
+    ids, notes = np.load(args[0]), {}
+    for conv in args[1:]:
+        with load(conv, kernels='torch') as h:
+            np.save(f"{conv}.{here['capability']}.npy", B.to_numpy(h.model(B.array(ids)))[0])
+            notes[conv] = h.notes
+    here['notes'] = notes
+print(json.dumps(here))
+'''
+
+def in_child(capability, *args):
+    "Run `_CHILD` with torch's CPU code chosen by ATEN_CPU_CAPABILITY; its JSON line"
+    r = subprocess.run([sys.executable, '-c', _CHILD, *map(str, args)], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, 'ATEN_CPU_CAPABILITY': capability})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+@pytest.fixture(scope='module')
+def capabilities():
+    "'default', then each vector level up to the one torch picks on this CPU (what a child can run here)"
+    top = subprocess.run([sys.executable, '-c', 'import torch; print(torch.backends.cpu.get_cpu_capability().lower())'],
+                         capture_output=True, text=True, timeout=120).stdout.strip()
+    return list(CAPABILITY_ORDER[:CAPABILITY_ORDER.index(top) + 1]) if top in CAPABILITY_ORDER else ['default', top]
+
+def test_every_capability_packs_as_a_known_scheme(capabilities):
+    schemes = {c: in_child(c, 'packing')['scheme'] for c in capabilities}
+    assert all(schemes.values()) and len(set(schemes.values())) == len(schemes), schemes
+
+def test_a_checkpoint_packed_under_one_capability_serves_the_same_logits_under_another(capabilities, tmp_path):
+    """Each capability's conversion of the bundled teacher, served under every capability: within the parity bounds of
+    mlx-lm's model under its own, and under any other exactly the logits of that one's own conversion (re-packed)"""
+    from transformers import AutoTokenizer
+    teacher = teacher_path('edge0-tiny')
+    tok = AutoTokenizer.from_pretrained(str(teacher))
+    ids = np.array(tok.encode(' '.join(heldout_excerpt(2000).values()))[:128])[None].astype(np.int32)
+    np.save(tmp_path / 'ids.npy', ids)
+    ref = forced(teacher, ids, resident=True)
+    convs = {c: tmp_path / f'packed-{c}' for c in capabilities}
+    for c, d in convs.items(): in_child(c, 'convert', teacher, d)
+    packings = {c: json.loads((d / 'config.json').read_text())['edge0_layout']['packing'] for c, d in convs.items()}
+    for serve in capabilities:
+        out = in_child(serve, 'serve', tmp_path / 'ids.npy', *convs.values())
+        for c, d in convs.items():
+            logits = np.load(f"{d}.{out['capability']}.npy")
+            notes = ' '.join(out['notes'][str(d)])
+            if c == serve:
+                assert packings[c]['probe'] == out['probe'] and 're-packed' not in notes, (c, notes)
+                agree, rel = compare(ref, logits)
+                assert agree >= AGREEMENT and rel <= LOGITS_REL, (c, agree, rel)
+            else:
+                assert ('re-packed exactly' in notes) == (packings[c]['probe'] != out['probe']), (c, serve, notes)
+                assert np.array_equal(logits, np.load(f"{convs[serve]}.{out['capability']}.npy")), (c, serve)
+
+def test_generate_on_a_checkpoint_packed_elsewhere(edge0_cmd, capabilities, tmp_path):
+    """The user's case: converted on one machine (here: torch's plain code), served on another (this CPU's vector code):
+    the same text as a conversion made here, with a note; an unknown packing is refused in one line, exit 2"""
+    if len(capabilities) < 2: pytest.skip(f"this CPU runs only torch's {capabilities[0]} code: no second packing")
+    teacher, here = teacher_path('edge0-tiny'), capabilities[-1]
+    def edge0(*args, capability=here):
+        return subprocess.run([edge0_cmd, *map(str, args)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, 'ATEN_CPU_CAPABILITY': capability})
+    for c in ('default', here):
+        assert edge0('convert', teacher, tmp_path / c, '--layout', 'torch-cpu', capability=c).returncode == 0
+    gen = ('generate', '-p', 'Once upon a time', '--max-tokens', '24', '--temp', '0', '--ignore-chat-template',
+           '--verbose', 'false')
+    want, got = edge0(*gen, '-m', tmp_path / here), edge0(*gen, '-m', tmp_path / 'default')
+    assert want.returncode == got.returncode == 0 and 'Traceback' not in got.stderr, got.stderr
+    assert got.stdout == want.stdout and want.stdout.strip(), (got.stdout, want.stdout)
+    assert 're-packed exactly' in got.stderr and 're-packed' not in want.stderr, got.stderr
+    cfg = json.loads((tmp_path / 'default' / 'config.json').read_text())
+    cfg['edge0_layout']['packing'].update(probe='0123456789abcdef', scheme=None)  # a packing edge0 does not know
+    (tmp_path / 'default' / 'config.json').write_text(json.dumps(cfg))
+    r = edge0(*gen, '-m', tmp_path / 'default')
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert 'cannot re-pack' in lines[0] and 'edge0 convert' in lines[0], lines

@@ -310,5 +310,5 @@ class Repack:
         *lead, n, h = a.shape
         flat, nib = a.reshape(*lead, n * h), np.empty((*lead, 2 * n * h), np.uint8)
         nib[..., 0::2], nib[..., 1::2] = flat & 15, flat >> 4
-        nib = nib[..., self.index(n, 2 * h)]
-        return (nib[..., 0::2] | nib[..., 1::2] << 4).reshape(a.shape)
+        nib = np.take(nib, self.index(n, 2 * h), axis=-1)
+        return np.ascontiguousarray(nib[..., 0::2] | nib[..., 1::2] << 4).reshape(a.shape)
