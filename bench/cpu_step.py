@@ -31,7 +31,7 @@ it cannot run). Parts, each arm in its own process, the arms alternating within 
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
 """
-import argparse, cProfile, json, os, pstats, shutil, statistics, subprocess, sys, threading, time
+import argparse, cProfile, json, os, pstats, shutil, signal, statistics, subprocess, sys, threading, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,9 +47,20 @@ ANCHOR = ROOT.parent / 'shared' / 'tools' / 'llama_anchor.sh'
 SHORT, LONG, DECODE = 23, 512, 256
 
 
+def runs_here(bench:Path, gguf:Path) -> bool:
+    """Whether the llama-bench at `bench` runs on this CPU: a build made on a CPU with other instruction sets (AVX512
+    where this one has AVX2 only) dies of SIGILL at its first product, so one token is decoded to find out"""
+    r = subprocess.run([str(bench), '-m', str(gguf), '-n', '1', '-p', '0', '-r', '1', '-t', '1', '-o', 'json'],
+                       capture_output=True, timeout=600)
+    return r.returncode != -signal.SIGILL
+
+
 def anchor(model:Path, work:Path) -> tuple:
-    "`(llama-bench, gguf)` built by llama_anchor.sh; the steps it needs when it cannot run"
+    "`(llama-bench, gguf)` built by llama_anchor.sh for this CPU; the steps it needs when it cannot run"
     gguf, bench = work / f'{model.name}-Q4_0.gguf', work / 'bin' / 'llama-bench'
+    if gguf.exists() and bench.exists() and not runs_here(bench, gguf):
+        print(f"{bench} was built for another CPU (illegal instruction here): building it again for this one", flush=True)
+        shutil.rmtree(work / 'bin')
     if not (gguf.exists() and bench.exists()):
         if not ANCHOR.exists():
             sys.exit(f"llama.cpp is not built and {ANCHOR} is missing: build llama.cpp (llama-bench) from the "

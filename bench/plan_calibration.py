@@ -96,10 +96,14 @@ def rotated(arms, a, tier, run_kw, say):
 def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
     """The planner's `static` row for the synthetic `m` in `tier` and `cap`, and llama.cpp's decode measured there: a
     calibration row, or None where llama.cpp is not built"""
-    from cpu_step import llama
+    from cpu_step import llama, runs_here
     bench, gguf = work / 'bin' / 'llama-bench', work / f'{m.name}-Q4_0.gguf'
     if not (bench.exists() and gguf.exists()):
         say(f"  static: llama.cpp is not built ({bench}, {gguf}): bash ../shared/tools/llama_anchor.sh {work} {m}")
+        return None
+    if not runs_here(bench, gguf):
+        say(f"  static: {bench} was built for another CPU (illegal instruction here); build it for this one: "
+            f"rm -r {work / 'bin'} && bash ../shared/tools/llama_anchor.sh {work} {m}")
         return None
     warm = llama(bench, gguf, 'tg', tokens)  # in RAM, unthrottled: llama.cpp's own compute a token
     if warm.get('failed'): raise SystemExit(f"llama-bench failed: {warm['stderr']}")
