@@ -21,17 +21,17 @@ Writes bench/results/phase1_stream.txt and .json.
 """
 import argparse, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
-from edge0.harness import Cgroup, _own_cgroups, disk_of, evict, memory_cap, routing_report
+from edge0.harness import Cgroup, _own_cgroups, disk_of, evict, memory_cap, read_counter, routing_report
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 
 class Meter:
     "A child memory cgroup capped at `cap` bytes that also counts its reads and writes (a blkio group on cgroup v1)"
-    def __init__(self, cap:int):
+    def __init__(self, cap:int, model:Path):
         own = _own_cgroups()
         self.v1 = 'memory' in own
-        limits = dict(memory_cap(cap), **({'blkio': ({}, {})} if self.v1 and 'blkio' in own else {}))
+        limits = dict(memory_cap(cap), **(read_counter(model) if self.v1 and 'blkio' in own else {}))
         self.cg, self.cap = Cgroup(limits, OPTIONAL, prefix='edge0-phase1'), cap
         self.mem = next(p for p in self.cg.paths if not self.v1 or 'memory' in p.parts)
 
@@ -101,7 +101,7 @@ def calibration_file(model:Path, path:Path, tokens:int, heldout_windows:int, seq
 def capped(cap:int, cmd:list, model:Path, log:Path) -> dict:
     "`cmd` in a fresh capped cgroup, the checkpoint dropped from the page cache first"
     evict(model)
-    m = Meter(cap)
+    m = Meter(cap, model)
     try: return m.run(cmd, disk_of(model), log)
     finally: m.close()
 

@@ -297,7 +297,9 @@ def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir, provenance:dict) 
 def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, show:bool=True) -> tuple[Path, Path]:
     "Train the code teacher from the corpus (resuming under `work`); its bf16 and int4 checkpoints into `dst_dir`"
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)
-    trainer = CodeTrainer(recipe, tokens, Path(work) / f"{recipe.name}.pt", threads=os.cpu_count())
+    # the CPUs this process may run on (a container's cpuset), not all of the host's
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    trainer = CodeTrainer(recipe, tokens, Path(work) / f"{recipe.name}.pt", threads=cpus)
     if trainer.out.exists(): trainer.resume()
     trainer.run(show=show)
     m = to_mlx(trainer.model)

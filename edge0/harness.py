@@ -21,10 +21,10 @@ from .served import open_served
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
-           'memory_cap', 'read_throttle', 'conditions', 'last_line', 'run_child', 'child', 'evict', 'evict_experts',
-           'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence', 'routing_report',
-           'rotations', 'run', 'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups',
-           'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench']
+           'memory_cap', 'read_throttle', 'read_counter', 'conditions', 'last_line', 'run_child', 'child', 'evict',
+           'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence',
+           'routing_report', 'rotations', 'run', 'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth',
+           'speedups', 'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench']
 
 # %% ../nbs/05_harness.ipynb #198990a8
 TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
@@ -143,6 +143,11 @@ def read_throttle(path, mb_s:float) -> dict:
     dev, bps = disk_of(path), int(mb_s * 1e6)
     return {'blkio': ({'blkio.throttle.read_bps_device': f'{dev} {bps}'}, {'io.max': f'{dev} rbps={bps}'})}
 
+# %% ../nbs/05_harness.ipynb #b7d3e0a1
+def read_counter(path) -> dict:
+    "Cgroup limits that count the reads from the disk under `path` and hold back none (a rule of 0: no limit)"
+    return {'blkio': ({'blkio.throttle.read_bps_device': f'{disk_of(path)} 0'}, {})}
+
 # %% ../nbs/05_harness.ipynb #3d66eb6e
 def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=True) -> tuple:
     """`(start, later, notes)`: the cgroup an arm joins at its start (memory cap, storage tier on `path`'s disk),
@@ -221,14 +226,17 @@ def evict_experts(model):
     "Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest stays)"
     shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in read_files(model))
     key = (str(Path(model).resolve()), shards)
-    if key not in _RANGES:
+    new = key not in _RANGES
+    if new:
         st = ExpertStore(model, residency=False)
         _RANGES[key] = [(t.path, t.start, t.nbytes) for ls in st.layers.values() for t in ls.values()]
         st.close()
     fds = {}
     try:
         for path, start, n in _RANGES[key]:
-            if path not in fds: fds[path] = os.open(path, os.O_RDONLY)
+            if path not in fds:
+                fds[path] = os.open(path, os.O_RDONLY)
+                if new: os.fsync(fds[path])  # once a version of the shards: a dirty page cannot be dropped
             if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n, os.POSIX_FADV_DONTNEED)
     finally:
         for fd in fds.values(): os.close(fd)
@@ -242,7 +250,8 @@ def warm(model):
 # %% ../nbs/05_harness.ipynb #d2dec037
 def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float=64) -> float:
     "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
-    size = min(4 << 20, max(f.stat().st_size for f in read_files(model)) // 4096 * 4096)  # 4 MiB reads, or shorter
+    big = max(f.stat().st_size for f in read_files(model))
+    size = big // -(-big // (4 << 20)) // 4096 * 4096  # reads of 4 MiB at most that tile the largest file
     r = child('edge0.store:read_rate', str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
               timeout=600, what=f"measuring the read rate of {model}")
     return r['mb_s']

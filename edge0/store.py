@@ -344,8 +344,8 @@ def check_packing(model_dir) -> tuple:
     fix = (f"convert the mlx-lm checkpoint they came from ({layout.get('source') or 'its source'}) on this machine: "
            f"edge0 convert SOURCE DST --layout torch-cpu")
     if not (isinstance(rec, dict) and isinstance(rec.get('probe'), str)):
-        raise StoreError(f"{d / 'config.json'}: edge0_layout records no torch packing (converted by an older edge0), so "
-                         f"the experts may be packed for another CPU; {fix}")
+        raise StoreError(f"{d / 'config.json'}: edge0_layout records no torch packing (converted by an older "
+                         f"edge0), so the experts may be packed for another CPU; {fix}")
     if rec['probe'] == here['probe']: return None, None
     src = bq.scheme_of(rec['probe'])
     if src is None or here['scheme'] is None:

@@ -30,7 +30,9 @@ def test_bench_under_a_cap_and_a_tier(tmp_path):
     m = str(teacher_path('edge0-tiny'))
     rep = E.run([E.Arm(m, 'off', 8, pool_mb=0.6, cold_steps=True)], tokens=3, rounds=1, cap_mb=1500, tier='emmc',
                 out=tmp_path, progress=False, routing=False)
-    assert rep['asked_mb_s'] == 277 and 100 < rep['measured_mb_s'] < 400, rep['measured_mb_s']  # the throttle holds
+    disk = E.measure_read(m, seconds=0.5)  # a disk slower than the tier reads at its own rate under the throttle
+    measured = rep['measured_mb_s']  # the throttle holds
+    assert rep['asked_mb_s'] == 277 and 0.8 * min(277, disk) < measured < 1.2 * 277, (measured, disk)
     assert rep['results']['off/K8']['rounds'] == 1
     rep = E.run([E.Arm(m, 'resident')], tokens=3, rounds=1, cap_mb=60, out=tmp_path, progress=False, routing=False)
     f = rep['results']['resident']
