@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_calib.ipynb #91d6829d
 from __future__ import annotations
-import gzip, hashlib, json, logging, re, zlib
+import gzip, hashlib, io, json, logging, re, zlib
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -35,15 +35,28 @@ def _is_jsonl(name) -> bool: return re.sub(r':\d+$', '', str(name)).endswith(('.
 # %% ../nbs/00_calib.ipynb #a58da924
 ROLES = ('system', 'user', 'assistant', 'tool')  # the roles edge0 serves
 JSONL = "one JSON object per line with a 'text' string or a 'messages' list"
+_GZIP_FAULTS = (EOFError, zlib.error, gzip.BadGzipFile)  # a stream cut short, damaged, or not gzip
+
+def _gzip_fault(p:Path, e:Exception, magic:bytes) -> InputError:
+    "The one line for a `.gz` file `p` that does not decompress whole (`magic`: its first two bytes)"
+    why = ('the file is empty' if not magic else 'not gzip data: it does not start with 1f 8b' if magic != b'\x1f\x8b'
+           else 'it ends before the end of the stream' if isinstance(e, EOFError)
+           else 'bytes that are not gzip follow the stream' if str(e).startswith('Not a gzipped file') else str(e))
+    return InputError(f"{p}: the gzip stream is truncated or corrupt ({why}); expected a complete .gz file")
+
+def _gunzip(p:Path, raw:bytes) -> bytes:
+    "`raw`, the bytes of `p`, decompressed whole: every member to its end, its CRC and length checked"
+    try:
+        if not raw: raise EOFError  # gzip.decompress reads no bytes as no members
+        return gzip.decompress(raw)
+    except _GZIP_FAULTS as e: raise _gzip_fault(p, e, raw[:2]) from None
 
 def _read_text(p:Path) -> str:
     "The UTF-8 text of file `p`, gunzipped when its name ends in `.gz`"
-    try:
-        raw = p.read_bytes()
-        if p.name.endswith('.gz'): raw = gzip.decompress(raw)
+    try: raw = p.read_bytes()
     except PermissionError: raise InputError(f"{p}: cannot read it (permission denied)") from None
-    except (OSError, EOFError, zlib.error) as e:
-        raise InputError(f"{p}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    except OSError as e: raise InputError(f"{p}: cannot read it ({e.strerror or e})") from None
+    if p.name.endswith('.gz'): raw = _gunzip(p, raw)
     try: return raw.decode('utf-8')
     except UnicodeDecodeError as e:
         raise InputError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}); expected UTF-8 text or JSONL") \
@@ -53,7 +66,9 @@ def _is_binary(p:Path) -> bool:
     "A NUL byte in the first 8 KiB (of the decompressed data for `.gz`); unreadable files are left to `_read_text`"
     try:
         with (gzip.open if p.name.endswith('.gz') else open)(p, 'rb') as f: return b'\0' in f.read(8192)
-    except (OSError, EOFError, zlib.error): return False
+    except _GZIP_FAULTS as e:
+        with open(p, 'rb') as f: raise _gzip_fault(p, e, f.read(2)) from None
+    except OSError: return False
 
 # %% ../nbs/00_calib.ipynb #eabbaa07
 def _check_messages(where:str, messages) -> list:
@@ -260,11 +275,15 @@ def heldout_cut(text:str, heldout:float=HELDOUT) -> int:
     "Where the held-out part of a corpus file's `text` begins: the line boundary before its last `heldout`"
     return text.rfind('\n', 0, int(len(text) * (1 - heldout))) + 1
 
+def _corpus_text(path:Path) -> str:
+    "The text of a gzipped corpus file, decompressed whole, its newlines read as `gzip.open(path, 'rt')` reads them"
+    return io.TextIOWrapper(io.BytesIO(_gunzip(path, path.read_bytes())), encoding='utf-8').read()
+
 def _read_corpus(corpus_dir, name:str) -> str:
     path = Path(corpus_dir) / name
     if not path.is_file():
         raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in {corpus_dir})")
-    with gzip.open(path, 'rt', encoding='utf-8') as f: return f.read()
+    return _corpus_text(path)
 
 def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
     "`(train_texts, heldout_texts)`, one per corpus file; the held-out part is the last `heldout` of each file"
@@ -310,7 +329,7 @@ def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
     for name in CODE_CORPUS:
         path = Path(corpus_dir) / name
         if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected {', '.join(CODE_CORPUS)})")
-        with gzip.open(path, 'rt', encoding='utf-8') as f: text = f.read()
+        text = _corpus_text(path)
         files, cut = source_files(text), heldout_cut(text, heldout)
         first_held = max(i for i, (p, src) in enumerate(files) if text.index(f"# ==== {p}\n") <= cut) if files else 0
         for i, f in enumerate(files): (held if i >= first_held else train).append(f)

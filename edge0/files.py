@@ -4,16 +4,15 @@
 
 # %% ../nbs/00_files.ipynb #d0dbf737
 from __future__ import annotations
-import json, os, re, shutil, uuid
+import fcntl, glob, json, os, re, shutil, uuid
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 import numpy as np
 import edge0
 
-
 # %% auto #0
-__all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'InputError', 'teachers',
+__all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'LOCK', 'InputError', 'teachers',
            'teacher_path', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt', 'read_json',
            'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir']
 
@@ -138,39 +137,80 @@ def model_corpus(model_dir) -> str:
     return config.get('edge0_provenance', {}).get('corpus', 'prose')
 
 # %% ../nbs/00_files.ipynb #a4eef5c1
-def _alive(pid:int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
-    return True
+LOCK = '.lock'  # beside each temporary: its writer holds an flock on it for as long as the writer lives
 
+def _pid_gone(t:Path) -> bool:
+    "For a temporary without a lock file (an older edge0's): its pid (from its name) is dead, or is this process"
+    owner = t.name.rsplit('.tmp-', 1)[1].split('-')
+    if len(owner) != 2 or not owner[0].isdigit() or int(owner[0]) == os.getpid(): return True
+    try: os.kill(int(owner[0]), 0)
+    except ProcessLookupError: return True
+    except PermissionError: return False
+    return False
+
+def _remove(t:Path):
+    if t.is_dir() and not t.is_symlink(): shutil.rmtree(t, ignore_errors=True)
+    else: t.unlink(missing_ok=True)
+
+def _clear(t:Path) -> bool:
+    "Remove the temporary `t` if its writer is gone; whether it was"
+    try: fd = os.open(t.with_name(t.name + LOCK), os.O_RDWR)
+    except FileNotFoundError:
+        if not os.path.lexists(t) or not _pid_gone(t): return False
+        _remove(t)
+        return True
+    except OSError: return False  # a lock we may not open: another user's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _remove(t)  # while the lock is held, so that a writer creating it sees it gone (`_hold`)
+        t.with_name(t.name + LOCK).unlink(missing_ok=True)
+        return True
+    except OSError: return False  # held: a live writer's (or locks unsupported: kept)
+    finally: os.close(fd)
+
+# %% ../nbs/00_files.ipynb #8797d6b2
 def clear_stale(dst) -> list:
-    "Remove the temporaries of `dst` left by writers that died; returns what was removed"
-    dst, gone = Path(dst), []
-    if not dst.parent.is_dir(): return gone
-    for t in dst.parent.glob(f".{dst.name}.tmp-*"):
-        owner = t.name.rsplit('.tmp-', 1)[1].split('-')
-        if len(owner) == 2 and owner[0].isdigit() and _alive(int(owner[0])): continue  # a concurrent writer's
-        if t.is_dir(): shutil.rmtree(t, ignore_errors=True)
-        else: t.unlink(missing_ok=True)
-        gone.append(t)
-    return gone
+    "Remove the temporaries of `dst` whose writers are gone (their locks are free); returns what was removed"
+    dst = Path(dst)
+    if not dst.parent.is_dir(): return []
+    found = {t.with_name(t.name.removesuffix(LOCK)) for t in dst.parent.glob(f".{glob.escape(dst.name)}.tmp-*")}
+    return [t for t in sorted(found) if _clear(t)]
 
+def _hold(lock:Path) -> int|None:
+    "An fd holding an flock on the new file `lock`; None when a `clear_stale` removed it first (take another name)"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try: fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a clear_stale that took it first removes it
+    except OSError: pass  # a file system without locks: the temporary stays if this writer is killed
+    try:
+        if os.path.samestat(os.fstat(fd), os.stat(lock)): return fd
+    except FileNotFoundError: pass
+    os.close(fd)
 
 # %% ../nbs/00_files.ipynb #29cad0d5
+def _release(tmp:Path, fd:int):
+    "Remove the lock file of the temporary `tmp`, then let go of its lock"
+    tmp.with_name(tmp.name + LOCK).unlink(missing_ok=True)
+    os.close(fd)
+
 @contextmanager
 def atomic_dir(dst, overwrite:bool=False):
     "A temporary sibling directory that becomes `dst` only if the block succeeds; removed on any error or interrupt"
-    dst = Path(dst)
+    dst, fd = Path(dst), None
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite to replace it")
     clear_stale(dst)
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try: tmp.mkdir(parents=True)
-    except OSError as e: raise InputError(f"cannot write {dst}: {e.strerror}")
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        while fd is None:
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            fd = _hold(tmp.with_name(tmp.name + LOCK))
+        tmp.mkdir()
+    except OSError as e:
+        if fd is not None: _release(tmp, fd)
+        raise InputError(f"cannot write {dst}: {e.strerror}")
     try:
         yield tmp
         if dst.exists(): shutil.rmtree(dst)
         os.replace(tmp, dst)
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
-
+        _release(tmp, fd)

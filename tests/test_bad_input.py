@@ -1,6 +1,6 @@
 """Bad input, class by class, as a user meets it: `edge0 <cmd>` prints one line naming the file, key or value at fault,
 exits 2, shows no traceback and writes nothing. Where no command reaches a case, the library raises `InputError`."""
-import glob, json, os, re, shutil, signal, subprocess, time
+import gzip, json, os, re, shutil, subprocess
 from pathlib import Path
 import pytest
 from edge0.files import InputError, teacher_path
@@ -264,21 +264,24 @@ def test_bad_prerouter_file_in_the_library(base):
     with pytest.raises(FileNotFoundError, match='no prerouter heads for K=4 .*prerouter-k4.safetensors'):
         load_prerouter(base, k=4)
 
-# --- interrupted writes ---------------------------------------------------------------------------
+# --- compressed calibration data -----------------------------------------------------------------
 
-def test_killed_convert_leaves_nothing_and_the_rerun_succeeds(edge0_cmd, tmp_path):
-    "`kill -9` in the middle of a convert: no DST; the next convert clears the dead writer's temporary and succeeds"
-    from edge0.zoo import build_tiny
-    src, dst = build_tiny('qwen3_moe', tmp_path / 'raw', bits=None, num_layers=4, num_experts=32), tmp_path / 'out'
-    temporaries = lambda: glob.glob(str(tmp_path / '.out.tmp-*'))
-    writer = subprocess.Popen([edge0_cmd, 'convert', src, dst, '--quantize'], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    deadline = time.time() + TIMEOUT
-    while not temporaries() and writer.poll() is None and time.time() < deadline: time.sleep(0.002)
-    assert writer.poll() is None and temporaries(), 'the convert finished before it could be interrupted'
-    os.kill(writer.pid, signal.SIGKILL)
-    writer.wait()
-    assert temporaries() and not dst.exists()  # a killed writer cannot clean up
-    r = run(edge0_cmd, 'convert', src, dst, '--quantize')
-    assert r.returncode == 0, r.stderr
-    assert (dst / 'config.json').exists() and not temporaries()
+def _gz_damage(case, whole):
+    "`whole` (a gzip file's bytes) cut after 500 bytes, or with a byte in its middle flipped (a CRC mismatch)"
+    if case == 'truncated': return whole[:500]
+    b = bytearray(whole)
+    b[len(b) // 2] ^= 0xff
+    return bytes(b)
+
+@pytest.mark.parametrize('case', ['truncated', 'corrupt middle byte'])
+def test_damaged_gzip_data_refused_before_training(edge0_cmd, base, tmp_path, case):
+    "`train --phase 1 --data notes.txt.gz` on a damaged .gz: one line naming it, nothing trained or written"
+    text = ''.join(f"Line {i} of the notes, {i * i} words long.\n" for i in range(4000))
+    notes, heads, work = tmp_path / 'notes.txt.gz', tmp_path / 'heads', tmp_path / 'work'
+    notes.write_bytes(_gz_damage(case, gzip.compress(text.encode())))
+    before = sorted((f.name, f.stat().st_mtime_ns) for f in base.iterdir())
+    r = run(edge0_cmd, 'train', base, '--phase', 1, '--data', notes, '--dst', heads, '--work', work)
+    refused(r, f"{notes}: the gzip stream is truncated or corrupt", 'expected a complete .gz file')
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout.strip(), (r.stdout, r.stderr)
+    assert not heads.exists() and not work.exists()
+    assert sorted((f.name, f.stat().st_mtime_ns) for f in base.iterdir()) == before  # no heads beside the model

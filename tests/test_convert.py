@@ -1,5 +1,5 @@
 "`edge0 convert` as a user runs it."
-import json, subprocess
+import hashlib, json, os, signal, subprocess, time
 from pathlib import Path
 
 def run(cmd, *args):
@@ -24,3 +24,30 @@ def test_refusals_leave_destination_alone(edge0_cmd, tiny_qwen, tmp_path):
     assert r.returncode == 2 and 'already quantized' in r.stderr
     assert (dst / 'keep.txt').read_text() == 'mine' and not (tmp_path / 'q').exists()
     assert not list(tmp_path.glob('.*tmp-*'))
+
+def _files(d) -> dict:
+    "`{relative path: sha256}` of every file under `d`"
+    return {str(f.relative_to(d)): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(Path(d).rglob('*'))
+            if f.is_file()}
+
+def test_killed_convert_is_cleared_by_the_rerun(edge0_cmd, tmp_path):
+    "`kill -9` midway: the temporary stays; the rerun removes it, even under a live pid, and writes DST whole"
+    from edge0.zoo import build_tiny
+    src = build_tiny('qwen3_moe', tmp_path / 'raw', bits=None, num_layers=4, num_experts=64, hidden=256,
+                     expert_size=128)  # 50 MB: its convert writes for about half a second
+    dst, ref = tmp_path / 'out', tmp_path / 'ref'
+    assert run(edge0_cmd, 'convert', src, ref, '--quantize').returncode == 0
+    temporaries = lambda: sorted(tmp_path.glob('.out.tmp-*'))
+    writer = subprocess.Popen([edge0_cmd, 'convert', src, dst, '--quantize'], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    while writer.poll() is None and not any(f.is_file() for t in temporaries() for f in t.rglob('*')):
+        time.sleep(0.002)  # until the writer has written a file into its temporary
+    assert writer.poll() is None, 'the convert finished before it could be killed'
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    assert temporaries() and not dst.exists()  # a killed writer cannot clean up
+    for t in temporaries():  # its pid reused, by a live process that is not the writer (as a container's rerun is)
+        t.rename(t.with_name(t.name.replace(f".tmp-{writer.pid}-", f".tmp-{os.getpid()}-")))
+    r = run(edge0_cmd, 'convert', src, dst, '--quantize')
+    assert r.returncode == 0, r.stderr
+    assert temporaries() == [] and _files(dst) == _files(ref)
