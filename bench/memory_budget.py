@@ -27,6 +27,12 @@ NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 
 SHAPE_16L = dict(num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)  # 1.85 GB
 
+def packed_here(packed:Path) -> bool:
+    "Whether the torch-cpu checkpoint `packed` was packed as this machine's torch packs"
+    from edge0.backend.quant import torch_packing
+    layout = json.loads((packed / 'config.json').read_text()).get('edge0_layout', {})
+    return (layout.get('packing') or {}).get('probe') == torch_packing()['probe']
+
 def checkpoint(model:Path, shape:dict|None=None) -> Path:
     "The mlx-layout checkpoint of `shape` (build_synthetic's arguments), built once, and its torch-cpu conversion"
     if not (model / 'config.json').exists():
@@ -36,11 +42,13 @@ def checkpoint(model:Path, shape:dict|None=None) -> Path:
         build_synthetic(model, **(shape or SHAPE_16L))
         print(f'  {time.time() - t0:.0f} s', flush=True)
     packed = model.with_name(model.name + '-torch-cpu')
-    if not (packed / 'config.json').exists():
+    again = (packed / 'config.json').exists() and not packed_here(packed)
+    if again: print(f'{packed} was packed by another CPU\'s torch (re-packing at every load would be measured)', flush=True)
+    if again or not (packed / 'config.json').exists():
         from edge0.convert import convert
         print(f'converting {model} to {packed} ...', flush=True)
         t0 = time.time()
-        convert(model, packed, layout='torch-cpu')
+        convert(model, packed, layout='torch-cpu', overwrite=again)
         print(f'  {time.time() - t0:.0f} s', flush=True)
     return packed
 

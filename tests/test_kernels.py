@@ -178,11 +178,12 @@ def test_every_capability_packs_as_a_known_scheme(capabilities):
     schemes = {c: in_child(c, 'packing')['scheme'] for c in capabilities}
     assert all(schemes.values()) and len(set(schemes.values())) == len(schemes), schemes
 
-def test_a_checkpoint_packed_under_one_capability_serves_the_same_logits_under_another(capabilities, tmp_path):
-    """Each capability's conversion of the bundled teacher, served under every capability: within the parity bounds of
+@pytest.mark.parametrize('name', ['edge0-tiny', 'edge0-tiny-ds'])
+def test_a_checkpoint_packed_under_one_capability_serves_the_same_logits_under_another(name, capabilities, tmp_path):
+    """Each capability's conversion of a bundled teacher, served under every capability: within the parity bounds of
     mlx-lm's model under its own, and under any other exactly the logits of that one's own conversion (re-packed)"""
     from transformers import AutoTokenizer
-    teacher = teacher_path('edge0-tiny')
+    teacher = teacher_path(name)
     tok = AutoTokenizer.from_pretrained(str(teacher))
     ids = np.array(tok.encode(' '.join(heldout_excerpt(2000).values()))[:128])[None].astype(np.int32)
     np.save(tmp_path / 'ids.npy', ids)
