@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_cli.ipynb #4d620ef7
 from __future__ import annotations
-import argparse, os, sys
+import argparse, sys
 from pathlib import Path
 import edge0
 from .backend import core as B
@@ -443,14 +443,13 @@ def _cmd_heads(a):
 def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     "A copy of teacher `name`'s int4 base in `dst` (made once), without the files matching `drop`"
     import shutil
-    from edge0.files import teacher_path
+    from edge0.files import atomic_dir, teacher_path
     base = Path(dst) / f"{name}-int4"
-    if not (base / 'config.json').exists():  # copied aside, then renamed: two runs started at once share one copy
-        tmp = base.with_name(f".{base.name}.tmp-{os.getpid()}")
-        shutil.copytree(teacher_path(name), tmp, ignore=shutil.ignore_patterns(*drop))
-        try: os.rename(tmp, base)
-        except OSError:
-            shutil.rmtree(tmp)
+    if not (base / 'config.json').exists():  # two runs started at once share one copy: the second one's is refused
+        try:
+            with atomic_dir(base) as tmp:
+                shutil.copytree(teacher_path(name), tmp, ignore=shutil.ignore_patterns(*drop), dirs_exist_ok=True)
+        except InputError:
             if not (base / 'config.json').exists(): raise
     return base
 

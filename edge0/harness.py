@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
-from .files import InputError, find_model, heldout_ids, model_corpus
+from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
 from .memory import io_counters, peak_rss
 from .store import ExpertStore, drop_cache, model_spec, read_files
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
@@ -556,10 +556,7 @@ def table(report:dict) -> str:
 def save(report:dict, path) -> Path:
     "Write `report` as JSON (written whole, then renamed: an interrupted write leaves the old file)"
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + '.tmp')
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(p)
+    with atomic_file(p) as tmp: tmp.write_text(json.dumps(report, indent=1))
     return p
 
 # %% ../nbs/05_harness.ipynb #bbca8c7e

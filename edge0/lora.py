@@ -4,12 +4,12 @@
 
 # %% ../nbs/03_lora.ipynb #3c971d8e
 from __future__ import annotations
-import json, math, os, shutil, time
+import json, math, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .files import InputError, read_json
+from .files import InputError, atomic_dir, atomic_file, clear_stale, read_json
 from .routing import MoESpec, attr_at
 from .store import read_header, model_spec
 from .prerouter import fingerprint, base_fingerprints, heads_fingerprint
@@ -119,9 +119,8 @@ def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2
                 heads_fingerprint=heads_fingerprint(heads) if heads else '', phase=phase,
                 date=time.strftime('%Y-%m-%d'), **{key: str(v) for key, v in (extra or {}).items()})
     p = Path(path or Path(base_dir) / adapter_file(k))
-    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}-{time.time_ns():x}.safetensors")  # mlx wants the suffix
-    B.save_safetensors(tmp, {n: w.astype(B.float32) for n, w in adapter.weights().items()}, meta)
-    tmp.replace(p)  # a reader never sees half a file
+    weights = {n: w.astype(B.float32) for n, w in adapter.weights().items()}
+    with atomic_file(p) as tmp: B.save_safetensors(tmp, weights, meta)  # a reader never sees half a file
     adapter.meta, adapter.path = meta, p
     return p
 
@@ -199,23 +198,16 @@ def use_adapter(handle, model_dir, path=None) -> Adapter|None:
 # %% ../nbs/03_lora.ipynb #54d8f792
 def save_checkpoint(out, adapter:Adapter, opt, **state) -> Path:
     "The adapter's matrices, the optimizer's state and `state` (JSON) in folder `out`: whole, or as it was"
-    out = Path(out)
-    stamp = f"{os.getpid()}-{time.time_ns():x}"
-    tmp, previous = (out.with_name(f".{out.name}.{what}-{stamp}") for what in ('tmp', 'old'))
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out, overwrite=True) as tmp:  # the previous one is set aside until this one is in place
         B.save_safetensors(tmp / 'adapter.safetensors', adapter.weights())
         B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(opt.state)))
         (tmp / 'state.json').write_text(json.dumps(state))
-        if out.exists(): os.replace(out, previous)
-        os.replace(tmp, out)
-    finally: shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(previous, ignore_errors=True)
-    return out
+    return Path(out)
 
 def load_checkpoint(out, adapter:Adapter, opt) -> dict|None:
     "Put the checkpoint in folder `out` back into `adapter` and `opt`; its state (None: there is none)"
     out = Path(out)
+    clear_stale(out)  # a checkpoint that a killed save had set aside comes back
     if not (out / 'state.json').exists(): return None
     state = read_json(out / 'state.json', 'training checkpoint')
     weights = B.load_arrays(out / 'adapter.safetensors')

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
-from .files import InputError
+from .files import InputError, atomic_file
 from .memory import process_memory
 from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
@@ -102,10 +102,8 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
         try: return json.loads(p.read_text())['result']
         except (ValueError, KeyError): pass  # a damaged entry is measured again
     result = make()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f'.{os.getpid()}.tmp')
-    tmp.write_text(json.dumps(dict(key=full, date=time.strftime('%Y-%m-%d %H:%M'), result=result), indent=1))
-    tmp.replace(p)
+    with atomic_file(p) as tmp:
+        tmp.write_text(json.dumps(dict(key=full, date=time.strftime('%Y-%m-%d %H:%M'), result=result), indent=1))
     return result
 
 # %% ../nbs/06b_measure.ipynb #c0022

@@ -11,15 +11,15 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, Routing, block, route, router_bias, routed_windows, weigh, attr_at
 from .store import fingerprint, read_header, index_checkpoint, model_spec
-from .files import InputError, read_json
+from .files import InputError, read_json, replace_whole
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
            'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
-           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'replace_whole',
-           'save_prerouter', 'load_prerouter']
+           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter',
+           'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -261,16 +261,6 @@ def heads_fingerprint(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 # %% ../nbs/02a_prerouter.ipynb #68dda16e
-def replace_whole(p:Path, write):
-    "Call `write(tmp)` on a temporary file beside `p`, then rename it to `p`: `p` is whole or as it was"
-    tmp = p.with_name(f'.{p.name}.{os.getpid()}.{time.monotonic_ns()}.tmp{p.suffix}')  # made as `p` would be
-    try:
-        write(tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 def _describe(out:Path, base_dir):
     "`model.json` in `out`: which model the heads there belong to, for a person looking in the folder"
     d = Path(base_dir)

@@ -4,13 +4,13 @@
 
 # %% ../nbs/04d_recovery.ipynb #f5afcfd6
 from __future__ import annotations
-import hashlib, json, os, shutil, time
+import hashlib, json, shutil, time
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
-from .files import InputError, read_json, teacher_path
+from .files import InputError, atomic_file, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
 from .decode import Sampling, combine, generate_batch, shadow_blocks, unshadow
 from mlx_lm.models.cache import make_prompt_cache
@@ -178,9 +178,7 @@ def rows_for(name:str, tokens:np.ndarray, work, rows:int, prompt:int, gen:int, t
     Path(work).mkdir(parents=True, exist_ok=True)
     writers = ((ids_path, lambda f: np.save(f, ids)), (meta_path, lambda f: f.write(json.dumps(meta).encode())))
     for path, write in writers:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        with open(tmp, 'wb') as f: write(f)
-        os.replace(tmp, path)
+        with atomic_file(path) as tmp, open(tmp, 'wb') as f: write(f)
     if show: print(f"teacher rows: {rows} x {prompt + gen} tokens written by {name} in {meta['seconds']:.0f} s")
     return ids, meta
 

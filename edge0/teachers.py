@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_teachers.ipynb #a3960108
 from __future__ import annotations
-import json, math, os, shutil, time, uuid
+import json, math, os, shutil, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -14,9 +14,8 @@ from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
 from .calib import CORPUS, HELDOUT, code_split, corpus_split
-from .files import (PARTS, InputError, atomic_dir, code_excerpt, heldout_excerpt, line_cut, model_corpus, read_json,
-                         teacher_path)
-from .prerouter import replace_whole
+from .files import (PARTS, InputError, atomic_dir, clear_stale, code_excerpt, heldout_excerpt, line_cut, model_corpus,
+                         read_json, replace_whole, teacher_path)
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
 
@@ -197,20 +196,16 @@ def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, f
 @patch
 def save(self:Trainer):
     "Write the checkpoint (model, optimizer, step, log) to `self.out`; the previous one stays until this one is whole"
-    tmp = self.out.with_name(f".{self.out.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(self.model.parameters())))
-    B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(self.opt.state)))
-    (tmp / 'state.json').write_text(json.dumps(dict(step=self.step, log=self.log, teacher=asdict(self.teacher))))
-    previous = self.out.with_name(f".{self.out.name}.old-{uuid.uuid4().hex[:8]}")
-    if self.out.exists(): os.replace(self.out, previous)
-    os.replace(tmp, self.out)
-    if previous.exists(): shutil.rmtree(previous)
+    with atomic_dir(self.out, overwrite=True) as tmp:
+        B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(self.model.parameters())))
+        B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(self.opt.state)))
+        (tmp / 'state.json').write_text(json.dumps(dict(step=self.step, log=self.log, teacher=asdict(self.teacher))))
 
 @patch
 def resume(self:Trainer, ckpt=None):
     "Continue from the checkpoint in `ckpt` (default: `self.out`)"
     ckpt = Path(ckpt or self.out)
+    clear_stale(ckpt)  # a checkpoint that a killed save had set aside comes back
     state = read_json(ckpt / 'state.json', 'training state')
     if state['teacher'] != json.loads(json.dumps(asdict(self.teacher))):  # compared as JSON: tuples are lists there
         saved = state['teacher']

@@ -51,3 +51,26 @@ def test_killed_convert_is_cleared_by_the_rerun(edge0_cmd, tmp_path):
     r = run(edge0_cmd, 'convert', src, dst, '--quantize')
     assert r.returncode == 0, r.stderr
     assert temporaries() == [] and _files(dst) == _files(ref)
+
+_HALF = ("import sys; from edge0.files import replace_whole; "
+         "replace_whole(sys.argv[1], lambda t: (t.write_text('half'), print(t, flush=True), sys.stdin.read()))")
+
+def test_killed_file_write_is_cleared_by_the_next(tmp_path):
+    "`kill -9` in the middle of `replace_whole`: the next write there removes its temporary, never a live writer's"
+    import sys
+    from edge0.files import replace_whole
+    p = tmp_path / 'cache.npy'
+    def writer():
+        w = subprocess.Popen([sys.executable, '-c', _HALF, p], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return w, Path(w.stdout.readline().strip())
+    dead, dead_tmp = writer()
+    dead.kill()
+    assert dead.wait() == -signal.SIGKILL and dead_tmp.read_text() == 'half'  # a killed writer cannot clean up
+    live, live_tmp = writer()
+    try:
+        replace_whole(p, lambda t: t.write_text('whole'))
+        assert p.read_text() == 'whole' and not dead_tmp.exists() and live_tmp.read_text() == 'half'
+    finally: live.kill()
+    live.wait()
+    replace_whole(p, lambda t: t.write_text('again'))
+    assert [f.name for f in tmp_path.iterdir()] == ['cache.npy'] and p.read_text() == 'again'
