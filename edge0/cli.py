@@ -311,7 +311,8 @@ def _parser() -> argparse.ArgumentParser:
                    help='weights per scale and bias (default 64)')
     c.add_argument('--overwrite', action='store_true')
     c.add_argument('--layout', choices=LAYOUTS, default='mlx', help="mlx: experts one file per layer as mlx-lm stores "
-                   "them; torch-cpu: packed for torch's int4 CPU kernel (needs int4 g32-256 experts)")
+                   "them; torch-cpu: packed for this CPU's torch int4 kernel (needs int4 g32-256 experts; a torch-cpu "
+                   "checkpoint packed on another CPU is re-packed)")
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
     _train_parser(sub)

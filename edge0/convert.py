@@ -10,7 +10,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
-from .store import fingerprint, index_checkpoint, layer_quant, model_spec, read_header, StoreError, TensorInfo
+from .store import (check_packing, fingerprint, index_checkpoint, layer_quant, model_spec, read_header, StoreError,
+                         TensorInfo)
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
@@ -122,16 +123,22 @@ def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
     return infos, data
 
 # %% ../nbs/01c_convert.ipynb #f838f2a4
-def _repack_into(src:Path, dst:Path, layout:str='mlx'):
+def _repacked(ts:list, repack) -> dict:
+    "`{name: array}` of a torch-packed layer's `packed` tensors re-packed by `repack` (its `sz` and biases copied)"
+    return {t.name: repack(np.asarray(_read_array(t))) for t in ts if t.name.endswith('packed')}
+
+def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None):
+    "`dst`'s shards from `src`'s: each MoE layer's experts in a file of their own; `repack`: torch-packed ones re-packed"
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
-    if layout == 'torch-cpu': _check_torch(spec, tensors, src)
+    if layout == 'torch-cpu' and repack is None: _check_torch(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
     weight_map, meta = {}, dict(format='mlx', layout=layout)
     for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
         name = f"model-experts-L{layer:03d}.safetensors"
         data = {}
-        if layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
+        if repack is not None: data = _repacked(ts, repack)
+        elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
         copy_tensors(dst / name, ts, dict(meta, edge0=f'experts of layer {layer}'), data=data)
         weight_map.update({t.name: name for t in ts})
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
@@ -144,7 +151,7 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx'):
 
 # %% ../nbs/01c_convert.ipynb #da855ac7
 def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx'):
-    "Everything `convert` can refuse, refused before anything is written"
+    "Everything `convert` can refuse, refused before anything is written; the `Repack` a torch-packed source needs"
     if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if layout == 'torch-cpu' and not bq.torch_available():
         raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
@@ -156,8 +163,13 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     quant = [q for l in spec.moe_layers for q in layer_quant(spec, tensors, l).values()]
     if any(q is not None and q.mode == 'torch' for q in quant):
         was = config.get('edge0_layout', {}).get('source')  # copied as they are, they would be labelled anew
-        raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and cannot be "
-                         "unpacked; convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
+        if layout != 'torch-cpu' or quantize:
+            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and cannot "
+                             "be unpacked; convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
+        repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
+        if repack is None:
+            raise InputError(f"{src}: its experts are already packed as this machine's torch packs them; nothing to do")
+        return repack
     if not quantize:
         if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
         return
@@ -173,8 +185,11 @@ def _record_layout(src:Path, dst:Path, layout:str):
     prerouter heads and adapters are copied: they were made for the same weights (the source's fingerprint)"""
     import datetime
     cfg = read_json(dst / 'config.json', 'model config')
-    cfg['edge0_layout'] = dict(experts=layout, source=src.name, source_fingerprint=fingerprint(src),
-                               date=datetime.date.today().isoformat())
+    was = cfg.get('edge0_layout') or {}  # the source's, copied: a torch-cpu source re-packed keeps its own source
+    was = was if was.get('experts') == 'torch-cpu' and was.get('source_fingerprint') else {}
+    cfg['edge0_layout'] = dict(experts=layout, source=was.get('source', src.name),
+                               source_fingerprint=was.get('source_fingerprint') or fingerprint(src),
+                               date=datetime.date.today().isoformat(), **({'repacked_from': src.name} if was else {}))
     if layout == 'torch-cpu':
         import torch
         cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__,
@@ -188,7 +203,7 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
     src = Path(src)
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
     if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")
-    _check_source(src, quantize, bits, group_size, layout)
+    repack_with = _check_source(src, quantize, bits, group_size, layout)
     with atomic_dir(dst, overwrite) as tmp:
         if quantize and repack:
             mid = tmp / '.quantized'
@@ -198,6 +213,6 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
             shutil.rmtree(mid)
         elif quantize: _quantize_into(src, tmp, bits, group_size)
         else:
-            _repack_into(src, tmp, layout)
+            _repack_into(src, tmp, layout, repack_with)
             _record_layout(src, tmp, layout)
     return Path(dst)

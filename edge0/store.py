@@ -353,7 +353,8 @@ def check_packing(model_dir) -> tuple:
                          f"{_packing_desc(here)}, and edge0 cannot re-pack one into the other; {fix}")
     return bq.Repack(src, here['scheme']), (
         f"the experts of {d.name} were packed by {_packing_desc(rec)}; this machine's is {_packing_desc(here)}: each "
-        f"expert is re-packed exactly as it is read, a cost on every load (to store them as this machine packs, {fix})")
+        f"expert is re-packed exactly as it is read, a cost on every load (`edge0 convert {d} DST --layout torch-cpu` "
+        f"stores them re-packed for this machine)")
 
 # %% ../nbs/01a_store.ipynb #722de1ed
 from fastcore.basics import patch

@@ -220,6 +220,9 @@ def test_generate_on_a_checkpoint_packed_elsewhere(edge0_cmd, capabilities, tmp_
     assert want.returncode == got.returncode == 0 and 'Traceback' not in got.stderr, got.stderr
     assert got.stdout == want.stdout and want.stdout.strip(), (got.stdout, want.stdout)
     assert 're-packed exactly' in got.stderr and 're-packed' not in want.stderr, got.stderr
+    assert edge0('convert', tmp_path / 'default', tmp_path / 'again', '--layout', 'torch-cpu').returncode == 0
+    again = edge0(*gen, '-m', tmp_path / 'again')  # re-packed once for this machine: no note, the same text
+    assert again.stdout == want.stdout and 're-packed' not in again.stderr, again.stderr
     cfg = json.loads((tmp_path / 'default' / 'config.json').read_text())
     cfg['edge0_layout']['packing'].update(probe='0123456789abcdef', scheme=None)  # a packing edge0 does not know
     (tmp_path / 'default' / 'config.json').write_text(json.dumps(cfg))
