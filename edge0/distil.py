@@ -263,7 +263,6 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
     pool = training_pool(d, spec, spec.k, pool_mib, 'phase 3')[0]  # the teacher's pass routes at native K
     key = _key(d, k, heads, tdir, r, data)
     root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"  # another recipe: another run
-    root.mkdir(parents=True, exist_ok=True)
     made = root / 'windows.npz'
     if not made.exists():
         docs = read_documents(data) if data else default_documents()
@@ -271,6 +270,7 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
         if len(prompts) < r['windows']:
             raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; {r['windows']} are "
                              "needed (more --data, or a smaller recipe)")
+        root.mkdir(parents=True, exist_ok=True)  # after the data is read: a refused --data leaves no work folder
         windows = student_windows(d, k, heads, prompts[:r['windows']], r['gen'], pool, r['seed'], show, m)
         t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
         replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'], tail=t['tail'],
