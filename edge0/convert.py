@@ -128,7 +128,7 @@ def _repacked(ts:list, repack) -> dict:
     return {t.name: repack(np.asarray(_read_array(t))) for t in ts if t.name.endswith('packed')}
 
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None):
-    "`dst`'s shards from `src`'s: each MoE layer's experts in a file of their own; `repack`: torch-packed ones re-packed"
+    "`dst`'s shards from `src`'s, each MoE layer's experts in a file of their own (`repack`: torch-packed, re-packed)"
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
     if layout == 'torch-cpu' and repack is None: _check_torch(spec, tensors, src)
@@ -164,8 +164,9 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     if any(q is not None and q.mode == 'torch' for q in quant):
         was = config.get('edge0_layout', {}).get('source')  # copied as they are, they would be labelled anew
         if layout != 'torch-cpu' or quantize:
-            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and cannot "
-                             "be unpacked; convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
+            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and "
+                             "cannot be unpacked; convert the mlx-lm checkpoint they came from"
+                             + (f" ({was})" if was else ''))
         repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
         if repack is None:
             raise InputError(f"{src}: its experts are already packed as this machine's torch packs them; nothing to do")
