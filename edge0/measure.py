@@ -14,15 +14,16 @@ from .backend import core as B
 from .files import InputError, atomic_file
 from .memory import process_memory
 from .routing import attr_at
-from .store import ExpertStore, PATTERNS, SIZES, read_files, read_rate
+from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
 from .streaming import reset_stats, stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
 from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
 
 # %% auto #0
-__all__ = ['ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached', 'expert_reads',
-           'measure_expert_reads', 'read_ahead_kb', 'compute_profile', 'cold_misses']
+__all__ = ['DEPTHS', 'ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached',
+           'expert_reads', 'measure_expert_reads', 'read_ahead_kb', 'expert_grain', 'disk_rates', 'compute_profile',
+           'cold_misses']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -142,6 +143,28 @@ def read_ahead_kb(path) -> float|None:
     f = Path(f'/sys/dev/block/{disk_of(path)}/queue/read_ahead_kb')
     try: return float(f.read_text())
     except (OSError, ValueError): return None
+
+# %% ../nbs/06b_measure.ipynb #01488ab3
+DEPTHS = (1, 2, 4, 8, 16)
+
+def expert_grain(model_dir) -> int:
+    "Bytes of the largest byte range of one expert of `model_dir`: what one read of the store asks for"
+    st = ExpertStore(model_dir, residency=False)
+    try: return max(n for layer in st.spec.moe_layers for *_, n in st.ranges(layer, 0))
+    finally: st.close()
+
+def disk_rates(model_dir, size:int|None=None, depths=DEPTHS, max_mb:float=256, refresh:bool=False) -> dict:
+    """MB/s of `size`-byte random reads past the page cache of `model_dir`'s shards at each queue depth (default
+    size: `expert_grain`), measured once per disk and size (`cached`): `{size, direct, mb_s: {depth: MB/s},
+    best_depth, best_mb_s}`"""
+    d, size = Path(model_dir), size or expert_grain(model_dir)
+    def make():
+        rows = {dep: direct_read_rate(d, size, dep, max_mb=max_mb) for dep in depths}
+        best = max(rows, key=lambda dep: rows[dep]['mb_s'])
+        return dict(size=rows[best]['size'], direct=all(r['direct'] for r in rows.values()),
+                    mb_s={dep: r['mb_s'] for dep, r in rows.items()}, best_depth=best, best_mb_s=rows[best]['mb_s'])
+    r = cached('disk_rates', dict(disk=disk_of(d), size=size, depths=list(depths), max_mb=max_mb), make, refresh)
+    return dict(r, mb_s={int(dep): v for dep, v in r['mb_s'].items()})  # JSON keeps keys as strings
 
 # %% ../nbs/06b_measure.ipynb #c0028
 ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a decoder layer's attention child

@@ -14,9 +14,10 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
-           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'read_files', 'read_rate', 'PreadReader',
-           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
+__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
+           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'read_files', 'read_rate', 'open_direct',
+           'direct_read_rate', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec',
+           'ExpertStore', 'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -222,6 +223,50 @@ def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:
     finally:
         for fd in fds: os.close(fd)
     return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
+
+# %% ../nbs/01a_store.ipynb #33099c20
+import errno, sys
+ALIGN = 4096  # what O_DIRECT asks of offsets, lengths and buffers: a page, which every disk's logical block divides
+
+def open_direct(path) -> tuple:
+    "`(fd, direct)`: `path` opened for reads past the page cache (O_DIRECT; F_NOCACHE on macOS), else as usual"
+    if hasattr(os, 'O_DIRECT'):
+        try: return os.open(path, os.O_RDONLY | os.O_DIRECT), True
+        except OSError as e:
+            if e.errno != errno.EINVAL: raise  # EINVAL: this file system takes no O_DIRECT
+    fd = os.open(path, os.O_RDONLY)
+    if sys.platform == 'darwin':
+        import fcntl
+        fcntl.fcntl(fd, 48, 1)  # F_NOCACHE
+        return fd, True
+    return fd, False
+
+def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -> dict:
+    """MB/s (1e6 bytes) of `size`-byte reads (rounded up to `ALIGN`) at random aligned offsets of the files of `src`,
+    `depth` in flight at once, past the page cache: the disk's own rate at that grain and queue depth"""
+    size, files = -(-size // ALIGN) * ALIGN, read_files(src)
+    sizes = [f.stat().st_size // ALIGN * ALIGN for f in files]
+    n = min(int(max_mb * 1e6) // size, sum(s // size for s in sizes))
+    if n < 1: raise InputError(f"{src}: no file there holds one read of {size} bytes")
+    plan = _offsets(sizes, size, n, 'scattered', np.random.default_rng(seed))
+    opened = [open_direct(f) for f in files]
+    try:
+        direct = all(d for _, d in opened)
+        if not direct:
+            for f in files: drop_cache(f)
+        left, got = iter(plan), [0] * depth
+        def reader(slot:int):
+            buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
+            for i, off in left:  # a shared iterator: each read is taken once, by whichever reader is free
+                got[slot] += os.preadv(opened[i][0], [buf], off)
+            buf.close()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(depth) as pool: list(pool.map(reader, range(depth)))
+        dt = time.perf_counter() - t0
+    finally:
+        for fd, _ in opened: os.close(fd)
+    mb = sum(got) / 1e6
+    return dict(size=size, depth=depth, reads=n, mb=mb, seconds=dt, mb_s=mb / dt, direct=direct)
 
 # %% ../nbs/01a_store.ipynb #9ae148bb
 KEEP_BUFFER = 8 << 20  # the largest read buffer a thread keeps: an expert's tensors fit
