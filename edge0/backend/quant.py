@@ -279,15 +279,18 @@ def torch_packing() -> dict:
     """How this process's torch packs int4 weights: its `torch` version, the CPU `capability` it runs, the packing's
     `probe` fingerprint, and the `scheme` that packing is (None: one `SCHEMES` does not describe)"""
     import torch
-    q = _probe()
-    got = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q), 2).numpy()
-    scheme = next((s for s in SCHEMES if np.array_equal(pack_as(s, q), got)), None)
+    probe = probe_id(torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(_probe()), 2).numpy())
     return dict(torch=torch.__version__, capability=torch.backends.cpu.get_cpu_capability().lower(),
-                probe=probe_id(got), scheme=scheme)
+                probe=probe, scheme=scheme_of(probe))
+
+@functools.cache
+def _scheme_probes() -> dict:
+    "`{probe fingerprint: scheme}` of every scheme's packing of the probe matrix"
+    return {probe_id(pack_as(s, _probe())): s for s in SCHEMES}
 
 def scheme_of(probe:str) -> str|None:
     "The scheme whose packing of the probe matrix has the fingerprint `probe`, if any"
-    return next((s for s in SCHEMES if probe_id(pack_as(s, _probe())) == probe), None)
+    return _scheme_probes().get(probe)
 
 def pack_rows() -> int|None:
     "Rows in a block of this torch's packing (weights packed in whole blocks stack); None for an unknown packing"
