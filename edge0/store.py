@@ -15,9 +15,9 @@ from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
-           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'read_files', 'read_rate', 'open_direct',
-           'direct_read_rate', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec',
-           'ExpertStore', 'check_packing']
+           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share', 'read_files', 'read_rate',
+           'open_direct', 'direct_read_rate', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes',
+           'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -171,6 +171,16 @@ def drop_cache(path):
         os.fsync(fd)  # dirty pages cannot be dropped
         if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally: os.close(fd)
+
+def cold_share(path) -> float:
+    "The share of `path`'s pages not in the page cache now (a file system that keeps every page in memory: 0)"
+    fd = os.open(path, os.O_RDONLY)
+    res = Residency(fd, os.fstat(fd).st_size)
+    try: cold, pages = res.cold_pages(0, res.size)
+    finally:
+        res.close()
+        os.close(fd)
+    return cold / max(pages, 1)
 
 # %% ../nbs/01a_store.ipynb #c0005
 SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
