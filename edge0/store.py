@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_store.ipynb #c78f45c7
 from __future__ import annotations
-import ctypes, ctypes.util, hashlib, json, math, mmap, os, threading, time
+import ctypes, ctypes.util, errno, hashlib, json, math, mmap, os, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,7 +235,6 @@ def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:
     return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
 
 # %% ../nbs/01a_store.ipynb #33099c20
-import errno, sys
 ALIGN = 4096  # what O_DIRECT asks of offsets, lengths and buffers: a page, which every disk's logical block divides
 
 def open_direct(path) -> tuple:
@@ -374,8 +373,9 @@ class ExpertStore:
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
+        self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values())
         self.repack, self.notes = None, []  # experts packed for another CPU's torch: re-packed as they are read
-        if bq.torch_available() and any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values()):
+        if self.torch_packed and bq.torch_available():
             self.repack, note = check_packing(self.dir)
             self.notes += [note] if note else []
         paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})

@@ -720,9 +720,6 @@ def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     return model, _tokenizer_of(d, config.get('eos_token_id'))
 
 # %% ../nbs/01b_streaming.ipynb #634a49c1
-def _torch_packed(store:ExpertStore) -> bool:
-    return any(torch_quant(qs) for qs in store.quant.values())
-
 def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
     "Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user should know otherwise"
     if packed and kernels != 'torch':
@@ -753,7 +750,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     try:
         try: handle.kernels = bq.check_kernels(options.kernels)
         except ValueError as e: raise InputError(str(e)) from None
-        packed = _torch_packed(store)
+        packed = store.torch_packed
         handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes  # + experts re-packed for this CPU
         handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
         for layer in spec.moe_layers:
@@ -779,8 +776,8 @@ def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
     d = Path(model_dir)
     spec = spec or model_spec(d)
     store = ExpertStore(d, spec, residency=False)
-    try: packed = _torch_packed(store)
-    finally: store.close()
+    packed = store.torch_packed
+    store.close()
     if packed: return _resident_packed(d, spec, dtype)
     check_tokenizer(d)
     model, tokenizer = _model_and_tokenizer(d, lazy=False)
