@@ -11,6 +11,7 @@ from .backend import core as B
 from .files import InputError, find_model, teachers
 from .routing import MoESpec, SUPPORTED, expert_keys
 from .streaming import PATHS, StreamOptions, model_spec
+from .store import READERS, DIRECT_DEPTH
 from .decode import MODES
 from .backend.quant import KERNELS
 from .convert import LAYOUTS
@@ -135,7 +136,10 @@ def _model_arguments(g):
                    '(auto: from the memory this process may use; --stats shows how)')
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
-    g.add_argument('--reader', choices=('pread', 'mmap'), default='pread')
+    g.add_argument('--reader', choices=READERS, default='pread', help="how experts are read: pread (through the page "
+                   "cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in memory), mmap")
+    g.add_argument('--read-depth', type=_positive(int), metavar='N', help=f"expert reads in flight (default "
+                   f"{DIRECT_DEPTH} with --reader direct, else 2)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
@@ -330,7 +334,8 @@ def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
 
 def _options(a) -> StreamOptions:
     return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
-                         slots=a.slots, hot=a.hot, reader=a.reader, readahead=a.readahead, kernels=a.kernels,
+                         slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth, readahead=a.readahead,
+                         kernels=a.kernels,
                          torch_step=not a.no_torch_step)
 
 def _session_kw(a) -> dict:

@@ -210,9 +210,11 @@ def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) 
 KV_TOKENS = 4096  # tokens a chat, a server or the Python API budgets the KV cache for when nothing says otherwise
 ROOM = 64 * MiB  # page cache for the program's code pages and the runtime's growth while decoding (see below)
 
-def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int) -> tuple:
-    "`(step, room)`: the most a step stacks beside the pool (a prompt's distinct experts in a layer), and page cache"
-    return int(min(layer, min(num_experts, tokens * k) * bundle)), ROOM + 2 * k * bundle
+def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int, direct:bool=False) -> tuple:
+    """`(step, room)`: the most a step stacks beside the pool (a prompt's distinct experts in a layer), and room for
+    the page cache and read buffers: reads through the page cache (`direct` False) pass two layers' K experts through
+    it; reads past it (`direct`) keep one layer's K experts' buffers free between reads"""
+    return int(min(layer, min(num_experts, tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
 
 
 # %% ../nbs/00_memory.ipynb #c62d41ee

@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_store.ipynb #c78f45c7
 from __future__ import annotations
-import ctypes, ctypes.util, errno, hashlib, json, math, mmap, os, sys, threading, time
+import ctypes, ctypes.util, errno, functools, hashlib, json, math, mmap, os, sys, threading, time, weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +14,10 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'KEEP_BUFFER', 'StoreError', 'TensorInfo', 'read_header', 'shard_files',
-           'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share', 'read_files', 'read_rate',
-           'open_direct', 'direct_read_rate', 'PreadReader', 'MmapReader', 'layer_quant', 'expected_shapes',
-           'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
+__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo', 'read_header',
+           'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share', 'read_files',
+           'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader', 'DirectReader', 'MmapReader',
+           'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -277,34 +277,86 @@ def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -
     mb = sum(got) / 1e6
     return dict(size=size, depth=depth, reads=n, mb=mb, seconds=dt, mb_s=mb / dt, direct=direct)
 
-# %% ../nbs/01a_store.ipynb #9ae148bb
-KEEP_BUFFER = 8 << 20  # the largest read buffer a thread keeps: an expert's tensors fit
+# %% ../nbs/01a_store.ipynb #b9c6ff3f
+class Slabs:
+    "Page-aligned read buffers, each taken back for reuse once nothing views it (at most `keep` bytes kept free)"
+    def __init__(self, keep:int=32 << 20): self.free, self.kept, self.keep, self.lock = {}, 0, keep, threading.Lock()
+    def take(self, size:int) -> np.ndarray:
+        "A writable, page-aligned uint8 array of `size` bytes (rounded up to whole pages)"
+        size = max(-(-size // ALIGN) * ALIGN, ALIGN)
+        with self.lock:
+            spare = self.free.get(size)
+            mm = spare.pop() if spare else None
+            if mm is not None: self.kept -= size
+        if mm is None: mm = mmap.mmap(-1, size)  # anonymous: page-aligned
+        raw = (ctypes.c_uint8 * size).from_buffer(mm)
+        weakref.finalize(raw, self._back, mm)  # when the last view of it goes
+        return np.frombuffer(raw, np.uint8)
+    def _back(self, mm):
+        with self.lock:
+            if self.kept + len(mm) <= self.keep:
+                self.free.setdefault(len(mm), []).append(mm)
+                self.kept += len(mm)
+    def clear(self):
+        with self.lock: self.free, self.kept = {}, 0
+
+def _fill(fd:int, path, mv, at:int, need:int):
+    "Read into `mv` from offset `at` of `path` until at least `need` bytes are in (a span may end past the file's end)"
+    got = 0
+    while got < need:
+        k = os.preadv(fd, [mv[got:]], at + got)
+        if k <= 0:
+            raise StoreError(f"{path}: read of {need} bytes at offset {at} stopped after {got} "
+                             "(file truncated while open?)")
+        got += k
 
 class PreadReader:
-    "`os.preadv` into reusable per-thread buffers"
-    kind = 'pread'
-    def __init__(self, fds:dict): self.fds, self.local = fds, threading.local()
-    def read(self, path, start:int, n:int):
-        buf = getattr(self.local, 'buf', None)
-        if n > KEEP_BUFFER: buf = bytearray(n)  # a whole layer's tensor: freed once copied, not kept per thread
-        elif buf is None or len(buf) < n: buf = self.local.buf = bytearray(max(n, 1 << 20))
-        mv, got = memoryview(buf)[:n], 0
-        while got < n:
-            k = os.preadv(self.fds[path], [mv[got:]], start + got)
-            if k <= 0:
-                raise StoreError(f"{path}: read of {n} bytes at offset {start} stopped after {got} "
-                                 "(file truncated while open?)")
-            got += k
-        return mv
+    "`os.preadv` through the page cache, into `Slabs`"
+    kind, direct, align = 'pread', False, 1
+    def __init__(self, fds:dict, slabs:Slabs|None=None): self.fds, self.slabs = fds, slabs or Slabs()
+    def prepare(self, spans:list) -> tuple[list, list]:
+        """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new buffer, and the reads
+        (callables, one a range, to run on any threads) that fill it"""
+        a = self.align
+        cut = [(p, s // a * a, -(-(s + n) // a) * a, s, n) for p, s, n in spans]
+        buf, at, views, reads = self.slabs.take(sum(e - b for _, b, e, _, _ in cut)), 0, [], []
+        mv = memoryview(buf)
+        for p, b, e, s, n in cut:
+            reads.append(functools.partial(_fill, self.fds[p], p, mv[at:at + e - b], b, s + n - b))
+            views.append(mv[at + s - b:at + s - b + n])
+            at += e - b
+        return views, reads
+    def read_spans(self, spans:list) -> list:
+        "Views of the byte ranges `[(path, start, n)]`, all read (now, in this thread) into one buffer of their own"
+        views, reads = self.prepare(spans)
+        for r in reads: r()
+        return views
+    def read(self, path, start:int, n:int): return self.read_spans([(path, start, n)])[0]
     def hint(self, path, start:int, n:int):
         if hasattr(os, 'posix_fadvise'): os.posix_fadvise(self.fds[path], start, n, os.POSIX_FADV_WILLNEED)
-    def close(self): pass
+    def close(self): self.slabs.clear()
+
+class DirectReader(PreadReader):
+    "Reads past the page cache (O_DIRECT; F_NOCACHE on macOS) of the aligned span around each range; `direct`: if so"
+    kind = 'direct'
+    def __init__(self, paths, slabs:Slabs|None=None):
+        opened = {p: open_direct(p) for p in paths}
+        super().__init__({p: fd for p, (fd, _) in opened.items()}, slabs)
+        self.direct = all(d for _, d in opened.values())
+        self.align = ALIGN if self.direct else 1
+    def hint(self, path, start:int, n:int): pass  # WILLNEED would read into the page cache these reads bypass
+    def close(self):
+        super().close()
+        for fd in self.fds.values(): os.close(fd)
+        self.fds = {}
 
 class MmapReader:
     "Views of read-only maps of each shard"
-    kind = 'mmap'
+    kind, direct = 'mmap', False
     def __init__(self, fds:dict): self.maps = {p: mmap.mmap(fd, 0, access=mmap.ACCESS_READ) for p, fd in fds.items()}
     def read(self, path, start:int, n:int): return memoryview(self.maps[path])[start:start + n]
+    def prepare(self, spans:list) -> tuple[list, list]: return [self.read(*s) for s in spans], []  # faults read
+    def read_spans(self, spans:list) -> list: return self.prepare(spans)[0]
     def hint(self, path, start:int, n:int):
         a0 = start // PAGE * PAGE
         if hasattr(mmap, 'MADV_WILLNEED'):
@@ -313,6 +365,9 @@ class MmapReader:
         for m in self.maps.values():
             try: m.close()
             except BufferError: pass  # a view is still alive; the map goes with it
+
+READERS = ('pread', 'direct', 'mmap')
+DIRECT_DEPTH = 8  # reads in flight past the page cache: what a virtual disk and an NVMe SSD need to reach their rate
 
 # %% ../nbs/01a_store.ipynb #abaf0851
 def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
@@ -369,7 +424,7 @@ class ExpertStore:
     def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True):
         self.dir = Path(model_dir)
         spec = spec or model_spec(self.dir)
-        if reader not in ('pread', 'mmap'): raise StoreError(f"reader must be 'pread' or 'mmap', got {reader!r}")
+        if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
@@ -378,13 +433,20 @@ class ExpertStore:
         if self.torch_packed and bq.torch_available():
             self.repack, note = check_packing(self.dir)
             self.notes += [note] if note else []
-        paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
-        self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
-        self.reader = (PreadReader if reader == 'pread' else MmapReader)(self.fds)
-        self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
+        paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
+        self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
+        slabs = Slabs(keep=spec.k * self.expert_nbytes)  # read buffers kept free between reads: one layer's K experts
+        self.reader = (DirectReader(paths, slabs) if reader == 'direct' else
+                       PreadReader(self.fds, slabs) if reader == 'pread' else MmapReader(self.fds))
+        if reader == 'direct' and not self.reader.direct:
+            self.notes.append(f"the file system of {self.dir} refuses reads past the page cache (O_DIRECT): the "
+                              "experts are read through it (as --reader pread)")
+        # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
+        self.torch_out = self.torch_packed and bq.torch_available()
+        self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
 
 # %% ../nbs/01a_store.ipynb #d7067642
 def _packing_desc(p:dict) -> str:
@@ -451,39 +513,61 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     return out
 
 @patch
-def _read(self:ExpertStore, t:TensorInfo, off:int, n:int, shape, stats:LoadStats, part:str|None=None):
+def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]:
+    "`(views, reads)` of `[(key, TensorInfo, offset, length, shape)]` in one buffer; residency counted into `stats`"
     if self.res:
-        cold, pages = self.res[t.path].cold_pages(off, n)
-        stats.cold += cold
-        stats.pages += pages
-    buf = self.reader.read(t.path, off, n)
-    if part == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
-    a = bio.from_buffer(buf, t.dtype, shape, evaluate=False)
-    stats.nbytes += n
-    return a
+        for _, t, off, n, _ in parts:
+            cold, pages = self.res[t.path].cold_pages(off, n)
+            stats.cold += cold
+            stats.pages += pages
+    return self.reader.prepare([(t.path, off, n) for _, t, off, n, _ in parts])
+
+@patch
+def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats) -> dict:
+    "`{key: array}` of `parts` from their `views`, once read"
+    out = {}
+    for (key, t, off, n, shape), buf in zip(parts, views):
+        if key[1] == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
+        out[key] = (bq.torch_from_buffer(buf, t.dtype, shape) if self.torch_out else
+                    bio.from_buffer(buf, t.dtype, shape, evaluate=False))  # MLX copies: the buffer is free again
+        stats.nbytes += n
+    if not self.torch_out: bio.materialize(*out.values())  # once per read, in this thread
+    return out
+
+@patch
+def _read_all(self:ExpertStore, parts:list, stats:LoadStats) -> dict:
+    "`{key: array}` of `parts`, read now in this thread"
+    views, reads = self._prepare(parts, stats)
+    for r in reads: r()
+    return self._arrays(parts, views, stats)
 
 # %% ../nbs/01a_store.ipynb #768faaae
 @patch
 def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
     "Expert `expert` of `layer` as `{(proj, part): array}`, and its `LoadStats`"
-    stats, t0, out = LoadStats(), time.perf_counter(), {}
-    for key, t, off, n in self.ranges(layer, expert): out[key] = self._read(t, off, n, t.shape[1:], stats, key[1])
-    bio.materialize(*out.values())  # once per expert, in this thread
+    stats, t0 = LoadStats(), time.perf_counter()
+    out = self._read_all([(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, expert)], stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats
 
 @patch
 def read_experts(self:ExpertStore, layer:int, experts) -> list:
-    "`[(bundle, LoadStats)]` for several experts of `layer`, read in parallel"
+    """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them in flight at once
+    on the store's threads (its queue depth), each expert's `seconds` its share of the wall time"""
     if self.pool is None or len(experts) < 2: return [self.read_expert(layer, e) for e in experts]
-    return list(self.pool.map(lambda e: self.read_expert(layer, e), experts))
+    t0, stats = time.perf_counter(), [LoadStats() for _ in experts]
+    parts = [[(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
+    prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]
+    for f in [self.pool.submit(r) for _, reads in prepared for r in reads]: f.result()
+    out = [self._arrays(p, views, s) for p, (views, _), s in zip(parts, prepared, stats)]
+    for s in stats: s.seconds = (time.perf_counter() - t0) / len(experts)
+    return list(zip(out, stats))
 
 @patch
 def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
     "All experts of `layer`: one read per tensor, `{(proj, part): stacked array}`"
     stats, t0 = LoadStats(), time.perf_counter()
-    out = {key: self._read(t, t.start, t.nbytes, t.shape, stats, key[1]) for key, t in self.layers[layer].items()}
-    bio.materialize(*out.values())
+    out = self._read_all([(key, t, t.start, t.nbytes, t.shape) for key, t in self.layers[layer].items()], stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats
 

@@ -14,7 +14,7 @@ from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError, read_json
 from .memory import KV_TOKENS, Budget, MiB, headroom, pool_budget, step_and_room
 from .routing import MoESpec, block, check_buildable
-from .store import ExpertStore, LoadStats, StoreError, model_spec
+from .store import ExpertStore, LoadStats, StoreError, model_spec, READERS, DIRECT_DEPTH
 from fastcore.basics import patch
 
 
@@ -217,8 +217,8 @@ class StreamOptions:
     buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
     hot:int|None = None                        # hot experts per layer (default 2K)
     hot_refresh:int = 16                       # decode steps between hot-set refreshes
-    reader:str = 'pread'
-    threads:int = 2
+    reader:str = 'pread'                       # 'pread' | 'direct' (past the page cache) | 'mmap'
+    threads:int|None = None                    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
     residency:bool = True                      # measure cold fractions with mincore
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
     whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
@@ -229,6 +229,14 @@ class StreamOptions:
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
             raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or None (unbounded)")
+        if self.reader not in READERS: raise InputError(f"reader {self.reader!r}: expected one of {', '.join(READERS)}")
+        t = self.threads
+        if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
+            raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
+    @property
+    def read_threads(self) -> int:
+        "Reads in flight: `threads`, else a queue deep enough for a disk read past its cache, else two"
+        return self.threads or (DIRECT_DEPTH if self.reader == 'direct' else 2)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
         p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
@@ -276,7 +284,11 @@ class StreamEngine:
 
 
 # %% ../nbs/01b_streaming.ipynb #8f7abd40
-def _stack(bundles:list) -> dict: return {key: B.stack([b[key] for b in bundles]) for key in bundles[0]}
+def _stack(bundles:list) -> dict:
+    "One stack of each part of `bundles`; for experts packed for torch (torch tensors, one expert a kernel call), lists"
+    if not isinstance(next(iter(bundles[0].values())), B.array):
+        return {key: [b[key] for b in bundles] for key in bundles[0]}
+    return {key: B.stack([b[key] for b in bundles]) for key in bundles[0]}
 
 @patch
 def _exact(self:StreamEngine, layer:int, x, indices):
@@ -664,7 +676,7 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
     tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), kv_growth(model, engine), []
     h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
     experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle  # and the slots and hot sets beside them
-    step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens)
+    step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens, store.reader.direct)
     fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)  # with n tokens' cache
     if options.kv_tokens is None and options.pool_bytes == 'auto' and fits(tokens) < 2 * minimum:
         n = tokens  # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
@@ -741,7 +753,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     spec = spec or model_spec(d)
     options = options or StreamOptions(**kw)
     check_tokenizer(d)
-    store = ExpertStore(d, spec, reader=options.reader, threads=options.threads, residency=options.residency)
+    store = ExpertStore(d, spec, reader=options.reader, threads=options.read_threads, residency=options.residency)
     try: engine = StreamEngine(store, options, k)
     except BaseException:
         store.close()

@@ -83,3 +83,62 @@ def test_streaming_matches_resident_from_a_script(tiny_qwen):
             assert greedy(h.model, tok) == want, path
             s = stats(h.engine)
         assert s['total']['loads'] > 0 and s['pool']['bundles'] <= 8
+
+@pytest.mark.parametrize('layout', ['mlx', 'torch-cpu'])
+def test_every_reader_serves_the_same_tokens(edge0_cmd, tiny_qwen, tiny_torch, layout):
+    "pread, direct (past the page cache) and mmap: the same text, from the CLI as a user runs it, under a small pool"
+    d = tiny_qwen if layout == 'mlx' else tiny_torch
+    out = {}
+    for reader in ('pread', 'direct', 'mmap'):
+        r = run(edge0_cmd, 'generate', '--model', d, '--prompt', 'def add(a, b):', '--max-tokens', 24,
+                '--ignore-chat-template', '--pool-mib', '0.5', '--reader', reader, '--verbose', 'false')
+        assert r.returncode == 0 and 'Traceback' not in r.stderr, (reader, r.stderr[-800:])
+        out[reader] = r.stdout
+    assert out['direct'] == out['pread'] == out['mmap'], out
+
+def test_direct_reads_leave_the_page_cache_alone(tiny_torch, tmp_path):
+    """With --reader direct, decoding adds none of the experts' bytes to the page cache; with pread the same run adds
+    them (so the measure can tell). Loading reads the files' headers, and the kernel's read-ahead around them"""
+    from edge0.store import Residency, drop_cache, index_checkpoint, open_direct, PAGE
+    from edge0.streaming import load
+    from edge0.decode import generate_ids
+    d = tmp_path / 'm'; shutil.copytree(tiny_torch, d)
+    experts = sorted(d.glob('model-experts-*.safetensors'))
+    fd, direct = open_direct(experts[0]); os.close(fd)
+    if not direct: pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT: reads go through the page cache there")
+    data = {f: -(-min(t.start for t in index_checkpoint(d).values() if t.path == f) // PAGE) * PAGE for f in experts}
+    def cached_pages():  # of the experts' data, past the pages the header shares
+        n = 0
+        for f, start in data.items():
+            fd = os.open(f, os.O_RDONLY); r = Residency(fd, f.stat().st_size)
+            cold, pages = r.cold_pages(start, f.stat().st_size - start); r.close(); os.close(fd)
+            n += pages - cold
+        return n
+    got = {}
+    for reader in ('direct', 'pread'):
+        for f in experts: drop_cache(f)
+        if cached_pages(): pytest.skip(f"the file system of {tmp_path} keeps its pages in memory")
+        with load(d, reader=reader, pool_bytes=2**20) as h:
+            assert h.engine.store.reader.direct == (reader == 'direct')
+            before = cached_pages()
+            list(generate_ids(h.model, h.tokenizer.encode('hello there'), 16))
+            assert sum(s.loads for s in h.engine.stats.values()) > 0
+            got[reader] = cached_pages() - before
+    assert got['direct'] == 0 and got['pread'] > 0, got
+
+def test_direct_read_error_mid_generation_raises(model):
+    "A shard that shrinks under a model reading past the page cache: the read fails loudly, as with pread"
+    from edge0.streaming import load
+    from edge0.store import StoreError
+    with load(model, prefill_path='whole_layer', kernels='mlx', reader='direct') as h:
+        os.truncate(model / 'model.safetensors', 1024)
+        with pytest.raises(StoreError, match='stopped after'):
+            B.eval(h.model(B.array([h.tokenizer.encode('hello there')])))
+
+def test_reader_options_are_checked(edge0_cmd, model):
+    from edge0.files import InputError
+    from edge0.streaming import StreamOptions
+    with pytest.raises(InputError, match="reader 'fast'"): StreamOptions(reader='fast')
+    with pytest.raises(InputError, match="threads 0"): StreamOptions(threads=0)
+    r = run(edge0_cmd, 'generate', '--model', model, '--prompt', 'hi', '--read-depth', '0')
+    assert r.returncode == 2 and 'Traceback' not in r.stderr and '--read-depth' in r.stderr, r.stderr

@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['GROUP_SIZE', 'BITS', 'MODES', 'KERNELS', 'TORCH_GROUPS', 'REFINE', 'TORCH_PARTS', 'SCHEMES', 'PROBE_SHAPE',
            'quantize', 'dequantize', 'quantized_matmul', 'gather_qmm', 'torch_available', 'default_kernels',
-           'check_kernels', 'torch_int4', 'nibbles', 'torch_pack', 'to_torch', 'torch_view', 'weight_arrays',
-           'from_torch', 'int4_mm', 'TorchLinear', 'use_torch_kernels', 'torch_pack_experts', 'torch_expert_mlp',
-           'pack_order', 'pack_as', 'probe_id', 'torch_packing', 'scheme_of', 'pack_rows', 'Repack']
+           'check_kernels', 'torch_int4', 'nibbles', 'torch_pack', 'to_torch', 'torch_from_buffer', 'torch_view',
+           'weight_arrays', 'from_torch', 'int4_mm', 'TorchLinear', 'use_torch_kernels', 'torch_pack_experts',
+           'torch_expert_mlp', 'pack_order', 'pack_as', 'probe_id', 'torch_packing', 'scheme_of', 'pack_rows', 'Repack']
 
 # %% ../../nbs/00_backend_quant.ipynb #4aa47dbc
 import mlx.core as mx
@@ -94,6 +94,19 @@ def to_torch(x):
 
 _VIEWS, _REFS = {}, {}
 _TORCH_DTYPES = ('uint8', 'bfloat16', 'float32', 'float16')  # the same names in MLX and torch
+_TORCH_OF = dict(F32='float32', F16='float16', BF16='bfloat16', U8='uint8', I8='int8', U16='uint16', I32='int32',
+                 U32='uint32', I64='int64', BOOL='bool')  # safetensors dtype names
+
+def torch_from_buffer(buf, dtype:str, shape):
+    "A torch tensor of safetensors `dtype` and `shape` that views `buf` (no copy) and keeps it alive"
+    import torch, warnings
+    if dtype not in _TORCH_OF:
+        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(_TORCH_OF)}")
+    t, mv = getattr(torch, _TORCH_OF[dtype]), memoryview(buf).cast('B')
+    n = int(np.prod(shape)) if len(shape) else 1
+    with warnings.catch_warnings():  # a read-only buffer (a view of a mapped file): the kernels only read it
+        warnings.simplefilter('ignore', UserWarning)
+        return torch.frombuffer(mv, dtype=t, count=n).view(tuple(shape))
 
 def _forget(key:int):
     _VIEWS.pop(key, None)
@@ -103,7 +116,9 @@ import weakref
 
 def torch_view(a):
     """`to_torch(a)` for a weight array used again and again (a pooled expert's): made once, kept while `a` lives.
-    The view reads `a`'s memory by address and holds no reference to `a`, so caching it keeps nothing alive"""
+    The view reads `a`'s memory by address and holds no reference to `a`, so caching it keeps nothing alive.
+    A torch tensor (an expert the store read straight into torch) is returned as it is"""
+    if not isinstance(a, mx.array): return a
     key = id(a)
     hit = _VIEWS.get(key)
     if hit is not None: return hit
@@ -225,7 +240,7 @@ def torch_expert_mlp(x, # (..., D) hidden states
                      group_size:int=GROUP_SIZE):
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
     import torch
-    B.eval(x, *[a for a in weight_arrays(w) if id(a) not in _VIEWS])
+    B.eval(x, *[a for a in weight_arrays(w) if isinstance(a, mx.array) and id(a) not in _VIEWS])
     shape, k = x.shape, idx.shape[-1]
     xt = to_torch(x).reshape(-1, shape[-1]).to(torch.bfloat16)
     ids = np.asarray(idx).reshape(xt.shape[0], k)

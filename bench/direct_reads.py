@@ -1,0 +1,214 @@
+"""Expert reads past the page cache (`--reader direct`) against reads through it (`pread`), and both against the disk,
+on the 1.85 GB synthetic Qwen3-MoE in its torch-cpu conversion, from one run.
+
+    python bench/direct_reads.py                      # build what is missing, run every part, write bench/results/direct_reads.*
+    python bench/direct_reads.py --parts store --draws 32
+    python bench/direct_reads.py --report             # the tables again from the json
+
+The checkpoint (edge0.zoo.build_synthetic: 16 layers, 128 experts, top-8, hidden 1024, expert FFN 512; build/bench/
+qwen3moe-16l, the one bench/cpu_step.py and bench/memory_budget.py use) has its routing statistics printed first
+(degenerate routing would turn reads into cache hits). Parts:
+
+- disk: `measure.disk_rates` at the expert grain (its largest byte range), queue depths 1-16, measured again in this run
+  (the disk is virtual: its rate moves with the host's cache, so only figures from one run are compared). B, the disk's
+  rate, is the best of these; a second probe at the end of the run says how far it moved.
+- store: K random experts of a random layer at a time through `ExpertStore.read_experts`, page cache dropped before each
+  arm, arms alternating over rounds: `pread` (2 threads, the old default) and `direct` at depths 8 and 16. Per arm:
+  MiB/s, this process's CPU ms per MiB read (user + system: what the reads take from compute), and the share of the
+  bytes read that the page cache holds afterwards. Target: `direct` at >= 85% of B.
+- capped: the torch step decoding `off` with the default budget (`auto`) under 600 and 1200 MB caps, each arm in its own
+  process in a child memory cgroup without swap, page cache dropped first: `pread` against `direct`. Per arm: tok/s; per
+  decode step the MiB read, ms blocked on reads, ms of compute (the step less the blocked time), the budget's pool; the
+  bound max(compute, MiB / B) and decode / bound. Target: decode >= 0.8x the bound.
+"""
+import argparse, json, os, resource, statistics, sys, time
+from pathlib import Path
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 2**20
+NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
+ARMS = (('pread', 2), ('direct', 8), ('direct', 16))
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def disk(model:Path) -> dict:
+    "The disk's rate at the expert grain, measured now (MiB/s by depth, the best depth and rate)"
+    from edge0.measure import disk_rates
+    r = disk_rates(model, refresh=True)
+    return dict(grain=r['size'], direct=r['direct'], mib_s={d: v * 1e6 / MiB for d, v in r['mb_s'].items()},
+                best_depth=r['best_depth'], best_mib_s=r['best_mb_s'] * 1e6 / MiB)
+
+
+def store_arm(model:Path, reader:str, depth:int, draws:int, seed:int) -> dict:
+    "`draws` reads of K random experts of a random layer through the store, page cache dropped first"
+    from edge0.harness import evict
+    from edge0.store import ExpertStore, cold_share
+    st = ExpertStore(model, reader=reader, threads=depth, residency=False)
+    rng, k = np.random.default_rng(seed), st.spec.k
+    plan = [(int(rng.choice(st.spec.moe_layers)), rng.choice(st.spec.num_experts, k, replace=False).tolist())
+            for _ in range(draws)]
+    try:
+        evict(model)
+        c0, t0 = cpu_s(), time.perf_counter()
+        got = sum(ls.nbytes for layer, es in plan for _, ls in st.read_experts(layer, es))
+        dt, cpu = time.perf_counter() - t0, cpu_s() - c0
+        files = sorted({t.path for ts in st.layers.values() for t in ts.values()})
+        cached = sum((1 - cold_share(f)) * f.stat().st_size for f in files)  # what the page cache holds of them now
+        return dict(reader=reader, depth=depth, direct=st.reader.direct, mib=got / MiB, seconds=dt,
+                    mib_s=got / dt / MiB, cpu_ms_per_mib=1e3 * cpu / (got / MiB), cached_share=cached / got)
+    finally: st.close()
+
+
+def decode_arm(model:str, reader:str, tokens:int, prompt_len:int):
+    """Child (`edge0.harness.run_child`): the torch step decoding `off` with the default budget; per decode step the
+    streaming counters (reset after the first token)"""
+    from edge0 import decode, torchstep
+    from edge0.memory import peak_rss
+    from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
+    h = decode.load(model, 'off', options=StreamOptions(kernels='torch', reader=reader))
+    vocab = h.model.args.vocab_size
+    prompt = np.random.default_rng(0).integers(10, vocab, prompt_len).tolist()
+    st = torchstep.TorchStep(h)
+    gen = torchstep.generate_ids(st, prompt, tokens + 1)
+    next(gen)
+    reset_stats(h.engine)
+    t0 = time.perf_counter()
+    for _ in gen: pass
+    dt = time.perf_counter() - t0
+    ss = stream_stats(h.engine)
+    tot = ss['total']
+    return dict(tps=tokens / dt, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
+                mib=tot['bytes_read'] / tokens / MiB, loads=tot['loads'] / tokens, hits=tot['hits'] / tokens,
+                pool_mib=(ss['pool']['budget_bytes'] or 0) / MiB, rss_mib=peak_rss() / MiB,
+                direct=h.engine.store.reader.direct, notes=list(h.notes))
+
+
+def capped(model:Path, caps:list, tokens:int, prompt:int, rounds:int) -> dict:
+    from edge0.harness import Cgroup, evict, memory_cap, run_child
+    rows = {}
+    for cap in caps:
+        for r in range(rounds):
+            for reader in (('pread', 'direct') if r % 2 == 0 else ('direct', 'pread')):
+                evict(model)
+                cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
+                try: res = run_child(f"{__file__}:decode_arm", str(model), reader, tokens, prompt, cgroup=cg,
+                                     timeout=1800)
+                finally: cg.close()
+                res = res.get('result') or res
+                rows.setdefault(f'{cap}/{reader}', []).append(res)
+                print(f"  {cap} MB round {r + 1} {reader:6} " + (
+                    f"{res['tps']:5.2f} tok/s, {res['mib']:.1f} MiB read, {res['blocked_ms']:.0f} of "
+                    f"{res['step_ms']:.0f} ms blocked a step, pool {res['pool_mib']:.0f} MiB" if 'tps' in res else
+                    f"failed: {str(res.get('stderr', ''))[-300:]}"), flush=True)
+    return rows
+
+
+def med(rows:list, key:str) -> float: return statistics.median(r[key] for r in rows)
+
+
+def report(d:dict) -> str:
+    B = d['disk']['best_mib_s']
+    out = [f"{d['date']}  {d['machine']}  {d['model']}", d['routing'], '',
+           f"disk, random reads of {d['disk']['grain'] >> 10} KiB past the page cache (direct {d['disk']['direct']}), "
+           "MiB/s by queue depth: " + ', '.join(f"{k}: {v:.0f}" for k, v in d['disk']['mib_s'].items()),
+           f"  B = {B:.0f} MiB/s (depth {d['disk']['best_depth']}); probed again at the end: "
+           f"{d['disk_after']['best_mib_s']:.0f} MiB/s" if 'disk_after' in d else f"  B = {B:.0f} MiB/s"]
+    if 'store' in d:
+        out += ['', f"store: {d['store_k']} random experts of a random layer at a time, {d['draws']} draws, page cache "
+                "dropped before each arm; medians of " + f"{d['rounds']} rounds",
+                f"  {'arm':18} {'MiB/s':>7} {'of B':>6} {'CPU ms/MiB':>11} {'left in page cache':>19}"]
+        for name, rows in d['store'].items():
+            out.append(f"  {name:18} {med(rows, 'mib_s'):7.0f} {med(rows, 'mib_s') / B:6.0%} "
+                       f"{med(rows, 'cpu_ms_per_mib'):11.2f} {med(rows, 'cached_share'):19.0%}")
+        best = max((n for n in d['store'] if n.startswith('direct')), key=lambda n: med(d['store'][n], 'mib_s'))
+        ok = med(d['store'][best], 'mib_s') >= 0.85 * B
+        out.append(f"  target: direct at >= 85% of B: {best} at {med(d['store'][best], 'mib_s') / B:.0%}: "
+                   + ('met' if ok else 'NOT met'))
+    if 'capped' in d:
+        out += ['', f"capped decode: the torch step `off`, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
+                f"prompt, page cache dropped; medians of {d['rounds']} rounds; per step",
+                f"  {'arm':16} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} {'MiB/B':>7} {'bound':>7} "
+                f"{'of bound':>8} {'pool MiB':>8}"]
+        for name, rows in d['capped'].items():
+            rows = [r for r in rows if 'tps' in r]
+            if not rows:
+                out.append(f"  {name:16} failed")
+                continue
+            comp = med(rows, 'step_ms') - med(rows, 'blocked_ms')
+            io = 1e3 * med(rows, 'mib') / B
+            bound = max(comp, io)
+            out.append(f"  {name:16} {med(rows, 'tps'):6.2f} {med(rows, 'mib'):6.1f} {med(rows, 'blocked_ms'):6.0f}ms "
+                       f"{comp:6.0f}ms {io:5.0f}ms {bound:5.0f}ms {bound / med(rows, 'step_ms'):8.0%} "
+                       f"{med(rows, 'pool_mib'):8.0f}")
+        for cap in d['caps']:
+            p, q = d['capped'].get(f'{cap}/pread'), d['capped'].get(f'{cap}/direct')
+            if p and q and all('tps' in r for r in p + q):
+                out.append(f"  {cap} MB: direct / pread {med(q, 'tps') / med(p, 'tps'):.2f}x")
+        out.append("  target: decode >= 0.8x the bound (the 'of bound' column: bound / step)")
+    return '\n'.join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
+    ap.add_argument('--parts', default='store,capped')
+    ap.add_argument('--draws', type=int, default=48, help='reads of K experts per store arm')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
+    ap.add_argument('--tokens', type=int, default=24)
+    ap.add_argument('--prompt', type=int, default=5)
+    ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'direct_reads'))
+    ap.add_argument('--note', default='')
+    ap.add_argument('--report', action='store_true')
+    a = ap.parse_args()
+    if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
+    from edge0.harness import routing_report
+    mlx_model = Path(a.model)
+    model = checkpoint(mlx_model)
+    a.caps = [int(c) for c in a.caps.split(',')]
+    t0 = time.time()
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines()
+                if l.startswith('model name')), '?')
+    d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{cpu}, {os.cpu_count()} cores",
+             model=f"{model.name} ({sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9:.2f} GB)",
+             rounds=a.rounds, draws=a.draws, caps=a.caps, tokens=a.tokens, prompt=a.prompt, note=a.note)
+    d['routing'] = routing_report(mlx_model)
+    print(d['routing'], flush=True)
+    d['disk'] = disk(model)
+    print(report(d), flush=True)
+    save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))
+    parts = a.parts.split(',')
+    if 'store' in parts:
+        from edge0.store import ExpertStore
+        st = ExpertStore(model, residency=False)
+        d['store_k'] = st.spec.k
+        st.close()
+        d['store'] = {}
+        for r in range(a.rounds):
+            for reader, depth in (ARMS if r % 2 == 0 else ARMS[::-1]):
+                res = store_arm(model, reader, depth, a.draws, seed=r)
+                d['store'].setdefault(f"{reader} depth {depth}", []).append(res)
+                print(f"  store round {r + 1} {reader} depth {depth}: {res['mib_s']:.0f} MiB/s, "
+                      f"{res['cpu_ms_per_mib']:.2f} CPU ms/MiB, {res['cached_share']:.0%} left in the page cache",
+                      flush=True)
+        save()
+    if 'capped' in parts:
+        d['capped'] = capped(model, a.caps, a.tokens, a.prompt, a.rounds)
+        save()
+    d['disk_after'] = disk(model)
+    d['wall_s'] = time.time() - t0
+    text = report(d) + (f"\n\n{a.note}" if a.note else '') + f"\nwall {d['wall_s']:.0f} s"
+    save()
+    Path(a.out + '.txt').write_text(text + '\n')
+    print('\n' + text)
+
+
+if __name__ == '__main__': main()
