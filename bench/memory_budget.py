@@ -26,6 +26,7 @@ MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 
 SHAPE_16L = dict(num_layers=16, num_experts=128, k=8, hidden=1024, expert_size=512)  # 1.85 GB
+SHAPE_16L_CALIBRATED = dict(SHAPE_16L, routing='calibrated')  # the same, routing like a trained MoE's (zoo.ROUTINGS)
 
 def packed_here(packed:Path) -> bool:
     "Whether the torch-cpu checkpoint `packed` was packed as this machine's torch packs"

@@ -10,7 +10,7 @@ from .streaming import load
 from .files import heldout_ids, model_corpus
 
 # %% auto #0
-__all__ = ['routing_trace', 'routing_stats', 'checkpoint_routing', 'format_routing']
+__all__ = ['routing_trace', 'lru_hits', 'routing_stats', 'checkpoint_routing', 'format_routing']
 
 # %% ../nbs/04b_routing_stats.ipynb #e6b83283
 def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256,
@@ -20,15 +20,27 @@ def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:i
     return {l: np.concatenate([w[l]['routed'] for w in wins]) for l in spec.moe_layers}
 
 # %% ../nbs/04b_routing_stats.ipynb #f2e5cee8
+def lru_hits(ids:np.ndarray, capacity:int) -> float:
+    "Hit rate of an LRU cache of `capacity` experts serving a layer's trace `ids` (tokens x K), token by token"
+    held, hits = {}, 0  # expert -> the token that last used it
+    for t, row in enumerate(ids.tolist()):
+        hits += sum(e in held for e in row)
+        for e in row: held[e] = t
+        if len(held) > capacity:  # evict the least recently used, never one of this token's
+            for e, _ in sorted(held.items(), key=lambda kv: kv[1])[:len(held) - capacity]: del held[e]
+    return hits / ids.size
+
 def routing_stats(trace:dict, n_experts:int) -> dict:
-    "Per layer: expert load (share of assignments), adjacent-token overlap |S_t & S_t-1|/K (= reuse recall), Jaccard"
+    """Per layer: expert load (share of assignments), adjacent-token overlap |S_t & S_t-1|/K (= reuse recall), Jaccard,
+    and the hit rate of an LRU holding a quarter of the layer's experts"""
     stats = {}
     for layer, ids in trace.items():
         k = ids.shape[1]
         load = np.bincount(ids.ravel(), minlength=n_experts) / ids.size
         shared = np.array([len(set(now) & set(before)) for now, before in zip(ids[1:], ids[:-1])])
         stats[layer] = dict(load=load, reuse_recall=shared.mean() / k, jaccard=(shared / (2 * k - shared)).mean(),
-                            max_over_mean=load.max() * n_experts, chance=k / n_experts)
+                            max_over_mean=load.max() * n_experts, chance=k / n_experts,
+                            lru_quarter=lru_hits(ids, max(n_experts // 4, k)))
     return stats
 
 # %% ../nbs/04b_routing_stats.ipynb #b5267063
@@ -41,7 +53,8 @@ def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) 
         n = h.spec.num_experts
     st = routing_stats(trace, n)
     return {layer: dict(reuse=st[layer]['reuse_recall'], coverage=len(np.unique(ids)) / n, chance=st[layer]['chance'],
-                        max_over_mean=st[layer]['max_over_mean']) for layer, ids in trace.items()}
+                        max_over_mean=st[layer]['max_over_mean'], lru_quarter=st[layer]['lru_quarter'])
+            for layer, ids in trace.items()}
 
 def format_routing(report:dict, name:str='') -> str:
     "`checkpoint_routing`'s figures as lines, with a warning where the routing is degenerate"
@@ -49,8 +62,14 @@ def format_routing(report:dict, name:str='') -> str:
     lines = [f"routing of {name} ({len(report)} MoE layers, chance reuse {next(iter(report.values()))['chance']:.2f}): "
              f"experts used over the tokens {min(cov):.0%}-{max(cov):.0%} per layer (median {np.median(cov):.0%}), "
              f"reuse of the previous token's experts {min(reuse):.2f}-{max(reuse):.2f} (median {np.median(reuse):.2f})"]
-    bad = [l for l, r in report.items() if r['coverage'] < 0.75]
-    if bad: lines.append(f"WARNING: layers {bad} use under 75% of their experts: routing is degenerate, I/O figures "
+    lru = [r['lru_quarter'] for r in report.values() if 'lru_quarter' in r]
+    if lru: lines[0] += (f", an LRU of a quarter of a layer's experts hits {min(lru):.0%}-{max(lru):.0%} "
+                         f"(median {np.median(lru):.0%})")
+    bad = [l for l, r in report.items() if r['coverage'] < 0.5]
+    if bad: lines.append(f"WARNING: layers {bad} use under half of their experts: routing is degenerate, I/O figures "
                          "will be understated")
+    narrow = [l for l, r in report.items() if 0.5 <= r['coverage'] < 0.75]
+    if narrow: lines.append(f"note: layers {narrow} use under 75% of their experts, fewer than a trained model's: "
+                            "their cache hits will be higher than a trained model's")
     return '\n'.join(lines)
 

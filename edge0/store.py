@@ -446,6 +446,7 @@ class ExpertStore:
         # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
         self.torch_out = self.torch_packed and bq.torch_available()
         self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
+        self.threads = threads  # reads in flight
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
 
 # %% ../nbs/01a_store.ipynb #d7067642
@@ -550,6 +551,9 @@ def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStat
     stats.seconds = time.perf_counter() - t0
     return out, stats
 
+def _drain(reads):
+    for r in reads: r()
+
 @patch
 def read_experts(self:ExpertStore, layer:int, experts) -> list:
     """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them in flight at once
@@ -558,7 +562,8 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
     t0, stats = time.perf_counter(), [LoadStats() for _ in experts]
     parts = [[(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
     prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]
-    for f in [self.pool.submit(r) for _, reads in prepared for r in reads]: f.result()
+    reads = iter([r for _, rs in prepared for r in rs])  # each taken once, by whichever thread is free
+    for f in [self.pool.submit(_drain, reads) for _ in range(self.threads)]: f.result()
     out = [self._arrays(p, views, s) for p, (views, _), s in zip(parts, prepared, stats)]
     for s in stats: s.seconds = (time.perf_counter() - t0) / len(experts)
     return list(zip(out, stats))

@@ -12,8 +12,8 @@ from .routing import SUPPORTED, spec_for, resolve_model_type, expert_keys, model
 from .files import InputError, atomic_dir
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer',
-           'build_tiny', 'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
+__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS', 'tiny_config', 'randomize', 'tiny_model',
+           'tiny_tokenizer', 'build_tiny', 'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
@@ -199,12 +199,16 @@ def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:in
     return arrays
 
 SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)  # attn_out: up to 12 layers; less for deeper stacks
+# attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few experts: the hard case for
+# any cache) or 'calibrated' (to the published figures for trained MoEs: see below)
+ROUTINGS = dict(uniform=1.0, calibrated=1.6)
 
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
-                    seed:int=0, overwrite:bool=False, gains:dict|None=None) -> Path:
+                    seed:int=0, overwrite:bool=False, gains:dict|None=None, routing:str='uniform') -> Path:
     "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained model's"
+    if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of {', '.join(ROUTINGS)}")
     depth = min(1.0, (12 / num_layers) ** 0.5)  # attention averages the context: deeper stacks get less per layer
-    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth, **(gains or {})}
+    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing], **(gains or {})}
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
@@ -232,7 +236,7 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
         index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
         (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
         config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
-        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed, gains=gains)
+        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed, gains=gains, routing=routing)
         save_config(config, tmp / 'config.json')
     return dst
 
