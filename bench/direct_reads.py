@@ -16,22 +16,30 @@ qwen3moe-16l, the one bench/cpu_step.py and bench/memory_budget.py use) has its 
   arm, arms alternating over rounds: `pread` (2 threads, the old default) and `direct` at depths 8 and 16. Per arm:
   MiB/s, this process's CPU ms per MiB read (user + system: what the reads take from compute), and the share of the
   bytes read that the page cache holds afterwards. Target: `direct` at >= 85% of B.
-- capped: the torch step decoding `off` with the default budget (`auto`) under 600 and 1200 MB caps, each arm in its own
-  process in a child memory cgroup without swap, page cache dropped first: `pread` against `direct`. Per arm: tok/s; per
-  decode step the MiB read, ms blocked on reads, ms of compute (the step less the blocked time), the budget's pool; the
-  bound max(compute, MiB / B) and decode / bound. Target: decode >= 0.8x the bound.
+- profile: cold starts (fresh process, page cache dropped) of the calibrated checkpoint under the larger cap, `off`,
+  direct reads, without and with a usage profile made by one earlier run on another prompt: tok/s over the first
+  tokens, time to the first token, hits and loads a step, experts filled at load and the time it took.
+- capped: the torch step decoding with the default budget (`auto`) under 600 and 1200 MB caps, on the checkpoint and on
+  its twin with routing calibrated to trained MoEs' (build_synthetic routing='calibrated', qwen3moe-16l-calibrated; its
+  routing statistics printed first too), each arm in its own process in a child memory cgroup without swap, page cache
+  dropped first: `off` with `pread` and with `direct`, and `routing` (heads warm-started from the routers: speed needs
+  heads, not good ones) with `direct`. Per arm: tok/s; per decode step the MiB read, ms blocked on reads, ms of compute
+  (the step less the blocked time), the budget's pool; the bound max(compute, MiB / B) and bound / step. Targets: decode
+  >= 0.8x the bound; `routing` >= 1.25x `off` at 1200 MB on the calibrated routing.
 """
 import argparse, json, os, resource, statistics, sys, time
 from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+from memory_budget import checkpoint, SHAPE_16L_CALIBRATED  # noqa: E402  built and converted where missing
+from cpu_step import warm_heads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 ARMS = (('pread', 2), ('direct', 8), ('direct', 16))
+DECODE_ARMS = (('off', 'pread'), ('off', 'direct'), ('routing', 'direct'))
 
 
 def cpu_s() -> float:
@@ -67,47 +75,84 @@ def store_arm(model:Path, reader:str, depth:int, draws:int, seed:int) -> dict:
     finally: st.close()
 
 
-def decode_arm(model:str, reader:str, tokens:int, prompt_len:int):
-    """Child (`edge0.harness.run_child`): the torch step decoding `off` with the default budget; per decode step the
-    streaming counters (reset after the first token)"""
+def decode_arm(model:str, mode:str, reader:str, tokens:int, prompt_len:int, usage:bool=False, seed:int=0):
+    """Child (`edge0.harness.run_child`): the torch step decoding in `mode` with the default budget; per decode step the
+    streaming counters (reset after the first token); `usage`: the pool filled from the usage profile at load"""
     from edge0 import decode, torchstep
     from edge0.memory import peak_rss
     from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
-    h = decode.load(model, 'off', options=StreamOptions(kernels='torch', reader=reader))
+    h = decode.load(model, mode, options=StreamOptions(kernels='torch', reader=reader, usage_profile=usage))
+    fill = dict(h.engine.usage_fill)
     vocab = h.model.args.vocab_size
-    prompt = np.random.default_rng(0).integers(10, vocab, prompt_len).tolist()
+    prompt = np.random.default_rng(seed).integers(10, vocab, prompt_len).tolist()
     st = torchstep.TorchStep(h)
     gen = torchstep.generate_ids(st, prompt, tokens + 1)
+    t0 = time.perf_counter()
     next(gen)
+    first = time.perf_counter() - t0
     reset_stats(h.engine)
     t0 = time.perf_counter()
     for _ in gen: pass
     dt = time.perf_counter() - t0
     ss = stream_stats(h.engine)
     tot = ss['total']
-    return dict(tps=tokens / dt, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
+    dec = h.decoder.stats
+    h.close()  # with `usage`: the requests join the profile
+    return dict(tps=tokens / dt, first_s=first, fill=fill, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
+                background_loads=dec.background_loads / tokens,
                 mib=tot['bytes_read'] / tokens / MiB, loads=tot['loads'] / tokens, hits=tot['hits'] / tokens,
                 pool_mib=(ss['pool']['budget_bytes'] or 0) / MiB, rss_mib=peak_rss() / MiB,
                 direct=h.engine.store.reader.direct, notes=list(h.notes))
 
 
-def capped(model:Path, caps:list, tokens:int, prompt:int, rounds:int) -> dict:
+def capped(models:dict, caps:list, tokens:int, prompt:int, rounds:int) -> dict:
     from edge0.harness import Cgroup, evict, memory_cap, run_child
     rows = {}
-    for cap in caps:
+    for name, model in models.items():
+        for cap in caps:
+            for r in range(rounds):
+                for mode, reader in (DECODE_ARMS if r % 2 == 0 else DECODE_ARMS[::-1]):
+                    evict(model)
+                    cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
+                    try: res = run_child(f"{__file__}:decode_arm", str(model), mode, reader, tokens, prompt, cgroup=cg,
+                                         timeout=1800)
+                    finally: cg.close()
+                    res = res.get('result') or res
+                    rows.setdefault(f'{name}/{cap}/{mode}/{reader}', []).append(res)
+                    print(f"  {name} {cap} MB round {r + 1} {mode:7} {reader:6} " + (
+                        f"{res['tps']:5.2f} tok/s, {res['mib']:.1f} MiB read, {res['blocked_ms']:.0f} of "
+                        f"{res['step_ms']:.0f} ms blocked a step, pool {res['pool_mib']:.0f} MiB" if 'tps' in res else
+                        f"failed: {str(res.get('stderr', ''))[-300:]}"), flush=True)
+    return rows
+
+
+def profile_part(model:Path, cap:int, tokens:int, prompt:int, rounds:int) -> dict:
+    """Cold starts (a fresh process, page cache dropped) with and without a usage profile made by one earlier run on
+    another prompt, `off`, `direct`, under `cap` MB"""
+    import tempfile
+    from edge0.harness import Cgroup, evict, memory_cap, run_child
+    home, os.environ['EDGE0_HOME'] = os.environ.get('EDGE0_HOME'), tempfile.mkdtemp(prefix='edge0-usage-')
+    rows = {}
+    def one(name, usage, seed):
+        evict(model)
+        cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
+        try: res = run_child(f"{__file__}:decode_arm", str(model), 'off', 'direct', tokens, prompt, usage, seed,
+                             cgroup=cg, timeout=1800)
+        finally: cg.close()
+        res = res.get('result') or res
+        rows.setdefault(name, []).append(res)
+        print(f"  profile {name:8} " + (f"{res['tps']:5.2f} tok/s, first token {res['first_s']:.2f} s, "
+              f"{res['hits']:.1f} hits and {res['loads']:.1f} loads a step; {res['fill']['bundles']} experts from the "
+              f"profile in {res['fill']['seconds']:.2f} s" if 'tps' in res else f"failed: {res.get('stderr', '')[-300:]}"),
+              flush=True)
+    try:
+        one('history', True, 1)  # makes the profile: another prompt
         for r in range(rounds):
-            for reader in (('pread', 'direct') if r % 2 == 0 else ('direct', 'pread')):
-                evict(model)
-                cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
-                try: res = run_child(f"{__file__}:decode_arm", str(model), reader, tokens, prompt, cgroup=cg,
-                                     timeout=1800)
-                finally: cg.close()
-                res = res.get('result') or res
-                rows.setdefault(f'{cap}/{reader}', []).append(res)
-                print(f"  {cap} MB round {r + 1} {reader:6} " + (
-                    f"{res['tps']:5.2f} tok/s, {res['mib']:.1f} MiB read, {res['blocked_ms']:.0f} of "
-                    f"{res['step_ms']:.0f} ms blocked a step, pool {res['pool_mib']:.0f} MiB" if 'tps' in res else
-                    f"failed: {str(res.get('stderr', ''))[-300:]}"), flush=True)
+            for name in (('without', 'with') if r % 2 == 0 else ('with', 'without')):
+                one(name, name == 'with', 0)
+    finally:
+        if home is None: del os.environ['EDGE0_HOME']
+        else: os.environ['EDGE0_HOME'] = home
     return rows
 
 
@@ -133,33 +178,46 @@ def report(d:dict) -> str:
         out.append(f"  target: direct at >= 85% of B: {best} at {med(d['store'][best], 'mib_s') / B:.0%}: "
                    + ('met' if ok else 'NOT met'))
     if 'capped' in d:
-        out += ['', f"capped decode: the torch step `off`, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
+        out += ['', f"capped decode: the torch step, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
                 f"prompt, page cache dropped; medians of {d['rounds']} rounds; per step",
-                f"  {'arm':16} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} {'MiB/B':>7} {'bound':>7} "
-                f"{'of bound':>8} {'pool MiB':>8}"]
+                f"  {'checkpoint/cap/mode/reader':44} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} "
+                f"{'MiB/B':>7} {'bound':>7} {'of step':>8} {'pool MiB':>8}"]
         for name, rows in d['capped'].items():
             rows = [r for r in rows if 'tps' in r]
             if not rows:
-                out.append(f"  {name:16} failed")
+                out.append(f"  {name:44} failed")
                 continue
             comp = med(rows, 'step_ms') - med(rows, 'blocked_ms')
             io = 1e3 * med(rows, 'mib') / B
             bound = max(comp, io)
-            out.append(f"  {name:16} {med(rows, 'tps'):6.2f} {med(rows, 'mib'):6.1f} {med(rows, 'blocked_ms'):6.0f}ms "
+            out.append(f"  {name:44} {med(rows, 'tps'):6.2f} {med(rows, 'mib'):6.1f} {med(rows, 'blocked_ms'):6.0f}ms "
                        f"{comp:6.0f}ms {io:5.0f}ms {bound:5.0f}ms {bound / med(rows, 'step_ms'):8.0%} "
                        f"{med(rows, 'pool_mib'):8.0f}")
-        for cap in d['caps']:
-            p, q = d['capped'].get(f'{cap}/pread'), d['capped'].get(f'{cap}/direct')
-            if p and q and all('tps' in r for r in p + q):
-                out.append(f"  {cap} MB: direct / pread {med(q, 'tps') / med(p, 'tps'):.2f}x")
-        out.append("  target: decode >= 0.8x the bound (the 'of bound' column: bound / step)")
+        tps = lambda key: med(d['capped'][key], 'tps') if all('tps' in r for r in d['capped'].get(key, [{}])) else None
+        for name in d['checkpoints']:
+            for cap in d['caps']:
+                p, q, r = (tps(f'{name}/{cap}/{m}/{rd}') for m, rd in DECODE_ARMS)
+                if p and q and r:
+                    out.append(f"  {name} {cap} MB: off direct / off pread {q / p:.2f}x, routing direct / off direct "
+                               f"{r / q:.2f}x")
+        out.append("  targets: decode >= 0.8x the bound ('of step': bound / step); routing >= 1.25x off at 1200 MB on "
+                   "the calibrated routing")
+    if 'profile' in d:
+        out += ['', f"usage profile: cold starts of {d['checkpoints'][-1]} under {d['profile_cap']} MB, `off`, direct "
+                f"reads, {d['tokens']} tokens; the profile made by one run on another prompt; medians of {d['rounds']}"]
+        for name in ('without', 'with'):
+            rows = [r for r in d['profile'].get(name, []) if 'tps' in r]
+            if rows: out.append(f"  {name + ' profile':16} {med(rows, 'tps'):6.2f} tok/s, first token "
+                                f"{med(rows, 'first_s'):.2f} s, {med(rows, 'hits'):.1f} hits and {med(rows, 'loads'):.1f}"
+                                f" loads a step, {statistics.median(r['fill']['bundles'] for r in rows):.0f} experts "
+                                f"filled in {statistics.median(r['fill']['seconds'] for r in rows):.2f} s")
     return '\n'.join(out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
-    ap.add_argument('--parts', default='store,capped')
+    ap.add_argument('--parts', default='store,capped,profile')
     ap.add_argument('--draws', type=int, default=48, help='reads of K experts per store arm')
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
@@ -178,9 +236,13 @@ def main():
     cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines()
                 if l.startswith('model name')), '?')
     d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{cpu}, {os.cpu_count()} cores",
-             model=f"{model.name} ({sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9:.2f} GB)",
              rounds=a.rounds, draws=a.draws, caps=a.caps, tokens=a.tokens, prompt=a.prompt, note=a.note)
-    d['routing'] = routing_report(mlx_model)
+    cal_mlx = mlx_model.with_name(mlx_model.name + '-calibrated')
+    models = {mlx_model.name: model, cal_mlx.name: checkpoint(cal_mlx, SHAPE_16L_CALIBRATED)}
+    d['checkpoints'] = list(models)
+    d['model'] = ' and '.join(f"{m.name} ({sum(f.stat().st_size for f in m.glob('*.safetensors')) / 1e9:.2f} GB)"
+                              for m in models.values())
+    d['routing'] = '\n'.join(routing_report(m) for m in (mlx_model, cal_mlx))
     print(d['routing'], flush=True)
     d['disk'] = disk(model)
     print(report(d), flush=True)
@@ -201,7 +263,13 @@ def main():
                       flush=True)
         save()
     if 'capped' in parts:
-        d['capped'] = capped(model, a.caps, a.tokens, a.prompt, a.rounds)
+        for src, m in ((mlx_model, model), (cal_mlx, models[cal_mlx.name])):
+            if not (m / 'prerouter.safetensors').exists(): warm_heads(src, m)
+        d['capped'] = capped(models, a.caps, a.tokens, a.prompt, a.rounds)
+        save()
+    if 'profile' in parts:
+        d['profile_cap'] = a.caps[-1]
+        d['profile'] = profile_part(models[cal_mlx.name], a.caps[-1], a.tokens, a.prompt, a.rounds)
         save()
     d['disk_after'] = disk(model)
     d['wall_s'] = time.time() - t0

@@ -10,7 +10,7 @@ import edge0
 from .backend import core as B
 from .files import InputError, find_model, teachers
 from .routing import MoESpec, SUPPORTED, expert_keys
-from .streaming import PATHS, StreamOptions, model_spec
+from .streaming import PATHS, POLICIES, StreamOptions, model_spec
 from .store import READERS, DIRECT_DEPTH
 from .decode import MODES
 from .backend.quant import KERNELS
@@ -140,6 +140,10 @@ def _model_arguments(g):
                    "cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in memory), mmap")
     g.add_argument('--read-depth', type=_positive(int), metavar='N', help=f"expert reads in flight (default "
                    f"{DIRECT_DEPTH} with --reader direct, else 2)")
+    g.add_argument('--pool-policy', choices=POLICIES, default='lfu', help="which expert the pool drops first: the "
+                   "least used, uses decaying (lfu), or the least recently used (lru)")
+    g.add_argument('--usage-profile', action='store_true', help="fill the pool at load with the experts this model's "
+                   "runs requested most, and add this run's requests to that profile ($EDGE0_HOME/usage)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
@@ -335,6 +339,7 @@ def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
 def _options(a) -> StreamOptions:
     return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
                          slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth, readahead=a.readahead,
+                         pool_policy=a.pool_policy, usage_profile=a.usage_profile,
                          kernels=a.kernels,
                          torch_step=not a.no_torch_step)
 

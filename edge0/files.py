@@ -13,8 +13,8 @@ import edge0
 
 # %% auto #0
 __all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'LOCK', 'InputError', 'teachers',
-           'teacher_path', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt', 'read_json',
-           'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir', 'atomic_file', 'replace_whole']
+           'teacher_path', 'edge0_home', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt',
+           'read_json', 'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir', 'atomic_file', 'replace_whole']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -44,6 +44,10 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True,
     raise InputError(f"the bf16 teacher {name!r} is not in this installation (the wheel ships the int4 demo models "
                      f"only): set EDGE0_MODELS to the edge0/models folder of a clone of {REPO}, install a clone "
                      f"with `pip install -e .`, or reproduce it with `edge0 train {name}`")
+
+def edge0_home() -> Path:
+    "Where edge0 keeps what it makes outside a model's folder: `$EDGE0_HOME`, else `~/.cache/edge0`"
+    return Path(os.environ.get('EDGE0_HOME') or Path.home() / '.cache' / 'edge0').expanduser()
 
 # %% ../nbs/00_files.ipynb #9a1c0002
 HUB_FILES = ['*.json', '*.safetensors', '*.py', '*.txt', '*.jsonl', '*.jinja', 'tokenizer.model', '*.tiktoken']

@@ -11,15 +11,14 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, Routing, block, route, router_bias, routed_windows, weigh, attr_at
 from .store import fingerprint, read_header, index_checkpoint, model_spec
-from .files import InputError, read_json, replace_whole
+from .files import InputError, edge0_home, read_json, replace_whole
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
-           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'edge0_home', 'is_writable',
-           'heads_dir_for', 'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter',
-           'load_prerouter']
+           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'is_writable', 'heads_dir_for',
+           'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -206,10 +205,6 @@ def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
     return 'prerouter.safetensors' if k in (None, spec.k) else f'prerouter-k{k}.safetensors'
 
 # %% ../nbs/02a_prerouter.ipynb #34704af7
-def edge0_home() -> Path:
-    "Where edge0 keeps what it makes outside a model's folder: `$EDGE0_HOME`, else `~/.cache/edge0`"
-    return Path(os.environ.get('EDGE0_HOME') or Path.home() / '.cache' / 'edge0').expanduser()
-
 def _in_hf_cache(d:Path) -> bool:
     "Whether `d` is (inside) a snapshot of the Hugging Face hub cache, by its path or by where it really is"
     from huggingface_hub.constants import HF_HUB_CACHE

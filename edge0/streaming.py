@@ -4,25 +4,25 @@
 
 # %% ../nbs/01b_streaming.ipynb #5f4aaa1b
 from __future__ import annotations
-import logging, threading, time
+import heapq, json, logging, math, threading, time
 from collections import OrderedDict, Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
-from .files import InputError, read_json
+from .files import InputError, atomic_file, edge0_home, read_json
 from .memory import KV_TOKENS, Budget, MiB, headroom, pool_budget, step_and_room
 from .routing import MoESpec, block, check_buildable
-from .store import ExpertStore, LoadStats, StoreError, model_spec, READERS, DIRECT_DEPTH
+from .store import ExpertStore, LoadStats, StoreError, model_spec, fingerprint, READERS, DIRECT_DEPTH
 from fastcore.basics import patch
 
 
 # %% auto #0
-__all__ = ['PATHS', 'torch_quant', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions', 'StreamEngine',
-           'Staged', 'incr_stack', 'StreamingSwitchGLU', 'check_tokenizer', 'open_tokenizer', 'serving_dtype',
-           'cast_params', 'Handle', 'kv_growth', 'kv_bytes', 'budget_for', 'apply_budget', 'load', 'load_resident',
-           'stats', 'reset_stats']
+__all__ = ['POLICIES', 'PATHS', 'torch_quant', 'expert_mlp', 'per_expert_mlp', 'LayerStats', 'ExpertPool', 'StreamOptions',
+           'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage', 'StreamingSwitchGLU', 'check_tokenizer',
+           'open_tokenizer', 'serving_dtype', 'cast_params', 'Handle', 'kv_growth', 'kv_bytes', 'budget_for',
+           'apply_budget', 'load', 'load_resident', 'stats', 'reset_stats']
 
 # %% ../nbs/01b_streaming.ipynb #2166f694
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
@@ -108,10 +108,19 @@ class LayerStats:
 
 
 # %% ../nbs/01b_streaming.ipynb #70b4bd03
+POLICIES = ('lfu', 'lru')
+
 class ExpertPool:
-    "LRU of expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget"
-    def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None):
-        self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
+    """Expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget. `policy`
+    says which bundle goes first: 'lru' the least recently used, 'lfu' the least used, each use's weight halving every
+    `half_life` requests (a request: one layer's experts for one step)"""
+    def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None,
+                 policy:str='lru', half_life:float=256):
+        if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of {', '.join(POLICIES)}")
+        self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k  # `lru`: the bundles held, by recency
+        self.policy, self.rate, self.clock = policy, math.log(2) / half_life, 0
+        self.score, self.heap = {}, []  # lfu: log of the decayed uses x 2**(clock / half_life), and a heap of them
+        self.uses = Counter()  # requests per (layer, expert) since load: the usage profile's counts
         self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
@@ -153,9 +162,27 @@ class ExpertPool:
             self.budget_bytes, self.budget = budget_bytes, budget
             self._trim()
 
+    def _touch(self, key):
+        "lfu: one use of `key` now (its score only grows: older heap entries of it are stale)"
+        if self.policy != 'lfu': return
+        s = np.logaddexp(self.score.get(key, -np.inf), self.clock * self.rate)
+        self.score[key] = s
+        heapq.heappush(self.heap, (s, key))
+        if len(self.heap) > 4 * len(self.score) + 64:  # drop the stale entries
+            self.heap = [(v, k) for k, v in self.score.items()]
+            heapq.heapify(self.heap)
+
+    def _victim(self):
+        if self.policy == 'lru': return next(iter(self.lru))
+        while True:
+            s, key = heapq.heappop(self.heap)
+            if key in self.lru and self.score.get(key) == s: return key
+
     def _trim(self):
         while len(self.lru) > self.max_bundles:
-            self.lru.popitem(last=False)
+            key = self._victim()
+            del self.lru[key]
+            self.score.pop(key, None)
             self.evictions += 1
 
 
@@ -165,11 +192,14 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     "Bundles of `experts` of `layer`, reading the misses in parallel"
     out, miss = {}, []
     with self.lock:
+        self.clock += 1
         for e in experts:
+            self.uses[layer, e] += 1
             bundle = self.lru.get((layer, e))
             if bundle is None: miss.append(e)
             else:
                 self.lru.move_to_end((layer, e))
+                self._touch((layer, e))
                 out[e] = bundle
                 stats.hits += 1
     if miss:
@@ -190,6 +220,7 @@ def put(self:ExpertPool, layer:int, e:int, bundle:dict):
     with self.lock:
         self.lru[layer, e] = bundle
         self.lru.move_to_end((layer, e))
+        self._touch((layer, e))  # a bundle read counts as used once now: a prefetch is kept for its use
         self._trim()
 
 @patch
@@ -197,6 +228,7 @@ def clear(self:ExpertPool):
     "Drop every bundle and reservation"
     with self.lock:
         self.lru.clear()
+        self.score, self.heap = {}, []
         self.reserved = 0
 
 
@@ -219,6 +251,8 @@ class StreamOptions:
     hot_refresh:int = 16                       # decode steps between hot-set refreshes
     reader:str = 'pread'                       # 'pread' | 'direct' (past the page cache) | 'mmap'
     threads:int|None = None                    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
+    pool_policy:str = 'lfu'                    # which bundle the pool drops first (POLICIES; chosen by measurement)
+    usage_profile:bool = False                 # fill the pool at load with the experts this model's runs used most
     residency:bool = True                      # measure cold fractions with mincore
     readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
     whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
@@ -230,6 +264,8 @@ class StreamOptions:
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
             raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or None (unbounded)")
         if self.reader not in READERS: raise InputError(f"reader {self.reader!r}: expected one of {', '.join(READERS)}")
+        if self.pool_policy not in POLICIES:
+            raise InputError(f"pool policy {self.pool_policy!r}: expected one of {', '.join(POLICIES)}")
         t = self.threads
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
@@ -258,8 +294,10 @@ class StreamEngine:
         paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
                  for layer in self.spec.moe_layers}
         auto = self.options.pool_bytes == 'auto'  # unbounded until `load` has measured what is left (`budget_for`)
-        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k)
+        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k,
+                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers))  # 8 tokens
         self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
+        self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)  # what `fill_from_usage` read
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
         self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
@@ -538,8 +576,9 @@ def record(self:StreamEngine, layer:int, cost:LayerStats, blocked_s:float=0.0):
 
 @patch
 def close(self:StreamEngine):
-    "Stop the background reader, drop the experts held and close the store's files"
+    "Stop the background reader, keep the usage profile (where asked), drop the experts held and close the store's files"
     self.layer_reader.shutdown(wait=True)
+    if self.options.usage_profile: self.save_usage()
     self.layer_reads.clear()
     self.staged.clear()
     self.hot_sets.clear()
@@ -548,6 +587,50 @@ def close(self:StreamEngine):
     self.pool.clear()
     self.store.close()
 
+
+# %% ../nbs/01b_streaming.ipynb #0d641e44
+def usage_file(model_dir, k:int) -> Path:
+    "Where the usage profile of the model in `model_dir` at `k` experts a token is kept"
+    return edge0_home() / 'usage' / f"{fingerprint(model_dir)}-k{k}.json"
+
+def read_usage(path) -> dict:
+    "`{(layer, expert): requests}` of the usage profile at `path`; a missing or damaged one is empty"
+    try:
+        uses = json.loads(Path(path).read_text())['uses']
+        return {tuple(int(v) for v in key.split(':')): int(n) for key, n in uses.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError): return {}
+
+@patch
+def save_usage(self:StreamEngine):
+    "Add the pool's requests since load to the model's usage profile, atomically (where it cannot be written: skipped)"
+    if not self.pool.uses: return
+    p = usage_file(self.store.dir, self.k)
+    try:
+        uses = Counter(read_usage(p))
+        uses.update(self.pool.uses)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(p) as tmp:
+            tmp.write_text(json.dumps(dict(model=self.store.dir.name, k=self.k,
+                                           uses={f"{l}:{e}": n for (l, e), n in sorted(uses.items())})))
+        self.pool.uses.clear()
+    except OSError as e: _log.debug(f"usage profile not saved to {p}: {e}")
+
+@patch
+def fill_from_usage(self:StreamEngine) -> dict:
+    "Fill a bounded pool with the experts the model's usage profile says were requested most; what was read"
+    prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k)), time.perf_counter(), 0
+    room = 0 if self.pool.budget is None else self.pool.max_bundles - len(self.pool.lru) - self.k
+    keys = [key for key in sorted(prof, key=lambda key: (-prof[key], key))
+            if key[0] in self.stats and 0 <= key[1] < self.num_experts and not self.pool.has(*key)][:max(room, 0)]
+    by_layer, got = {}, {}
+    for layer, e in keys: by_layer.setdefault(layer, []).append(e)
+    for layer, es in by_layer.items():
+        for e, (bundle, cost) in zip(es, self.store.read_experts(layer, es)):
+            got[layer, e] = bundle
+            nbytes += cost.nbytes
+    for key in reversed(keys): self.pool.put(*key, got[key])  # the most requested last: the most recent
+    self.usage_fill = dict(bundles=len(keys), bytes=nbytes, seconds=time.perf_counter() - t0, profiled=len(prof))
+    return self.usage_fill
 
 # %% ../nbs/01b_streaming.ipynb #ffe28092
 class StreamingSwitchGLU(B.Module):
@@ -776,6 +859,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             B.clear_cache()
         engine.budget = budget_for(engine, handle.model, options)  # measured now that the model is in memory
         apply_budget(engine, d)
+        if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
     except BaseException:
         handle.close()
