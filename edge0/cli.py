@@ -136,8 +136,9 @@ def _model_arguments(g):
                    '(auto: from the memory this process may use; --stats shows how)')
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
-    g.add_argument('--reader', choices=READERS, default='pread', help="how experts are read: pread (through the page "
-                   "cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in memory), mmap")
+    g.add_argument('--reader', choices=('auto', *READERS), default='auto', help="how experts are read: pread (through "
+                   "the page cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in memory), mmap; auto: "
+                   "direct where the expert budget cannot hold every expert, else pread")
     g.add_argument('--read-depth', type=_positive(int), metavar='N', help=f"expert reads in flight (default "
                    f"{DIRECT_DEPTH} with --reader direct, else 2)")
     g.add_argument('--pool-policy', choices=POLICIES, default='lfu', help="which expert the pool drops first: the "

@@ -162,7 +162,8 @@ class Decoder:
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
                  prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False,
                  exact_top:int=0, # routing mode: the own router's M heaviest experts are always computed
-                 hold:bool=True): # routing mode: keep the layers no head predicts resident (False: read on demand)
+                 hold:bool=True): # routing mode: keep the layers no head predicts resident where the budget
+                                  # allows (False: read on demand)
         check_mode(mode)
         if mode in ('routing', 'prefetch') and prerouter is None:
             raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
@@ -188,9 +189,17 @@ class Decoder:
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.before_flush, self.after_flush = [], []  # callables run around each flush: what a measurement adds
         self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
+        self.notes = []  # what the user should know about how this decoder serves
         if engine is not None and mode == 'routing' and hold:
-            for layer in spec.moe_layers:
-                if layer not in self.planned: engine.keep_resident(layer)
+            unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]
+            need = sum(t.nbytes for layer in unplanned for t in engine.store.layers[layer].values())
+            need += len(self.planned) * self.k * engine.store.expert_nbytes  # the planned layers' slots
+            room = (engine.pool.max_bundles - self.k) * engine.store.expert_nbytes  # beside one token's working set
+            if need <= room:
+                for layer in unplanned: engine.keep_resident(layer)
+            else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on demand: the expert "
+                                    f"budget ({engine.pool.budget_bytes / 2**20:,.0f} MiB) cannot also keep them "
+                                    f"resident ({need / 2**20:,.0f} MiB with the planned slots)")
         for layer in self.planned if engine is not None else ():
             engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
         self.installed = shadow_blocks(spec, model, self.moe_block)
@@ -508,6 +517,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     except BaseException:
         handle.close()
         raise
+    handle.notes += handle.decoder.notes
     return handle
 
 def decode_stats(handle:Handle) -> dict:

@@ -295,6 +295,12 @@ def format_stats(s:dict) -> str:
                  f"{p['resident_layers']}, slots, hot sets) | "
                  f"slots {s['slot_bytes'] / 2**20:.2f} MiB | "
                  f"peak active memory {s['peak_active_bytes'] / 2**20:.1f} MiB")
+    if s.get('reads'):
+        r, u = s['reads'], s['reads']['usage_fill']
+        how = 'past the page cache' if r['direct'] else 'through the page cache'
+        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight | pool policy {r['policy']}"
+                     + (f" | filled from the usage profile: {u['bundles']} experts, {u['bytes'] / 2**20:.1f} MiB in "
+                        f"{u['seconds']:.2f} s" if u['bundles'] else ''))
     if 'decoder' in s:
         d = s['decoder']
         lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, "

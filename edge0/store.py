@@ -280,7 +280,8 @@ def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -
 # %% ../nbs/01a_store.ipynb #b9c6ff3f
 class Slabs:
     "Page-aligned read buffers, each taken back for reuse once nothing views it (at most `keep` bytes kept free)"
-    def __init__(self, keep:int=32 << 20): self.free, self.kept, self.keep, self.lock = {}, 0, keep, threading.Lock()
+    def __init__(self, keep:int=32 << 20):  # RLock: a garbage collection inside `take` may give a buffer back
+        self.free, self.kept, self.keep, self.lock = {}, 0, keep, threading.RLock()
     def take(self, size:int) -> np.ndarray:
         "A writable, page-aligned uint8 array of `size` bytes (rounded up to whole pages)"
         size = max(-(-size // ALIGN) * ALIGN, ALIGN)
@@ -437,17 +438,13 @@ class ExpertStore:
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
         paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
-        slabs = Slabs(keep=spec.k * self.expert_nbytes)  # read buffers kept free between reads: one layer's K experts
-        self.reader = (DirectReader(paths, slabs) if reader == 'direct' else
-                       PreadReader(self.fds, slabs) if reader == 'pread' else MmapReader(self.fds))
-        if reader == 'direct' and not self.reader.direct:
-            self.notes.append(f"the file system of {self.dir} refuses reads past the page cache (O_DIRECT): the "
-                              "experts are read through it (as --reader pread)")
+        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # free between reads: K experts' buffers
+        self.use_reader(reader)
         # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
         self.torch_out = self.torch_packed and bq.torch_available()
         self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
-        self.threads = threads  # reads in flight
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
+        self.threads, self.pool = threads, None  # reads in flight
+        self.use_threads(threads)
 
 # %% ../nbs/01a_store.ipynb #d7067642
 def _packing_desc(p:dict) -> str:
@@ -586,6 +583,25 @@ def hint(self:ExpertStore, layer:int, experts):
 def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
     for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.nbytes)
+
+@patch
+def use_reader(self:ExpertStore, reader:str, note:bool=True):
+    "Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass the page cache)"
+    if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    if self.reader is not None: self.reader.close()
+    paths = sorted(self.fds)
+    self.reader = (DirectReader(paths, self.slabs) if reader == 'direct' else
+                   PreadReader(self.fds, self.slabs) if reader == 'pread' else MmapReader(self.fds))
+    if reader == 'direct' and not self.reader.direct and note:
+        self.notes.append(f"the file system of {self.dir} refuses reads past the page cache (O_DIRECT): the "
+                          "experts are read through it (as --reader pread)")
+
+@patch
+def use_threads(self:ExpertStore, threads:int):
+    "Keep `threads` reads in flight from now on"
+    if self.pool: self.pool.shutdown(wait=True)
+    self.threads = threads
+    self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
 
 @patch
 def close(self:ExpertStore):

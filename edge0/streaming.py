@@ -249,7 +249,8 @@ class StreamOptions:
     buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
     hot:int|None = None                        # hot experts per layer (default 2K)
     hot_refresh:int = 16                       # decode steps between hot-set refreshes
-    reader:str = 'pread'                       # 'pread' | 'direct' (past the page cache) | 'mmap'
+    reader:str = 'auto'                        # 'pread' | 'direct' (past the page cache) | 'mmap' | 'auto': direct
+                                               # where the expert budget cannot hold every expert, else pread
     threads:int|None = None                    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
     pool_policy:str = 'lfu'                    # which bundle the pool drops first (POLICIES; chosen by measurement)
     usage_profile:bool = False                 # fill the pool at load with the experts this model's runs used most
@@ -263,16 +264,16 @@ class StreamOptions:
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
             raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or None (unbounded)")
-        if self.reader not in READERS: raise InputError(f"reader {self.reader!r}: expected one of {', '.join(READERS)}")
+        if self.reader not in ('auto', *READERS):
+            raise InputError(f"reader {self.reader!r}: expected one of auto, {', '.join(READERS)}")
         if self.pool_policy not in POLICIES:
             raise InputError(f"pool policy {self.pool_policy!r}: expected one of {', '.join(POLICIES)}")
         t = self.threads
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
-    @property
-    def read_threads(self) -> int:
-        "Reads in flight: `threads`, else a queue deep enough for a disk read past its cache, else two"
-        return self.threads or (DIRECT_DEPTH if self.reader == 'direct' else 2)
+    def read_threads(self, reader:str|None=None) -> int:
+        "Reads in flight with `reader` (default: the one asked): `threads`, else enough for reads past the page cache, or 2"
+        return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
         p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
@@ -836,7 +837,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     spec = spec or model_spec(d)
     options = options or StreamOptions(**kw)
     check_tokenizer(d)
-    store = ExpertStore(d, spec, reader=options.reader, threads=options.read_threads, residency=options.residency)
+    reader = 'pread' if options.reader == 'auto' else options.reader  # auto: decided once the budget is known
+    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader), residency=options.residency)
     try: engine = StreamEngine(store, options, k)
     except BaseException:
         store.close()
@@ -859,6 +861,13 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             B.clear_cache()
         engine.budget = budget_for(engine, handle.model, options)  # measured now that the model is in memory
         apply_budget(engine, d)
+        b = engine.budget
+        if options.reader == 'auto' and b.pool is not None and b.pool < b.experts:  # streamed: past the page cache
+            store.use_reader('direct', note=False)
+            if store.reader.direct:  # else it reads through the page cache, as pread: what auto means there
+                store.use_threads(options.read_threads('direct'))
+                engine.budget = budget_for(engine, handle.model, options)  # its page-cache room is smaller
+                apply_budget(engine, d)
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
     except BaseException:
@@ -912,7 +921,9 @@ def stats(engine:StreamEngine) -> dict:
                           resident_bytes=_stack_bytes(engine.resident.values())),
                 slot_bytes=_stack_bytes(slot_stacks), peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
                 staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())),
-                budget=None if engine.budget is None else asdict(engine.budget))
+                budget=None if engine.budget is None else asdict(engine.budget),
+                reads=dict(reader=engine.store.reader.kind, direct=engine.store.reader.direct,
+                           depth=engine.store.threads, policy=engine.pool.policy, usage_fill=engine.usage_fill))
 
 def reset_stats(engine:StreamEngine):
     "Zero the counters (the pool and slots keep their contents)"
