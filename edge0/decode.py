@@ -192,14 +192,12 @@ class Decoder:
         self.notes = []  # what the user should know about how this decoder serves
         if engine is not None and mode == 'routing' and hold:
             unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]
-            need = sum(t.nbytes for layer in unplanned for t in engine.store.layers[layer].values())
-            need += len(self.planned) * self.k * engine.store.expert_nbytes  # the planned layers' slots
-            room = (engine.pool.max_bundles - self.k) * engine.store.expert_nbytes  # beside one token's working set
+            need, room = engine.resident_room(unplanned, len(self.planned) * self.k)  # with the planned layers' slots
             if need <= room:
                 for layer in unplanned: engine.keep_resident(layer)
             else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on demand: the expert "
-                                    f"budget ({engine.pool.budget_bytes / 2**20:,.0f} MiB) cannot also keep them "
-                                    f"resident ({need / 2**20:,.0f} MiB with the planned slots)")
+                                    f"budget has {room / 2**20:,.0f} MiB beside one token's experts, and keeping them "
+                                    f"resident takes {need / 2**20:,.0f} MiB with the planned slots")
         for layer in self.planned if engine is not None else ():
             engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
         self.installed = shadow_blocks(spec, model, self.moe_block)

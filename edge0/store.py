@@ -438,7 +438,7 @@ class ExpertStore:
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
         paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
-        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # free between reads: K experts' buffers
+        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # kept free: K experts' buffers
         self.use_reader(reader)
         # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
         self.torch_out = self.torch_packed and bq.torch_available()

@@ -272,7 +272,7 @@ class StreamOptions:
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
     def read_threads(self, reader:str|None=None) -> int:
-        "Reads in flight with `reader` (default: the one asked): `threads`, else enough for reads past the page cache, or 2"
+        "Reads in flight with `reader` (default: the one asked): `threads`, else enough past the page cache, or 2"
         return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
@@ -551,6 +551,13 @@ def keep_resident(self:StreamEngine, layer:int):
     self.resident[layer] = w
 
 @patch
+def resident_room(self:StreamEngine, layers:list, bundles:int=0) -> tuple:
+    """`(need, room)` in bytes: keeping `layers` resident and `bundles` more (slots), against what the budget has beside
+    one token's working set"""
+    need = sum(t.nbytes for layer in layers for t in self.store.layers[layer].values())
+    return need + bundles * self.store.expert_nbytes, (self.pool.max_bundles - self.k) * self.store.expert_nbytes
+
+@patch
 def drop_resident(self:StreamEngine, layer:int):
     "Give back a layer kept by `keep_resident`: its experts are freed and their bytes return to the pool's budget"
     w = self.resident.pop(layer, None)
@@ -577,7 +584,7 @@ def record(self:StreamEngine, layer:int, cost:LayerStats, blocked_s:float=0.0):
 
 @patch
 def close(self:StreamEngine):
-    "Stop the background reader, keep the usage profile (where asked), drop the experts held and close the store's files"
+    "Stop the background reader, keep the usage profile (where asked), drop the experts held, close the store's files"
     self.layer_reader.shutdown(wait=True)
     if self.options.usage_profile: self.save_usage()
     self.layer_reads.clear()
@@ -866,8 +873,9 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             store.use_reader('direct', note=False)
             if store.reader.direct:  # else it reads through the page cache, as pread: what auto means there
                 store.use_threads(options.read_threads('direct'))
-                engine.budget = budget_for(engine, handle.model, options)  # its page-cache room is smaller
-                apply_budget(engine, d)
+                if b.asked == 'auto':  # its page-cache room is smaller (an asked budget stays as asked)
+                    engine.budget = budget_for(engine, handle.model, options)
+                    apply_budget(engine, d)
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
     except BaseException:
