@@ -127,12 +127,13 @@ def index_checkpoint(model_dir) -> dict:
     return out
 
 # %% ../nbs/01a_store.ipynb #d5e4ec78
-def fingerprint(base_dir) -> str:
-    "Hash of a checkpoint's config.json and of the safetensors headers of its shards (the files the store reads)"
+def fingerprint(base_dir, tensors:dict|None=None) -> str:
+    """Hash of a checkpoint's config.json and of the safetensors headers of its shards (the files the store reads);
+    `tensors`: its `index_checkpoint`, where the caller has it already"""
     d, h = Path(base_dir), hashlib.sha256()
     read_json(d / 'config.json', 'model config')
     h.update((d / 'config.json').read_bytes())
-    for t in sorted(index_checkpoint(d).values(), key=lambda t: (t.path.name, t.name)):
+    for t in sorted((tensors or index_checkpoint(d)).values(), key=lambda t: (t.path.name, t.name)):
         h.update(f"{t.name}{t.dtype}{t.shape}{t.start}{t.nbytes}".encode())
     return h.hexdigest()[:16]
 
@@ -430,8 +431,10 @@ class ExpertStore:
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
         self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values())
+        # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
+        self.torch_out = self.torch_packed and bq.torch_available()
         self.repack, self.notes = None, []  # experts packed for another CPU's torch: re-packed as they are read
-        if self.torch_packed and bq.torch_available():
+        if self.torch_out:
             self.repack, note = check_packing(self.dir)
             self.notes += [note] if note else []
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
@@ -440,8 +443,6 @@ class ExpertStore:
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
         self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # kept free: K experts' buffers
         self.use_reader(reader)
-        # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
-        self.torch_out = self.torch_packed and bq.torch_available()
         self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
         self.threads, self.pool = threads, None  # reads in flight
         self.use_threads(threads)

@@ -115,12 +115,13 @@ class ExpertPool:
     says which bundle goes first: 'lru' the least recently used, 'lfu' the least used, each use's weight halving every
     `half_life` requests (a request: one layer's experts for one step)"""
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None,
-                 policy:str='lru', half_life:float=256):
+                 policy:str='lru', half_life:float=256,
+                 count:bool=False): # count the requests per (layer, expert) in `uses` (for a usage profile)
         if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of {', '.join(POLICIES)}")
         self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k  # `lru`: the bundles held, by recency
         self.policy, self.rate, self.clock = policy, math.log(2) / half_life, 0
         self.score, self.heap = {}, []  # lfu: log of the decayed uses x 2**(clock / half_life), and a heap of them
-        self.uses = Counter()  # requests per (layer, expert) since load: the usage profile's counts
+        self.uses = Counter() if count else None  # requests per (layer, expert) since load: a usage profile's counts
         self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
@@ -193,8 +194,8 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     out, miss = {}, []
     with self.lock:
         self.clock += 1
+        if self.uses is not None: self.uses.update((layer, e) for e in experts)
         for e in experts:
-            self.uses[layer, e] += 1
             bundle = self.lru.get((layer, e))
             if bundle is None: miss.append(e)
             else:
@@ -296,7 +297,8 @@ class StreamEngine:
                  for layer in self.spec.moe_layers}
         auto = self.options.pool_bytes == 'auto'  # unbounded until `load` has measured what is left (`budget_for`)
         self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k,
-                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers))  # 8 tokens
+                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),  # 8 tokens
+                               count=self.options.usage_profile)
         self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
         self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)  # what `fill_from_usage` read
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
@@ -597,9 +599,9 @@ def close(self:StreamEngine):
 
 
 # %% ../nbs/01b_streaming.ipynb #0d641e44
-def usage_file(model_dir, k:int) -> Path:
-    "Where the usage profile of the model in `model_dir` at `k` experts a token is kept"
-    return edge0_home() / 'usage' / f"{fingerprint(model_dir)}-k{k}.json"
+def usage_file(model_dir, k:int, tensors:dict|None=None) -> Path:
+    "Where the usage profile of the model in `model_dir` at `k` experts a token is kept (`tensors`: its index)"
+    return edge0_home() / 'usage' / f"{fingerprint(model_dir, tensors)}-k{k}.json"
 
 def read_usage(path) -> dict:
     "`{(layer, expert): requests}` of the usage profile at `path`; a missing or damaged one is empty"
@@ -612,7 +614,7 @@ def read_usage(path) -> dict:
 def save_usage(self:StreamEngine):
     "Add the pool's requests since load to the model's usage profile, atomically (where it cannot be written: skipped)"
     if not self.pool.uses: return
-    p = usage_file(self.store.dir, self.k)
+    p = usage_file(self.store.dir, self.k, self.store.tensors)
     try:
         uses = Counter(read_usage(p))
         uses.update(self.pool.uses)
@@ -626,7 +628,7 @@ def save_usage(self:StreamEngine):
 @patch
 def fill_from_usage(self:StreamEngine) -> dict:
     "Fill a bounded pool with the experts the model's usage profile says were requested most; what was read"
-    prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k)), time.perf_counter(), 0
+    prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k, self.store.tensors)), time.perf_counter(), 0
     room = 0 if self.pool.budget is None else self.pool.max_bundles - len(self.pool.lru) - self.k
     keys = [key for key in sorted(prof, key=lambda key: (-prof[key], key))
             if key[0] in self.stats and 0 <= key[1] < self.num_experts and not self.pool.has(*key)][:max(room, 0)]
