@@ -9,14 +9,13 @@ Each checkpoint's routing statistics are printed first. The trace: edge0's own r
 (windows of 256). The first half is history: it makes the usage profile (requests per layer and expert). The second half
 is replayed through pools holding 10%, 25% and 50% of all the experts: hit rates of LRU, and of LFU with each use's
 weight halving every 8, 16 or 64 tokens; then the first 32 tokens of the second half from an empty pool (a cold start)
-against the same pool filled from the profile at start (`StreamOptions(usage_profile=True)`). Replays count hits, not
-time: the figures repeat exactly on any machine.
+against the same pool filled from the profile at start (`StreamOptions(usage_profile=True)`). The replays drive
+edge0's own `ExpertPool` (a store that reads nothing stands in) and count hits, not time: the figures repeat exactly on
+any machine.
 """
-import argparse, json, math, sys, time
-from collections import OrderedDict
+import argparse, json, sys, time
 from pathlib import Path
-import heapq
-import numpy as np
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import checkpoint, SHAPE_16L, SHAPE_16L_CALIBRATED  # noqa: E402
@@ -26,41 +25,29 @@ SHARES = (0.1, 0.25, 0.5)
 HALF_LIVES = (8, 16, 64)
 
 
+class _NoStore:
+    "What `ExpertPool` asks of a store, reading nothing: every expert an empty bundle of one byte"
+    expert_nbytes = 1
+    def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
+    def read_experts(self, layer:int, experts) -> list:
+        from edge0.store import LoadStats
+        return [({}, LoadStats()) for _ in experts]
+
+
 def pool_hits(trace:dict, bundles:int, policy:str='lru', half_life:float=16, warm=()) -> float:
-    """Hit rate of a pool of `bundles` experts shared by every layer of `trace` ({layer: (tokens, K) ids}), requests
-    made token by token and layer by layer as a decode makes them; `warm`: keys put in before the first token, the
-    most requested last (as `StreamEngine.fill_from_usage` does). LFU's clock counts requests, as `ExpertPool` does"""
+    """Hit rate of edge0's own `ExpertPool` of `bundles` experts under `policy`, shared by every layer of `trace`
+    ({layer: (tokens, K) ids}), requests made token by token and layer by layer as a decode makes them; `warm`: keys
+    put in before the first token, the most requested last (as `StreamEngine.fill_from_usage` does); `half_life` in
+    tokens"""
+    from edge0.streaming import ExpertPool, LayerStats
     layers = sorted(trace)
-    held, score, heap, clock = OrderedDict(), {}, [], 0
-    rate = math.log(2) / (half_life * len(layers))
-    def touch(key):
-        s = np.logaddexp(score.get(key, -np.inf), clock * rate)
-        score[key] = s
-        heapq.heappush(heap, (s, key))
-    for key in list(warm)[-bundles:]:
-        held[key] = None
-        touch(key)
-    hits = total = 0
+    k = trace[layers[0]].shape[1]
+    pool = ExpertPool(_NoStore(k), budget_bundles=bundles, k=k, policy=policy, half_life=half_life * len(layers))
+    for key in list(warm)[-bundles:]: pool.put(*key, {})
+    stats = LayerStats()
     for t in range(len(trace[layers[0]])):
-        for layer in layers:
-            clock += 1
-            want = dict.fromkeys(trace[layer][t].tolist())
-            for e in want:
-                key, total = (layer, e), total + 1
-                if key in held:
-                    hits += 1
-                    held.move_to_end(key)
-                else: held[key] = None
-                touch(key)
-            while len(held) > bundles:
-                if policy == 'lru': key = next(iter(held))
-                else:
-                    while True:
-                        s, key = heapq.heappop(heap)
-                        if key in held and score[key] == s: break
-                del held[key]
-                score.pop(key, None)
-    return hits / total
+        for layer in layers: pool.get(layer, list(dict.fromkeys(trace[layer][t].tolist())), stats)
+    return stats.hits / (stats.hits + stats.loads)
 
 
 def trace_of(model:Path, tokens:int) -> dict:
