@@ -166,7 +166,8 @@ def main():
             served = served_by_heads(m, k, a.prompt + a.tokens, a.prompt) if mode == 'routing' else None
             say(f"  K={k} {mode}: {dev.name}; runtime {dev.runtime_mb:.0f} MiB; expert reads cold "
                 + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['cold'].items()) + ' ms, warm '
-                + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['warm'].items())
+                + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['warm'].items()) + ' ms, direct '
+                + ', '.join(f"{b}: {r['ms_per_expert']:.2f}" for b, r in dev.expert_ms['direct'].items())
                 + f" ms; a cold miss in a decode {dev.miss_cold_ms:.2f} ms; compute {compute[mode].step_ms:.1f} ms"
                 + (f"; recall {sum(recall.values()) / len(recall):.2f}" if recall else ''))
             arms.append(Arm(m, mode, k, **arm_kw))

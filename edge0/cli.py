@@ -97,6 +97,13 @@ def _positive(kind):
         return v
     return parse
 
+def _share(text):
+    "A share: a number from 0 up to, not including, 1"
+    try: v = float(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    if not 0 <= v < 1: raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return v
+
 def _budget(text):
     "A budget in MiB, or 'auto'"
     if text == 'auto': return text
@@ -205,7 +212,7 @@ def _serve_parser(sub):
 # %% ../nbs/09_cli.ipynb #1069406a
 def _plan_parser(sub):
     from edge0.harness import TIERS
-    from edge0.plan import DEVICES, SHAPES, STRATEGIES
+    from edge0.plan import DEVICES, SHAPES, SKEW, STRATEGIES
     p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy for a model on a '
                        'machine, and say which bytes bind')
     p.add_argument('model', help=f"model directory, bundled name (edge0-tiny), config.json, or a public shape: "
@@ -229,6 +236,12 @@ def _plan_parser(sub):
                    "config or a shape assumes 0.9; a model without heads is planned without routing)")
     p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
                    "experts always computed (--prerouter routing --exact-top M)")
+    p.add_argument('--reader', choices=('auto', 'pread', 'direct'), help="how edge0 reads experts (default auto: "
+                   "past the page cache where the pool cannot hold every expert, as a run decides)")
+    p.add_argument('--reuse', type=_share, default=0.3, help="a config's synthetic routing: the share of a layer's "
+                   "experts the previous token used too (default 0.3)")
+    p.add_argument('--skew', type=_positive(float), default=SKEW, help="a config's synthetic routing: Zipf exponent of "
+                   f"expert popularity (default {SKEW}: an LRU of a quarter of the experts hits about 70%%)")
     p.add_argument('--json', help='write the plan here')
 
 # %% ../nbs/09_cli.ipynb #bfcfc676
@@ -435,7 +448,7 @@ def _cmd_plan(a):
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
     pool = None if a.pool_mb == 'auto' else a.pool_mb  # None: the planner's auto_budget
     p = plan_for(a.model, a.device, a.k, pool, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
-                 a.mem_gb_s, a.recall, exact_top=a.exact_top)
+                 a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew, reader=a.reader)
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 

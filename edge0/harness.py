@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
 from .memory import io_counters, peak_rss
-from .store import ExpertStore, drop_cache, model_spec, read_files
+from .store import READERS, ExpertStore, drop_cache, model_spec, read_files
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
@@ -276,6 +276,7 @@ class Arm:
     total_budget:bool = False     # pool_mb bounds the resident layers and planned slots too (else: added to it)
     cold_steps:bool = False       # evict the experts before every step (checkpoints too small for a cap)
     exact_top:int = 0             # mode 'routing': the own M heaviest experts always computed (edge0.decode)
+    reader:str = 'auto'           # how experts are read (edge0.store.READERS), or 'auto' as a run decides
     name:str = ''
     def __post_init__(self):
         self.model = str(self.model)
@@ -284,6 +285,8 @@ class Arm:
         for what, v, ok in (('path', self.path, PATHS), ('prefill_path', self.prefill_path, PATHS)):
             if v not in ok: raise InputError(f"arm {what} {v!r}: expected one of {', '.join(ok)}")
         if self.k is not None and self.k < 1: raise InputError(f"arm k must be at least 1, got {self.k}")
+        if self.reader not in ('auto', *READERS):
+            raise InputError(f"arm reader {self.reader!r}: expected auto or one of {', '.join(READERS)}")
         if self.pool_mb != 'auto' and not (isinstance(self.pool_mb, (int, float)) and self.pool_mb > 0):
             raise InputError(f"arm pool_mb must be a positive number of MiB or 'auto', got {self.pool_mb!r}")
         if not (Path(self.model) / 'config.json').is_file():
@@ -291,7 +294,8 @@ class Arm:
         if not self.name:
             self.name = (self.mode + (f"/K{self.k}" if self.k else '')
                          + (f"/top{self.exact_top}" if self.exact_top else '')
-                         + (f"/{self.path}" if self.path != 'exact' else ''))
+                         + (f"/{self.path}" if self.path != 'exact' else '')
+                         + (f"/{self.reader}" if self.reader != 'auto' else ''))
 
 # %% ../nbs/05_harness.ipynb #920b0f1b
 def _totals(engine) -> np.ndarray:
@@ -311,7 +315,7 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
                       pool_bytes='auto' if auto else int(arm.pool_mb * 2**20) + held, kv_tokens=kv_tokens,
-                      slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels)
+                      slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels, reader=arm.reader)
     h = open_served(arm.model, arm.mode, arm.k, arm.heads, arm.adapter, options=o, trace=trace, record_trace=record,
                     exact_top=arm.exact_top)
     B.clear_cache()

@@ -14,7 +14,7 @@ from .backend import core as B
 from .files import InputError, atomic_file
 from .memory import process_memory
 from .routing import attr_at
-from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
+from .store import DIRECT_DEPTH, ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
 from .streaming import reset_stats, stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
@@ -108,30 +108,38 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
     return result
 
 # %% ../nbs/06b_measure.ipynb #c0022
-def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0) -> dict:
-    "Per-expert ms and MB/s of reading `batch` random experts of a random layer at a time through the store"
+def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0, reader:str='pread') -> dict:
+    """Per-expert ms, CPU ms (every thread of the process) and MB/s of reading `batch` random experts of a random layer
+    at a time through the store, with `reader` (`direct`: past the page cache, at the depth a run keeps in flight)"""
     st, rng = ExpertStore(model_dir), np.random.default_rng(seed)
     try:
+        if reader != 'pread':
+            st.use_reader(reader, note=False)
+            if reader == 'direct': st.use_threads(DIRECT_DEPTH)
         E, layers = st.spec.num_experts, list(st.spec.moe_layers)
         plan = [(int(rng.choice(layers)), rng.choice(E, min(batch, E), replace=False).tolist()) for _ in range(batches)]
         if cold: evict_experts(model_dir)
         else:
             for layer, es in plan: st.read_experts(layer, es)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         got = [ls for layer, es in plan for _, ls in st.read_experts(layer, es)]
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         ranges = len(st.ranges(layers[0], 0))
         return dict(batch=batch, experts=len(got), ms_per_expert=1e3 * dt / len(got),
+                    cpu_ms_per_expert=1e3 * cpu / len(got), reader=reader,
+                    direct=bool(getattr(st.reader, 'direct', False)),
                     mb_s=sum(g.nbytes for g in got) / dt / 1e6, cold_fraction=sum(g.cold for g in got) /
                     max(sum(g.pages for g in got), 1), expert_bytes=st.expert_nbytes, ranges=ranges, cold=cold)
     finally: st.close()
 
 # %% ../nbs/06b_measure.ipynb #c0025
 def _expert_read_rows(model_dir:str, batches:list, n:int) -> dict:
-    return {t: {b: expert_reads(model_dir, b, n, t == 'cold') for b in batches} for t in ('cold', 'warm')}
+    rows = {t: {b: expert_reads(model_dir, b, n, t == 'cold') for b in batches} for t in ('cold', 'warm')}
+    return dict(rows, direct={b: expert_reads(model_dir, b, n, True, reader='direct') for b in batches})
 
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
-    "`{'cold': {batch: row}, 'warm': {batch: row}}` of `expert_reads`, measured in a child process in `cgroup`"
+    """`{'cold'|'warm'|'direct': {batch: row}}` of `expert_reads` (through the page cache from the disk and from the
+    cache, and past it), measured in a child process in `cgroup`"""
     rows = child('edge0.measure:_expert_read_rows', str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
                  what=f"measuring expert reads of {model_dir}")
     return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
@@ -315,9 +323,9 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     k = k or spec.k
     plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
     pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
-    arm = Arm(str(model_dir), mode, k, pool_mb=pool)
+    arm = Arm(str(model_dir), mode, k, pool_mb=pool, reader='pread')  # cold against warm: through the page cache
     key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps,
-               paired=True)
+               paired=True, reader='pread')
     def make():
         start, later, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill=False)
         try:

@@ -13,11 +13,12 @@ from .backend import core as B
 from .files import InputError, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .routing import spec_for
-from .store import ExpertStore, model_spec, read_header
-from .streaming import load_resident, open_tokenizer
+from types import SimpleNamespace
+from .store import ExpertStore, LoadStats, model_spec, read_header
+from .streaming import POLICIES, ExpertPool, LayerStats, load_resident, open_tokenizer
 from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
                              recall_report)
-from .routing_stats import routing_trace
+from .routing_stats import lru_hits, routing_trace
 from .decode import generate_ids
 from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
@@ -26,11 +27,11 @@ from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, con
 from .measure import Eta, cached, cold_misses, compute_profile, eta_curve, measure_expert_reads, read_ahead_kb
 
 # %% auto #0
-__all__ = ['DEVICES', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
-           'synthetic_trace', 'reuse_of', 'served_trace', 'read_mb_s', 'miss_ms', 'fault_windows', 'kv_per_token',
-           'auto_budget', 'plan', 'plan_table', 'model_trace', 'head_recall', 'served_by_heads', 'heads_planned',
-           'this_machine', 'why_missed', 'calibration_table', 'plot_calibration', 'public_plans', 'attention_window',
-           'window_table', 'resolve_model', 'plan_for']
+__all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
+           'synthetic_trace', 'reuse_of', 'trace_stats', 'served_trace', 'read_mb_s', 'miss_ms', 'direct_cpu_ms',
+           'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table', 'model_trace',
+           'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed', 'calibration_table',
+           'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model', 'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -40,7 +41,7 @@ class Device:
     ram_mb:float                   # memory the model may use (MiB): weights, pool, page cache, the runtime
     storage_mb_s:float             # cold read rate (MB/s) of large reads, or the storage tier's rate
     eta:Eta|None = None            # read rate by size (None: every read size at storage_mb_s)
-    expert_ms:dict|None = None     # `measure_expert_reads` on this device: {'cold'|'warm': {batch: row}}
+    expert_ms:dict|None = None     # `measure_expert_reads` on this device: {'cold'|'warm'|'direct': {batch: row}}
     miss_cold_ms:float|None = None # the disk's part of a cold miss in a decode, measured in place (`cold_misses`)
     runtime_mb:float = 300.0       # the process besides the model's weights (libraries, activations, buffers)
     mem_gb_s:float|None = None     # memory bandwidth, for compute estimated from the shape alone
@@ -49,7 +50,10 @@ class Device:
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
     cache_share:float = 0.5        # of the memory left, what the page cache keeps of pages read once (see below)
     kv_itemsize:int = 4            # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
-    cold_cpu_ms:dict|None = None   # {mode: ms}: a cold miss's work beside its waits, over a warm one's (`cold_misses`)
+    cold_cpu_ms:dict|None = None   # {mode: ms}: a cold miss's work beside its waits, over a warm one (`cold_misses`)
+    reader:str = 'auto'            # how edge0 reads experts: 'pread' (through the page cache), 'direct' (past it), or
+                                   # 'auto': direct where the pool cannot hold every expert, as a run decides
+    policy:str = 'lfu'             # which expert edge0's pool drops first (`streaming.POLICIES`), as a run's default
     note:str = ''
 
 # %% ../nbs/06c_plan.ipynb #c0007
@@ -132,33 +136,42 @@ def shape_compute(mb:dict, dev:Device) -> Compute:
     return Compute(att, moe, rest, 'shape estimate')
 
 # %% ../nbs/06c_plan.ipynb #c0015
-def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False) -> dict:
-    "Per decode step and layer: `misses` and `cold` counts of a pool LRU (`pool` bundles) over a page-cache LRU"
+class _NoStore:
+    "What an `ExpertPool` asks of a store, reading nothing: every expert an empty bundle of one byte"
+    expert_nbytes = 1
+    def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
+    def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
+
+def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False, policy:str='lru',
+           half_life:float=8) -> dict: # tokens; 'lfu' as a run's pool: each use's weight halving every 8
+    """Per decode step and layer: `misses` and `cold` counts of edge0's pool (`pool` bundles, `policy`) shared by the
+    layers of `trace`, over a page-cache LRU of `cache` bundles"""
     layers = sorted(trace)
     T = len(trace[layers[0]])
-    lru, pc = OrderedDict(), OrderedDict()
+    store = _NoStore(1)
+    held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy, half_life=half_life * len(layers))
+    pc, ls = OrderedDict(), LayerStats()
     miss, cold = np.zeros((T - prompt, len(layers)), int), np.zeros((T - prompt, len(layers)), int)
     for t in range(T):
         if t == prompt or (cold_steps and t > prompt): pc.clear()
         for j, layer in enumerate(layers):
-            for e in dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()):
-                key = (layer, e)
-                if key in lru:
-                    lru.move_to_end(key)
-                    continue
-                if t >= prompt:
+            ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
+            if t >= prompt:
+                for e in ids:
+                    if held.has(layer, e): continue
                     miss[t - prompt, j] += 1
+                    key = (layer, e)
                     if key in pc: pc.move_to_end(key)
                     else: cold[t - prompt, j] += 1
-                if t >= prompt:
                     pc[key] = None
                     if len(pc) > cache: pc.popitem(last=False)
-                lru[key] = None
-                if len(lru) > pool: lru.popitem(last=False)
+            held.get(layer, ids, ls)
     return dict(layers=layers, misses=miss, cold=cold)
 
 # %% ../nbs/06c_plan.ipynb #c0018
-def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=0.8, seed:int=0) -> dict:
+SKEW = 1.3  # Zipf exponent: with reuse 0.3, an LRU of a quarter of the experts hits ~70% (the published figures)
+
+def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=SKEW, seed:int=0) -> dict:
     "`{layer: (tokens, k) expert ids}` with previous-token reuse `reuse` and Zipf(`skew`) popularity per layer"
     rng, E, out = np.random.default_rng(seed), spec.num_experts, {}
     for layer in spec.moe_layers:
@@ -178,6 +191,11 @@ def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=0.8
 def reuse_of(trace:dict) -> float:
     "Mean share of a layer's experts that the previous token also used"
     return float(np.mean([len(set(a) & set(b)) / len(a) for ids in trace.values() for a, b in zip(ids[1:], ids[:-1])]))
+
+def trace_stats(trace:dict, num_experts:int) -> dict:
+    "`reuse` (`reuse_of`) and `lru_quarter`: the mean hit rate of an LRU of a quarter of each layer's experts"
+    ids = [np.asarray(v) for v in trace.values()]
+    return dict(reuse=reuse_of(trace), lru_quarter=float(np.mean([lru_hits(a, max(num_experts // 4, 1)) for a in ids])))
 
 # %% ../nbs/06c_plan.ipynb #c0021
 def served_trace(trace:dict, planned, recall, num_experts:int, seed:int=0) -> dict:
@@ -204,15 +222,23 @@ def read_mb_s(dev:Device, nbytes:float) -> float:
     "The cold read rate (MB/s) of reads of `nbytes` on `dev`: its read curve, held to the storage's rate"
     return min(dev.storage_mb_s, dev.eta.rate(nbytes)) if dev.eta else dev.storage_mb_s
 
-def miss_ms(mb:dict, dev:Device, batch:int, cold:bool) -> float:
-    "ms per expert of a layer's `batch` misses on `dev`, read from the disk (`cold`) or from the page cache"
-    if dev.expert_ms:
-        rows = dev.expert_ms['cold' if cold else 'warm']
+def miss_ms(mb:dict, dev:Device, batch:int, cold:bool, direct:bool=False) -> float:
+    """ms per expert of a layer's `batch` misses on `dev`, read from the disk (`cold`) or from the page cache; `direct`:
+    past the page cache (always from the disk)"""
+    rows = (dev.expert_ms or {}).get('direct' if direct else 'cold' if cold else 'warm')
+    if rows:
         sizes = sorted(rows)
         return float(np.interp(batch, sizes, [rows[b]['ms_per_expert'] for b in sizes]))
+    disk = sum(n / (read_mb_s(dev, n) * 1e6) * 1e3 for n in mb['ranges'])
+    if direct: return disk
     copy = 2 * mb['bundle'] / ((dev.mem_gb_s or 10.0) * 1e9) * 1e3  # out of the page cache, into the pool
-    if not cold: return copy
-    return copy + sum(n / (read_mb_s(dev, n) * 1e6) * 1e3 for n in mb['ranges'])
+    return copy + disk if cold else copy
+
+def direct_cpu_ms(dev:Device, batch:int) -> float:
+    "CPU ms per expert of a layer's `batch` misses read past the page cache: measured, else none"
+    rows = (dev.expert_ms or {}).get('direct') or {}
+    sizes = sorted(b for b in rows if 'cpu_ms_per_expert' in rows[b])
+    return float(np.interp(batch, sizes, [rows[b]['cpu_ms_per_expert'] for b in sizes])) if sizes else 0.0
 
 # %% ../nbs/06c_plan.ipynb #c0027
 STRATEGIES = ('ram', 'static', 'off', 'routing')
@@ -222,11 +248,14 @@ def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> 
     "Bundles the page cache holds of `share` of what `dev` leaves after `used_mb`"
     return max(int(share * (dev.ram_mb - used_mb) * 2**20 / bundle), 0)
 
-def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None) -> tuple:
+def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None, direct:bool=False) -> tuple:
     """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`
     (else the store's warm read), a cold one the disk's part on top: `dev.miss_cold_ms` where it was measured in a
-    decode, else the store's cold read less its warm one"""
+    decode, else the store's cold read less its warm one. `direct` (reads past the page cache): no warm part, every
+    miss the store's direct read at its layer's batch"""
     m, c = r['misses'], r['cold']
+    if direct:
+        return np.zeros(m.shape), m * np.vectorize(lambda n: miss_ms(mb, dev, max(int(n), 1), True, True))(m)
     cost = np.vectorize(lambda n, cold: miss_ms(mb, dev, max(int(n), 1), cold))
     warm = cost(m, False)
     disk = dev.miss_cold_ms if dev.miss_cold_ms is not None else cost(m, True) - warm
@@ -254,22 +283,25 @@ def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
                 bytes=r['misses'].sum(1).mean() * ra)
 
 # %% ../nbs/06c_plan.ipynb #67f72011
-def _expert_cache(mb:dict, dev:Device, used:float) -> int:
-    "Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too)"
-    return 0 if dev.cold_steps else _cache_bundles(dev, used + mb['resident'] / 2**20, mb['bundle'], dev.cache_share)
+def _expert_cache(mb:dict, dev:Device, used:float, direct:bool=False) -> int:
+    """Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too);
+    none where the experts are read past it (`direct`)"""
+    if dev.cold_steps or direct: return 0
+    return _cache_bundles(dev, used + mb['resident'] / 2**20, mb['bundle'], dev.cache_share)
 
 def _cold_cpu(dev:Device, mode:str) -> float:
     "What a cold miss costs a step of `mode` beside its waits, over a warm one: measured in place, else nothing"
     return max((dev.cold_cpu_ms or {}).get(mode, 0.0), 0.0)
 
-def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute) -> dict:
-    "Pool misses, cold where the page cache behind the pool had dropped them"
+def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute, direct:bool=False) -> dict:
+    "Pool misses, cold where the page cache behind the pool had dropped them (`direct`: all of them)"
     used = dev.runtime_mb + mb['resident'] / 2**20 + pool_mb
-    r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
-               dev.cold_steps)
-    warm, cold = _read_ms(mb, dev, r, c.miss_ms)
-    return dict(read_ms=warm + cold + r['cold'] * _cold_cpu(dev, 'off'), misses=r['misses'], cold=r['cold'],
-                peak_mb=used, bytes=r['misses'].sum(1).mean() * mb['bundle'])
+    r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
+               dev.cold_steps, dev.policy)
+    warm, cold = _read_ms(mb, dev, r, c.miss_ms, direct)
+    cpu = 0 if direct else r['cold'] * _cold_cpu(dev, 'off')  # a direct read's work is in its measured time
+    return dict(read_ms=warm + cold + cpu, misses=r['misses'], cold=r['cold'], peak_mb=used,
+                bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
 # %% ../nbs/06c_plan.ipynb #c0030
 def _new_in_slots(ids, prompt:int) -> list:
@@ -283,34 +315,39 @@ def _deadlines(c:Compute, layers:list) -> list:
     start = np.concatenate([[0.0], np.cumsum(np.array(c.attention_ms) + np.array(c.moe_ms))])
     return [start[l] + c.attention_ms[l] for l in layers]
 
+def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.ndarray:
+    """Per step, what the background reader's work for replay `r` adds to the compute on the same cores: through the
+    page cache, each miss's measured in-place cost and each cold one's extra; past it, the direct reads' CPU time"""
+    if direct: return (r['misses'] * np.vectorize(lambda n: direct_cpu_ms(dev, max(int(n), 1)))(r['misses'])).sum(1)
+    warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
+    return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
+
 def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
              served:dict|None=None, within:bool=False,
-             exact_top:int=0) -> dict: # the own M heaviest always computed: `trace`'s rows heaviest first
+             exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
+             direct:bool=False) -> dict:
     "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
     spec = mb['spec']
     held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
     if within: pool_mb = max(pool_mb - held / 2**20, mb['k'] * mb['bundle'] / 2**20)  # 'auto': one budget holds all
     used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
-    r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)},
-               max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
-               dev.cold_steps)
-    store_warm, cold = _read_ms(mb, dev, r)
+    bundles, cache = max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct)
+    r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)}, bundles, cache, prompt, dev.cold_steps,
+               dev.policy)
+    store_warm, cold = _read_ms(mb, dev, r, None, direct)
     ms = store_warm + cold  # the background reader's time per layer
     due = _deadlines(c, r['layers'])
     exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d, float(t)) for l, d, t in zip(r['layers'], due, row)],
                                         1.0) for row in ms])
-    if c.miss_ms is not None:  # what warm misses cost the step in place (the reader's work on the same cores)
-        exposed = exposed + r['misses'].sum(1) * c.miss_ms
-    exposed = exposed + r['cold'].sum(1) * _cold_cpu(dev, 'routing')  # the reader's work for a cold read, in place
+    exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
         fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), served[l].tolist())]
               for l in sorted(planned)}
-        f = replay(fg, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used), prompt,
-                   dev.cold_steps)
-        warm, cold = _read_ms(mb, dev, f, c.miss_ms)
-        exposed = exposed + (warm + cold + f['cold'] * _cold_cpu(dev, 'off')).sum(1)  # read as `off` reads
+        f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
+        warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
+        exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)  # as `off`
         nbytes += f['misses'].sum(1).mean() * mb['bundle']
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
                 syncs=1 + len(planned) * (exact_top > 0))
@@ -326,18 +363,23 @@ def kv_per_token(config:dict, itemsize:int) -> float:
     else: per = 2 * heads * (c.get('head_dim') or c['hidden_size'] // c['num_attention_heads'])
     return float(layers * per * itemsize)
 
-def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS) -> dict:
-    "What `--pool-mib auto` gives a run of `mb` (`model_bytes`) on `dev`: `00_memory.pool_budget` on its figures"
+def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS, direct:bool=False) -> dict:
+    """What `--pool-mib auto` gives a run of `mb` (`model_bytes`) on `dev`: `00_memory.pool_budget` on its figures
+    (`direct`: experts read past the page cache, whose room is then one layer's read buffers)"""
     spec, k, bundle = mb['spec'], mb['k'], mb['bundle']
     cfg = mb.get('config') or {}
     tokens = min(kv_tokens, cfg.get('max_position_embeddings') or kv_tokens)
     kv = kv_per_token(cfg, dev.kv_itemsize) * tokens if cfg else 0.0
-    step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts, tokens)
+    step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts, tokens, direct)
     free = (dev.ram_mb - dev.runtime_mb) * MiB - mb['resident']
     pool = pool_budget(int(free), int(kv), step, room, sum(mb['experts'].values()), int(k * bundle))
     return dict(pool_mb=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens, step_mb=step / MiB,
                 room_mb=room / MiB, refused=pool < k * bundle)
 
+def plan_reader(mb:dict, dev:Device, pool_mb:float) -> str:
+    "How a run with a pool of `pool_mb` MiB reads experts on `dev`: its `reader`; 'auto' decides as a run does"
+    if dev.reader != 'auto': return dev.reader
+    return 'direct' if pool_mb * MiB < sum(mb['experts'].values()) else 'pread'
 
 # %% ../nbs/06c_plan.ipynb #c0033
 def _check_strategies(strategies):
@@ -347,11 +389,18 @@ def _check_strategies(strategies):
 def _binds(compute_ms:float, read_ms:float, cls:str) -> str:
     return f"{cls} reads ({read_ms:.1f} ms a token)" if read_ms > 0.05 * compute_ms else 'compute'
 
+def _check_device(dev:Device):
+    if dev.reader not in ('auto', 'pread', 'direct'):
+        raise InputError(f"device reader {dev.reader!r}: expected auto, pread or direct")
+    if dev.policy not in POLICIES:
+        raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
+
 def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
          kv_tokens:int=KV_TOKENS, exact_top:int=0) -> dict:
     "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
     _check_strategies(strategies)
+    _check_device(dev)
     mb = model_bytes(model, k)
     spec, k = mb['spec'], mb['k']
     if not 0 <= exact_top <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {exact_top}")
@@ -361,7 +410,11 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
     budget = auto_budget(mb, dev, kv_tokens)
     pool = pool_mb if pool_mb is not None else max(budget['pool_mb'], mb['bundle'] * k / 2**20)
-    rows = {}
+    reader = plan_reader(mb, dev, pool)
+    if reader == 'direct' and pool_mb is None:  # as a run: the budget made again for direct's smaller room
+        budget = auto_budget(mb, dev, kv_tokens, direct=True)
+        pool = max(budget['pool_mb'], mb['bundle'] * k / 2**20)
+    direct, rows = reader == 'direct', {}
     for s in strategies:
         c = c_of(s)
         if s == 'ram':
@@ -371,9 +424,10 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
                            mib_per_token=0.0, peak_mb=peak, fits=fits,
                            binds='compute' if fits else f"memory: {peak:.0f} MiB needed, {dev.ram_mb:.0f} MiB there")
             continue
-        r = (_static(mb, dev, trace, prompt) if s == 'static' else _off(mb, dev, trace, prompt, pool, c) if s == 'off'
-             else _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                          within=pool_mb is None, exact_top=exact_top))
+        r = (_static(mb, dev, trace, prompt) if s == 'static' else
+             _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
+             _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
+                      within=pool_mb is None, exact_top=exact_top, direct=direct))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
@@ -384,7 +438,8 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                exact_top=exact_top, pool_mb=pool, budget=None if pool_mb is not None else budget,
+                exact_top=exact_top, pool_mb=pool, budget=None if pool_mb is not None else budget, reader=reader,
+                policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
@@ -400,7 +455,11 @@ def plan_table(p:dict) -> str:
     "A plan as a table"
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / 2**20:.2f}" for c, v in by.items())
                     for view, by in p['per_class'].items())
+    how = {'direct': 'past the page cache (direct)', 'pread': 'through the page cache (pread)'}
     lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
+             *([f"the trace replayed: previous-token reuse {p['routing']['reuse']:.2f}, an LRU of a quarter of a "
+                f"layer's experts hits {p['routing']['lru_quarter']:.0%}"] if p.get('routing') else []),
+             *([f"edge0 reads experts {how[p['reader']]}; pool policy {p['policy']}"] if p.get('reader') else []),
              f"MiB a token by address class ({per})",
              *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
              *p.get('notes', []),
@@ -590,12 +649,12 @@ PAPERS = {
                  'tok/s and 3.3 GB; on a 16 GB M2, 49 MiB read per decode step at 1.88 GB/s', tps=13.0),
 }
 
-def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3) -> list:
+def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3, skew:float=SKEW) -> list:
     "`plan` of each public shape on the device the papers use, with what they report"
     out = []
     for (shape, device, k), paper in PAPERS.items():
         cfg, dev = SHAPES[shape], DEVICES[device]
-        trace = synthetic_trace(spec_for(cfg), k, 128, reuse=reuse)
+        trace = synthetic_trace(spec_for(cfg), k, 128, reuse=reuse, skew=skew)
         p = plan(cfg, dev, k, strategies=strategies, trace=trace, recall=recall)
         out.append(dict(p, shape=shape, paper=paper))
     return out
@@ -659,7 +718,9 @@ def _measured_eta(model_dir) -> Eta:
 
 def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, tier=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
-             mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0) -> dict:
+             mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0,
+             skew:float=SKEW, # a config's synthetic routing: previous-token reuse and popularity skew
+             reader:str|None=None) -> dict: # how edge0 reads experts (Device.reader); None: the device's, 'auto'
     "`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else a `DEVICES` entry"
     _check_strategies(strategies)
     src = resolve_model(model)
@@ -683,17 +744,17 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
         modes = ('off', 'routing') if routing and heads is not None else ('off',)
         if routing and heads is None: notes.append("routing's compute: the off profile (no heads to measure)")
         dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
-        dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s)) if v})
+        dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s), ('reader', reader)) if v})
         p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k, heaviest_first=exact_top > 0), compute, recall,
                  planned, served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
                  exact_top=exact_top)
         return dict(p, recall_from=source, notes=notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
-    over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s)
+    over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s, reader=reader)
     dev = replace(DEVICES[device], **{f: v for f, v in over.items() if v})
     spec = _source(src)[0]
     trace = (model_trace(src, k, heaviest_first=exact_top > 0) if has_weights  # synthetic: the first M stand for them
-             else synthetic_trace(spec, k or spec.k, 128, reuse=reuse))
+             else synthetic_trace(spec, k or spec.k, 128, reuse=reuse, skew=skew))
     return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned, exact_top=exact_top),
                 recall_from=source, notes=notes)
 
