@@ -15,7 +15,6 @@ any machine.
 """
 import argparse, json, sys, time
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import checkpoint, SHAPE_16L, SHAPE_16L_CALIBRATED  # noqa: E402
@@ -25,24 +24,16 @@ SHARES = (0.1, 0.25, 0.5)
 HALF_LIVES = (8, 16, 64)
 
 
-class _NoStore:
-    "What `ExpertPool` asks of a store, reading nothing: every expert an empty bundle of one byte"
-    expert_nbytes = 1
-    def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
-    def read_experts(self, layer:int, experts) -> list:
-        from edge0.store import LoadStats
-        return [({}, LoadStats()) for _ in experts]
-
-
 def pool_hits(trace:dict, bundles:int, policy:str='lru', half_life:float=16, warm=()) -> float:
     """Hit rate of edge0's own `ExpertPool` of `bundles` experts under `policy`, shared by every layer of `trace`
     ({layer: (tokens, K) ids}), requests made token by token and layer by layer as a decode makes them; `warm`: keys
     put in before the first token, the most requested last (as `StreamEngine.fill_from_usage` does); `half_life` in
     tokens"""
+    from edge0.plan import NoReads
     from edge0.streaming import ExpertPool, LayerStats
     layers = sorted(trace)
     k = trace[layers[0]].shape[1]
-    pool = ExpertPool(_NoStore(k), budget_bundles=bundles, k=k, policy=policy, half_life=half_life * len(layers))
+    pool = ExpertPool(NoReads(k), budget_bundles=bundles, k=k, policy=policy, half_life=half_life * len(layers))
     for key in list(warm)[-bundles:]: pool.put(*key, {})
     stats = LayerStats()
     for t in range(len(trace[layers[0]])):

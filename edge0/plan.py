@@ -27,11 +27,12 @@ from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, con
 from .measure import Eta, cached, cold_misses, compute_profile, eta_curve, measure_expert_reads, read_ahead_kb
 
 # %% auto #0
-__all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'replay',
-           'synthetic_trace', 'reuse_of', 'trace_stats', 'served_trace', 'read_mb_s', 'miss_ms', 'direct_cpu_ms',
-           'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table', 'model_trace',
-           'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed', 'calibration_table',
-           'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model', 'plan_for']
+__all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'NoReads',
+           'replay', 'synthetic_trace', 'reuse_of', 'trace_stats', 'served_trace', 'read_mb_s', 'miss_ms',
+           'direct_cpu_ms', 'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table',
+           'model_trace', 'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
+           'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
+           'plan_for']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -136,8 +137,8 @@ def shape_compute(mb:dict, dev:Device) -> Compute:
     return Compute(att, moe, rest, 'shape estimate')
 
 # %% ../nbs/06c_plan.ipynb #c0015
-class _NoStore:
-    "What an `ExpertPool` asks of a store, reading nothing: every expert an empty bundle of one byte"
+class NoReads:
+    "What an `ExpertPool` asks of a store, reading nothing (a replay counts hits): every expert an empty bundle of a byte"
     expert_nbytes = 1
     def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
@@ -148,7 +149,7 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
     layers of `trace`, over a page-cache LRU of `cache` bundles"""
     layers = sorted(trace)
     T = len(trace[layers[0]])
-    store = _NoStore(1)
+    store = NoReads(1)
     held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy, half_life=half_life * len(layers))
     pc, ls = OrderedDict(), LayerStats()
     miss, cold = np.zeros((T - prompt, len(layers)), int), np.zeros((T - prompt, len(layers)), int)
