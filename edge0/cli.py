@@ -12,7 +12,7 @@ from .files import InputError, find_model, teachers
 from .routing import MoESpec, SUPPORTED, expert_keys
 from .streaming import PATHS, POLICIES, StreamOptions, model_spec
 from .store import READERS, DIRECT_DEPTH
-from .decode import MODES
+from .decode import AUTO, MODES
 from .backend.quant import KERNELS
 from .convert import LAYOUTS
 from .decode import Sampling
@@ -129,8 +129,9 @@ def _model_arguments(g):
     g.add_argument('--resident', action='store_true',
                    help="every expert in memory, none read after load: mlx-lm's resident model (a torch-cpu "
                    "checkpoint: its experts kept by edge0's streaming layer), under the same dtype policy as streaming")
-    g.add_argument('--prerouter', choices=MODES, help="decode mode: off (own router), routing (the prediction is the "
-                   "routing), prefetch (predictions warm the pool), oracle (replay --trace)")
+    g.add_argument('--prerouter', choices=(*MODES, AUTO), help="decode mode: off (own router), routing (the "
+                   "prediction is the routing), prefetch (predictions warm the pool), oracle (replay --trace), auto "
+                   "(off or routing, whichever `edge0 plan` predicted faster on this machine at about this budget)")
     g.add_argument('--exact-top', type=int, default=0, metavar='M', help="with --prerouter routing: the layer's "
                    "own M heaviest experts are always computed, the other K-M are the prediction (default 0)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
@@ -362,8 +363,8 @@ def _session_kw(a) -> dict:
     if a.k is not None and a.k < 1: raise CLIError(f"--k must be at least 1, got {a.k}")
     if a.max_kv_size is not None and a.max_kv_size < 1:
         raise CLIError(f"--max-kv-size must be at least 1, got {a.max_kv_size}")
-    if a.exact_top and a.prerouter != 'routing':
-        raise CLIError(f"--exact-top {a.exact_top} needs --prerouter routing")
+    if a.exact_top and a.prerouter not in ('routing', AUTO):
+        raise CLIError(f"--exact-top {a.exact_top} needs --prerouter routing (or auto)")
     return dict(mode=a.prerouter, k=a.k, exact_top=a.exact_top, adapter=a.adapter, no_adapter=a.no_adapter,
                 resident=a.resident,
                 options=_options(a), max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)

@@ -15,11 +15,11 @@ from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
 from .streaming import (StreamEngine, StreamOptions, Handle, load as stream_load, load_resident,
                              stats as stream_stats, model_spec)
-from .prerouter import Prerouter, features, heads_file, load_prerouter
+from .prerouter import Prerouter, features, find_heads, heads_file, load_prerouter
 
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
+__all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
            'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype', 'DecodeStats', 'Decoder',
            'Sampling', 'generate_batch', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
@@ -45,6 +45,7 @@ def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'
 MODES = ('off', 'routing', 'prefetch', 'oracle')
+AUTO = 'auto'  # not a mode of its own: `load` asks a planner which of off and routing to serve
 
 def check_mode(mode:str):
     "Refuse a decode mode that is not one of `MODES`"
@@ -493,13 +494,20 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
          options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True,
          resident:bool=False, # every expert in memory (`load_resident`): the decoder computes, nothing is read
          decoder:bool=True, # False: the heads are loaded (`handle.prerouter`), the model routes itself
-         dtype=None, **kw) -> Handle:
+         dtype=None,
+         choose=None, # mode 'auto': `choose(handle, heads or None, k, exact_top) -> (mode, why)`, asked after the load
+         **kw) -> Handle:
     "A `Handle` on the model in `model_dir`, its heads (`prerouter_path`, else `find_heads`) and its `Decoder`"
-    check_mode(mode)  # before anything is loaded
+    auto = mode == AUTO
+    if auto and choose is None:
+        raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
+                         "(edge0.plan.auto_mode; the session and the edge0 command pass it)")
+    if not auto: check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k
-    check_exact_top(mode, exact_top, k)
-    path = heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') else None
+    check_exact_top('routing' if auto else mode, exact_top, k)
+    path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
+            (auto and prerouter_path is not None) else find_heads(model_dir, spec, k) if auto else None)
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     if heads is not None: heads.set_dtype(heads_dtype(spec))  # as the decoder runs them, installed or not
     replay = None
@@ -507,6 +515,13 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")
     handle = (load_resident(model_dir, spec, dtype) if resident else
               stream_load(model_dir, options, spec=spec, k=k, dtype=dtype, **kw))
+    if auto:
+        try: mode, why = choose(handle, path, k, exact_top)
+        except BaseException:
+            handle.close()
+            raise
+        handle.notes.append(why)
+        if mode != 'routing': path, heads, exact_top = None, None, 0  # off: the own routing, every expert exact
     handle.k, handle.heads, handle.prerouter = k, path, heads
     if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
     if not decoder: return handle

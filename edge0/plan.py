@@ -4,13 +4,13 @@
 
 # %% ../nbs/06c_plan.ipynb #c0002
 from __future__ import annotations
-import json, math
+import json, math, time
 from collections import OrderedDict
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import numpy as np
 from .backend import core as B
-from .files import InputError, find_model, read_json
+from .files import InputError, atomic_file, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .routing import spec_for
 from types import SimpleNamespace
@@ -24,7 +24,8 @@ from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
-from .measure import Eta, cached, cold_misses, compute_profile, eta_curve, measure_expert_reads, read_ahead_kb
+from .measure import (Eta, cache_dir, cached, cold_misses, compute_profile, eta_curve, host_id, measure_expert_reads,
+                          read_ahead_kb)
 
 # %% auto #0
 __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'NoReads',
@@ -32,7 +33,7 @@ __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model
            'direct_cpu_ms', 'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table',
            'model_trace', 'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
            'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
-           'plan_for']
+           'plan_for', 'keep_verdict', 'auto_mode']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -138,7 +139,7 @@ def shape_compute(mb:dict, dev:Device) -> Compute:
 
 # %% ../nbs/06c_plan.ipynb #c0015
 class NoReads:
-    "What an `ExpertPool` asks of a store, reading nothing (a replay counts hits): every expert an empty bundle of a byte"
+    "What an `ExpertPool` asks of a store, reading nothing (a replay counts hits): each expert an empty one-byte bundle"
     expert_nbytes = 1
     def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
@@ -749,6 +750,8 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
         p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k, heaviest_first=exact_top > 0), compute, recall,
                  planned, served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
                  exact_top=exact_top)
+        if routing and heads is not None and source.startswith('heads'):  # measured: what mode 'auto' goes by
+            keep_verdict(p, src, heads, k or model_spec(src).k, exact_top, cap_mb)
         return dict(p, recall_from=source, notes=notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
     over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s, reader=reader)
@@ -759,3 +762,45 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
     return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned, exact_top=exact_top),
                 recall_from=source, notes=notes)
 
+
+# %% ../nbs/06c_plan.ipynb #c0066w
+def _verdicts(model_dir) -> Path: return cache_dir() / 'verdicts' / f"{fingerprint(model_dir)}.json"
+
+def _read_verdicts(model_dir) -> list:
+    "The verdicts kept for `model_dir` (a damaged file: none)"
+    try: v = json.loads(_verdicts(model_dir).read_text())
+    except (OSError, ValueError): return []
+    return v if isinstance(v, list) else []
+
+def keep_verdict(p:dict, model_dir, heads, k:int, exact_top:int=0, cap_mb:float|None=None):
+    "Keep what plan `p` of this machine predicts for `off` and `routing` of `model_dir` with `heads`, for mode 'auto'"
+    rows = p['rows']
+    entry = dict(host=host_id(), heads=heads_fingerprint(heads), k=k, exact_top=exact_top, cap_mb=cap_mb,
+                 pool_mb=round(p['pool_mb'], 1), off=rows['off']['tps'], routing=rows['routing']['tps'],
+                 date=time.strftime('%Y-%m-%d %H:%M'))
+    same = lambda e: all(e.get(f) == entry[f] for f in ('host', 'heads', 'k', 'exact_top', 'cap_mb', 'pool_mb'))
+    kept = [e for e in _read_verdicts(model_dir) if not same(e)] + [entry]
+    try:
+        with atomic_file(_verdicts(model_dir)) as tmp: tmp.write_text(json.dumps(kept, indent=1))
+    except OSError: pass  # an unwritable cache: the plan is printed all the same, auto will say it has none
+
+def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
+    "`(mode, why)` for a loaded `handle` in mode 'auto': the faster of off and routing by this host's nearest verdict"
+    if heads is None: return 'off', f"auto: no prerouter heads for K={k}: serving off"
+    if handle.engine is None: return 'off', "auto: every expert is in memory, nothing to read ahead: serving off"
+    d = Path(handle.engine.store.dir)
+    b = handle.engine.budget
+    pool = (b.pool if b is not None and b.pool is not None else sum(
+        t.nbytes for ls in handle.engine.store.layers.values() for t in ls.values())) / MiB
+    host, hf = host_id(), heads_fingerprint(heads)
+    mine = [e for e in _read_verdicts(d) if e.get('host') == host and e.get('heads') == hf
+            and e.get('k') == k and e.get('exact_top') == exact_top and e.get('pool_mb')]
+    near = min(mine, key=lambda e: abs(math.log(e['pool_mb'] / pool)), default=None)
+    cmd = f"`edge0 plan {d} --k {k}" + (f" --exact-top {exact_top}" if exact_top else '') + '`'
+    if near is None or abs(math.log(near['pool_mb'] / pool)) > math.log(1.5):
+        seen = f" (the nearest was planned for a pool of {near['pool_mb']:.0f} MiB)" if near else ''
+        return 'routing', (f"auto: no plan of this machine for {d.name} near this run's pool of {pool:.0f} MiB{seen}: "
+                           f"serving routing; {cmd} measures it once (minutes), then auto serves the faster")
+    mode = 'routing' if near['routing'] > near['off'] else 'off'
+    return mode, (f"auto: the plan of this machine ({near['date']}, pool {near['pool_mb']:.0f} MiB) predicts routing "
+                  f"{near['routing']:.2f} against off {near['off']:.2f} tok/s: serving {mode}")

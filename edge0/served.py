@@ -7,7 +7,7 @@ from __future__ import annotations
 from .files import InputError, find_model
 from .store import model_spec
 from .streaming import StreamOptions, Handle
-from .decode import check_exact_top, check_mode, load as decode_load
+from .decode import AUTO, check_exact_top, check_mode, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
@@ -26,13 +26,14 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
                 record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
                 exact_top:int=0, # mode 'routing': the own router's M heaviest experts are always computed
                 decoder:bool=True, # False: heads loaded (`handle.prerouter`), the model routes itself
-                hold:bool=True) -> Handle: # 'routing': keep the layers no head predicts resident
+                hold:bool=True, # 'routing': keep the layers no head predicts resident
+                choose=None) -> Handle: # mode 'auto': what picks off or routing once loaded (edge0.plan.auto_mode)
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
     d = find_model(model)
     spec = model_spec(d)
-    check_exact_top(mode or 'the own routing', exact_top, k or spec.k)
+    check_exact_top('routing' if mode == AUTO else mode or 'the own routing', exact_top, k or spec.k)
     if mode is None and (k is not None or trace is not None or record_trace): mode = 'off'  # a decoder serves them
-    if mode is not None: check_mode(mode)
+    if mode not in (None, AUTO): check_mode(mode)
     if k is not None and not 1 <= k <= spec.num_experts:
         raise InputError(f"k={k} is out of range: expected 1 to {spec.num_experts}, "
                          f"the experts per MoE layer of {d.name}")
@@ -45,7 +46,7 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
     if mode is None: h = decode_load(d, 'off', spec=spec, resident=resident, options=None if resident else options,
                                      dtype=dtype, decoder=False)
     else: h = decode_load(d, mode, k, heads, trace, record_trace, None if resident else options, spec, exact_top,
-                          hold, resident=resident, decoder=decoder, dtype=dtype)
+                          hold, resident=resident, decoder=decoder, dtype=dtype, choose=choose)
     try:
         if adapter is not None: use_adapter(h, d, None if adapter == 'auto' else adapter)
     except BaseException:

@@ -10,8 +10,9 @@ from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
 from .streaming import StreamOptions, stats as stream_stats
-from .decode import Sampling, generate_ids, decode_stats
+from .decode import AUTO, Sampling, generate_ids, decode_stats
 from .served import open_served
+from .plan import auto_mode
 from .memory import Budget, MiB, ThrashWatch
 
 # %% auto #0
@@ -43,7 +44,8 @@ def _add_eos(tokenizer, token):
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
     def __init__(self, model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-                 mode:str|None=None, # decode mode (edge0.decode.MODES); None: the streaming layer's own routing
+                 mode:str|None=None, # decode mode (edge0.decode.MODES, or 'auto': what the plan says is faster); None:
+                                     # the streaming layer's own routing
                  k:int|None=None, # experts per token (default: the model's)
                  adapter=None, # recovery LoRA file (default: `lora-k{K}.safetensors` beside the base, if any)
                  no_adapter:bool=False, # serve the base alone
@@ -63,7 +65,8 @@ class Session:
         if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
         self.handle = open_served(self.model_dir, mode, k, adapter=None if no_adapter else adapter or 'auto',
                                   resident=resident, options=options, dtype=dtype, trace=trace,
-                                  record_trace=record_trace, exact_top=exact_top)
+                                  record_trace=record_trace, exact_top=exact_top,
+                                  choose=auto_mode if mode == AUTO else None)
         self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
         try:
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
