@@ -7,9 +7,10 @@ replaces, and against llama.cpp reading the same weights, from one run.
 
 The checkpoint is the 1.85 GB synthetic Qwen3-MoE (edge0.zoo.build_synthetic: 16 layers, 128 experts, top-8, hidden 1024,
 expert FFN 512; build/bench/qwen3moe-16l, the one bench/memory_budget.py uses) in its torch-cpu conversion; its routing
-statistics are printed first (degenerate routing would turn streaming into cache hits). llama.cpp is built, and the
-checkpoint turned into a Q4_0 GGUF of the same weights, by ../shared/tools/llama_anchor.sh (the steps are printed when
-it cannot run). Parts, each arm in its own process, the arms alternating within each round:
+statistics are printed first (degenerate routing would turn streaming into cache hits). llama.cpp is built by
+../shared/tools/llama_anchor.sh (its binaries only; the steps are printed when it cannot run), and the checkpoint is
+written as a Q4_0 GGUF of the same weights by edge0.gguf.write_q4_0 (from the int4 weights a slice at a time, no bf16
+copy). Parts, each arm in its own process, the arms alternating within each round:
 
 - uncapped: everything in memory, page cache warm. edge0 with a pool that holds every expert, `off` (own routing),
   greedy; llama.cpp's llama-bench with --repack 0 and -lm mmap (the weights read where they lie, as edge0 reads them).
@@ -56,19 +57,24 @@ def runs_here(bench:Path, gguf:Path) -> bool:
 
 
 def anchor(model:Path, work:Path) -> tuple:
-    "`(llama-bench, gguf)` built by llama_anchor.sh for this CPU; the steps it needs when it cannot run"
+    """`(llama-bench, gguf)`: llama.cpp built for this CPU by llama_anchor.sh (binaries only), and `model` written as a
+    Q4_0 GGUF by edge0.gguf.write_q4_0; the steps it needs when it cannot build"""
+    from edge0.gguf import write_q4_0
     gguf, bench = work / f'{model.name}-Q4_0.gguf', work / 'bin' / 'llama-bench'
-    if gguf.exists() and bench.exists() and not runs_here(bench, gguf):
+    if not gguf.exists():
+        print(f'writing {gguf.name} from the int4 checkpoint {model} (edge0.gguf.write_q4_0) ...', flush=True)
+        write_q4_0(model, gguf)
+    if bench.exists() and not runs_here(bench, gguf):
         print(f"{bench} was built for another CPU (illegal instruction here): building it again for this one", flush=True)
         shutil.rmtree(work / 'bin')
-    if not (gguf.exists() and bench.exists()):
+    if not bench.exists():
         if not ANCHOR.exists():
             sys.exit(f"llama.cpp is not built and {ANCHOR} is missing: build llama.cpp (llama-bench) from the "
-                     f"llama-cpp-python==0.3.36 sdist, convert {model} to a Q4_0 GGUF at {gguf}, then run this again")
-        print(f'building llama.cpp and {gguf.name} with {ANCHOR} (about 15 minutes) ...', flush=True)
-        env = dict(os.environ, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-        r = subprocess.run(['bash', str(ANCHOR), str(work), str(model)], env=env)
-        if r.returncode: sys.exit(f"{ANCHOR} failed (exit {r.returncode}); run it by hand: bash {ANCHOR} {work} {model}")
+                     f"llama-cpp-python==0.3.36 sdist into {work / 'bin'}, then run this again")
+        print(f'building llama.cpp with {ANCHOR} (about 15 minutes) ...', flush=True)
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # the sdist: this pip's
+        r = subprocess.run(['bash', str(ANCHOR), str(work)], env=env)
+        if r.returncode: sys.exit(f"{ANCHOR} failed (exit {r.returncode}); run it by hand: bash {ANCHOR} {work}")
     return bench, gguf
 
 

@@ -28,11 +28,11 @@ For each configuration this script
      disk adds to each and what it costs beside the waits, what the background reads leave exposed.
 Static offload (`static`, llama.cpp's mmap): where llama.cpp is built (../shared/tools/llama_anchor.sh, as
 bench/cpu_step.py builds it; --llama), each synthetic tier x cap also runs llama-bench's decode on a Q4_0 GGUF of the
-same weights in the same cgroup (cap and throttle), page cache dropped, at the checkpoint's own K, and compares it with
-the planner's `static` row. A run decodes up to --tokens tokens after llama-bench's warm-up token: as many as the
-prediction puts in about 90 s, at least 2 (on the usb tier a token reads about 2 GB). Its compute is llama.cpp's own,
-measured here warm and unthrottled; its runtime memory is llama-bench's peak anonymous memory; its bytes a step are the
-cgroup's reads over the test (warm-up token included).
+same weights (written by edge0.gguf.write_q4_0 where it is missing) in the same cgroup (cap and throttle), page cache
+dropped, at the checkpoint's own K, and compares it with the planner's `static` row. A run decodes up to --tokens tokens
+after llama-bench's warm-up token: as many as the prediction puts in about 90 s, at least 2 (on the usb tier a token
+reads about 2 GB). Its compute is llama.cpp's own, measured here warm and unthrottled; its runtime memory is
+llama-bench's peak anonymous memory; its bytes a step are the cgroup's reads over the test (warm-up token included).
 It also measures the read-size curve (eta) of this disk on the synthetic checkpoint's shards and plots it with both
 models' read sizes.
 """
@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edge0.harness import Arm, conditions, routing_report, run, save, summarize, table, tier_name  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
+from edge0.gguf import write_q4_0  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
 from edge0.plan import (Compute, calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
                         plot_calibration, served_by_heads, this_machine)
@@ -98,12 +99,15 @@ def llama_static(m, k, tier, cap, dev, trace, rounds, tokens, work, say):
     calibration row, or None where llama.cpp is not built"""
     from cpu_step import llama, runs_here
     bench, gguf = work / 'bin' / 'llama-bench', work / f'{m.name}-Q4_0.gguf'
-    if not (bench.exists() and gguf.exists()):
-        say(f"  static: llama.cpp is not built ({bench}, {gguf}): bash ../shared/tools/llama_anchor.sh {work} {m}")
+    if not bench.exists():
+        say(f"  static: llama.cpp is not built ({bench}): bash ../shared/tools/llama_anchor.sh {work}")
         return None
+    if not gguf.exists():
+        say(f"  static: writing {gguf.name} from the int4 checkpoint (edge0.gguf.write_q4_0)")
+        write_q4_0(m, gguf)
     if not runs_here(bench, gguf):
         say(f"  static: {bench} was built for another CPU (illegal instruction here); build it for this one: "
-            f"rm -r {work / 'bin'} && bash ../shared/tools/llama_anchor.sh {work} {m}")
+            f"rm -r {work / 'bin'} && bash ../shared/tools/llama_anchor.sh {work}")
         return None
     warm = llama(bench, gguf, 'tg', tokens)  # in RAM, unthrottled: llama.cpp's own compute a token
     if warm.get('failed'): raise SystemExit(f"llama-bench failed: {warm['stderr']}")
@@ -135,7 +139,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--only', choices=('code', 'synthetic'), help='one checkpoint only')
     ap.add_argument('--synthetic', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-2g'))
-    ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp and the GGUF are built')
+    ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'),
+                    help='where llama.cpp is built and the GGUF written')
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--tokens', type=int, default=16)
     ap.add_argument('--prompt', type=int, default=16)
