@@ -13,7 +13,9 @@ qwen3moe-16l, the one bench/cpu_step.py and bench/memory_budget.py use) has its 
   (the disk is virtual: its rate moves with the host's cache, so only figures from one run are compared). B, the disk's
   rate, is the best of these; a second probe at the end of the run says how far it moved.
 - store: K random experts of a random layer at a time through `ExpertStore.read_experts`, page cache dropped before each
-  arm, arms alternating over rounds: `pread` (2 threads, the old default) and `direct` at depths 8 and 16. Per arm:
+  arm, arms alternating over rounds: `pread` (2 threads, the old default) and `direct` at depths 8 and 16, and `direct`
+  at depth 8 on the same experts stacked tensor by tensor (--stacked: six unaligned ranges an expert, as edge0 converted
+  before each expert became one aligned range; kept from an earlier conversion). Per arm:
   MiB/s, this process's CPU ms per MiB read (user + system: what the reads take from compute), and the share of the
   bytes read that the page cache holds afterwards. Target: `direct` at >= 85% of B.
 - profile: cold starts (fresh process, page cache dropped) of the calibrated checkpoint under the larger cap, `off`,
@@ -24,8 +26,12 @@ qwen3moe-16l, the one bench/cpu_step.py and bench/memory_budget.py use) has its 
   routing statistics printed first too), each arm in its own process in a child memory cgroup without swap, page cache
   dropped first: `off` with `pread` and with `direct`, and `routing` (heads warm-started from the routers: speed needs
   heads, not good ones) with `direct`. Per arm: tok/s; per decode step the MiB read, ms blocked on reads, ms of compute
-  (the step less the blocked time), the budget's pool; the bound max(compute, MiB / B) and bound / step. Targets: decode
-  >= 0.8x the bound; `routing` >= 1.25x `off` at 1200 MB on the calibrated routing.
+  (the step less the blocked time), the budget's pool; the bound max(compute, MiB / B) and bound / step. Beside them,
+  in the same cgroup with the page cache dropped, llama.cpp (llama-bench, 2 threads, --repack 0 -lm mmap; built by
+  ../shared/tools/llama_anchor.sh, --llama) decoding a Q4_0 GGUF of each checkpoint's weights written by
+  edge0.gguf.write_q4_0: stock, and tuned with MADV_RANDOM on its mapping (LD_PRELOAD of madv_random.so). Targets:
+  decode >= 0.8x the bound; `routing` >= 1.25x `off` at 1200 MB on the calibrated routing; edge0's best arm >= 6x
+  llama.cpp stock and >= 3x tuned at both caps.
 """
 import argparse, json, os, resource, statistics, sys, time
 from pathlib import Path
@@ -33,13 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import checkpoint, SHAPE_16L_CALIBRATED  # noqa: E402  built and converted where missing
-from cpu_step import warm_heads  # noqa: E402
+from cpu_step import anchor, llama, warm_heads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 ARMS = (('pread', 2), ('direct', 8), ('direct', 16))
 DECODE_ARMS = (('off', 'pread'), ('off', 'direct'), ('routing', 'direct'))
+LLAMA_ARMS = (('llama.cpp', 'stock'), ('llama.cpp', 'tuned'))  # mmap as it ships, and MADV_RANDOM on the mapping
 
 
 def cpu_s() -> float:
@@ -105,18 +112,30 @@ def decode_arm(model:str, mode:str, reader:str, tokens:int, prompt_len:int, usag
                 direct=h.engine.store.reader.direct, notes=list(h.notes))
 
 
-def capped(models:dict, caps:list, tokens:int, prompt:int, rounds:int) -> dict:
+def capped(models:dict, caps:list, tokens:int, prompt:int, rounds:int, ggufs:dict|None=None) -> dict:
+    "Each checkpoint under each cap: edge0's arms and, given its GGUF (`ggufs[name] = (llama-bench, gguf)`), llama.cpp's"
     from edge0.harness import Cgroup, evict, memory_cap, run_child
+    from edge0.store import drop_cache
     rows = {}
     for name, model in models.items():
+        arms = DECODE_ARMS + (LLAMA_ARMS if ggufs and name in ggufs else ())
         for cap in caps:
             for r in range(rounds):
-                for mode, reader in (DECODE_ARMS if r % 2 == 0 else DECODE_ARMS[::-1]):
+                for mode, reader in (arms if r % 2 == 0 else arms[::-1]):
                     evict(model)
+                    if ggufs and name in ggufs: drop_cache(ggufs[name][1])
                     cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
-                    try: res = run_child(f"{__file__}:decode_arm", str(model), mode, reader, tokens, prompt, cgroup=cg,
-                                         timeout=1800)
+                    try:
+                        res = (llama(*ggufs[name], 'tg', tokens, cg, tuned=reader == 'tuned') if mode == 'llama.cpp'
+                               else run_child(f"{__file__}:decode_arm", str(model), mode, reader, tokens, prompt,
+                                              cgroup=cg, timeout=1800))
                     finally: cg.close()
+                    if mode == 'llama.cpp':
+                        rows.setdefault(f'{name}/{cap}/{mode}/{reader}', []).append(res)
+                        print(f"  {name} {cap} MB round {r + 1} {mode:9} {reader:6} " + (
+                            f"{res['tps']:5.2f} tok/s" if 'tps' in res else
+                            f"failed: {str(res.get('stderr', ''))[-300:]}"), flush=True)
+                        continue
                     res = res.get('result') or res
                     rows.setdefault(f'{name}/{cap}/{mode}/{reader}', []).append(res)
                     print(f"  {name} {cap} MB round {r + 1} {mode:7} {reader:6} " + (
@@ -173,7 +192,8 @@ def report(d:dict) -> str:
         for name, rows in d['store'].items():
             out.append(f"  {name:18} {med(rows, 'mib_s'):7.0f} {med(rows, 'mib_s') / B:6.0%} "
                        f"{med(rows, 'cpu_ms_per_mib'):11.2f} {med(rows, 'cached_share'):19.0%}")
-        best = max((n for n in d['store'] if n.startswith('direct')), key=lambda n: med(d['store'][n], 'mib_s'))
+        best = max((n for n in d['store'] if n.startswith('direct') and 'stacked' not in n),
+                   key=lambda n: med(d['store'][n], 'mib_s'))
         ok = med(d['store'][best], 'mib_s') >= 0.85 * B
         after = f", {med(d['store'][best], 'mib_s') / d['disk_after']['best_mib_s']:.0%} of the probe at the end" \
             if 'disk_after' in d else ''
@@ -185,6 +205,7 @@ def report(d:dict) -> str:
                 f"  {'checkpoint/cap/mode/reader':44} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} "
                 f"{'MiB/B':>7} {'bound':>7} {'of step':>8} {'pool MiB':>8}"]
         for name, rows in d['capped'].items():
+            if '/llama.cpp/' in name: continue  # below, beside edge0's best
             rows = [r for r in rows if 'tps' in r]
             if not rows:
                 why = str(d['capped'][name][0].get('stderr', '')).strip().splitlines()[-1:] or ['?']
@@ -205,6 +226,20 @@ def report(d:dict) -> str:
                                f"{r / q:.2f}x")
         out.append("  targets: decode >= 0.8x the bound ('of step': bound / step); routing >= 1.25x off at 1200 MB on "
                    "the calibrated routing")
+        peers = [n for n in d['capped'] if '/llama.cpp/' in n]
+        if peers:
+            out += ['', "against llama.cpp on a Q4_0 GGUF of the same weights (llama-bench, 2 threads, --repack 0 -lm "
+                    "mmap; tuned: MADV_RANDOM on the mapping), the same cgroup and page cache dropped; edge0's best arm "
+                    "of off/direct and routing/direct"]
+            for name in d['checkpoints']:
+                for cap in d['caps']:
+                    e0 = {m: tps(f'{name}/{cap}/{m}/direct') for m in ('off', 'routing')}
+                    best = max((m for m in e0 if e0[m]), key=lambda m: e0[m], default=None)
+                    st, tu = (tps(f'{name}/{cap}/llama.cpp/{v}') for v in ('stock', 'tuned'))
+                    if best and st and tu:
+                        out.append(f"  {name} {cap} MB: llama.cpp stock {st:5.2f}, tuned {tu:5.2f} tok/s; edge0 {best} "
+                                   f"{e0[best]:5.2f}: {e0[best] / st:.1f}x stock, {e0[best] / tu:.1f}x tuned")
+            out.append("  targets: edge0 >= 6x llama.cpp stock and >= 3x tuned at both caps")
     if 'profile' in d:
         out += ['', f"usage profile: cold starts of {d['checkpoints'][-1]} under {d['profile_cap']} MB, `off`, direct "
                 f"reads, {d['tokens']} tokens; the profile made by one run on another prompt; medians of {d['rounds']}"]
@@ -227,6 +262,11 @@ def main():
     ap.add_argument('--tokens', type=int, default=24)
     ap.add_argument('--prompt', type=int, default=5)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'direct_reads'))
+    ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp is built (and the GGUFs)')
+    ap.add_argument('--no-llama', action='store_true', help='capped: edge0 alone')
+    ap.add_argument('--stacked', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l-torch-cpu-stacked'),
+                    help="store: the checkpoint's torch-cpu copy with its experts stacked tensor by tensor (as edge0 "
+                         "converted before each expert became one aligned range), read beside it")
     ap.add_argument('--note', default='')
     ap.add_argument('--report', action='store_true')
     a = ap.parse_args()
@@ -257,18 +297,23 @@ def main():
         d['store_k'] = st.spec.k
         st.close()
         d['store'] = {}
+        stacked = Path(a.stacked)  # the same experts stacked tensor by tensor (edge0 before the aligned layout)
+        arms = [(model, rd, dp, '') for rd, dp in ARMS] + (
+            [(stacked, 'direct', 8, ', stacked')] if (stacked / 'config.json').exists() else [])
+        if not (stacked / 'config.json').exists(): print(f"  ({stacked} is missing: no stacked-layout arm)", flush=True)
         for r in range(a.rounds):
-            for reader, depth in (ARMS if r % 2 == 0 else ARMS[::-1]):
-                res = store_arm(model, reader, depth, a.draws, seed=r)
-                d['store'].setdefault(f"{reader} depth {depth}", []).append(res)
-                print(f"  store round {r + 1} {reader} depth {depth}: {res['mib_s']:.0f} MiB/s, "
+            for m, reader, depth, how in (arms if r % 2 == 0 else arms[::-1]):
+                res = store_arm(m, reader, depth, a.draws, seed=r)
+                d['store'].setdefault(f"{reader} depth {depth}{how}", []).append(res)
+                print(f"  store round {r + 1} {reader} depth {depth}{how}: {res['mib_s']:.0f} MiB/s, "
                       f"{res['cpu_ms_per_mib']:.2f} CPU ms/MiB, {res['cached_share']:.0%} left in the page cache",
                       flush=True)
         save()
     if 'capped' in parts:
         for src, m in ((mlx_model, model), (cal_mlx, models[cal_mlx.name])):
             if not (m / 'prerouter.safetensors').exists(): warm_heads(src, m)
-        d['capped'] = capped(models, a.caps, a.tokens, a.prompt, a.rounds)
+        ggufs = None if a.no_llama else {m.name: anchor(m, Path(a.llama)) for m in (mlx_model, cal_mlx)}
+        d['capped'] = capped(models, a.caps, a.tokens, a.prompt, a.rounds, ggufs)
         save()
     if 'profile' in parts:
         d['profile_cap'] = a.caps[-1]

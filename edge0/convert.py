@@ -10,33 +10,34 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
-from .store import (check_packing, fingerprint, index_checkpoint, layer_quant, model_spec, read_header, StoreError,
-                         TensorInfo)
+from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, index_checkpoint, layer_quant, model_spec,
+                         read_header, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
 __all__ = ['LAYOUTS', 'copy_tensors', 'convert']
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
-def _safetensors_header(tensors:list, metadata:dict|None) -> bytes:
-    "The length-prefixed header of a file holding `tensors` back to back, padded to 8 bytes"
+def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
+    "The length-prefixed header of a file holding `tensors` back to back, padded so the data starts `align`-aligned"
     hdr, off = {}, 0
     for t in tensors:
         hdr[t.name] = dict(dtype=t.dtype, shape=list(t.shape), data_offsets=[off, off + t.nbytes])
         off += t.nbytes
     if metadata: hdr['__metadata__'] = {k: str(v) for k, v in metadata.items()}
     h = json.dumps(hdr, separators=(',', ':')).encode()
-    h += b' ' * (-len(h) % 8)
+    h += b' ' * (-(8 + len(h)) % align)  # the JSON may end in spaces: safetensors' own padding
     return len(h).to_bytes(8, 'little') + h
 
-def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20, data:dict|None=None):
+def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20, data:dict|None=None,
+                 align:int=8): # where the data starts: a multiple of this
     "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or given in `data`)"
     data = data or {}
     with open(dst, 'wb') as out:
-        out.write(_safetensors_header(tensors, metadata))
+        out.write(_safetensors_header(tensors, metadata, align))
         for t in tensors:
-            if t.name in data:  # computed here (e.g. packed for torch), not copied
-                out.write(memoryview(data[t.name]).cast('B'))
+            if t.name in data or t.stride:  # computed here (e.g. packed for torch), or gathered expert by expert
+                out.write(memoryview(data[t.name] if t.name in data else _read_bytes(t)).cast('B'))
                 continue
             with open(t.path, 'rb') as src:
                 src.seek(t.start)
@@ -85,13 +86,21 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
 
 LAYOUTS = ('mlx', 'torch-cpu')
 
-def _read_array(t:TensorInfo):
-    "The tensor `t` read whole from its file (one layer's experts: hundreds of MB at most)"
+def _read_bytes(t:TensorInfo) -> np.ndarray:
+    "The bytes of tensor `t`, whole (a layer's experts: hundreds of MB at most), gathered where stored expert by expert"
     with open(t.path, 'rb') as f:
         f.seek(t.start)
-        buf = f.read(t.nbytes)
-    if len(buf) != t.nbytes: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
-    return bio.from_buffer(buf, t.dtype, t.shape)
+        buf = f.read(t.end - t.start)
+    if len(buf) != t.end - t.start:
+        raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
+    a = np.frombuffer(buf, np.uint8)
+    if not t.stride: return a
+    per = t.nbytes // t.shape[0]
+    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0], per), (t.stride, 1))).reshape(-1)
+
+def _read_array(t:TensorInfo):
+    "The tensor `t` read whole from its file"
+    return bio.from_buffer(_read_bytes(t), t.dtype, t.shape)
 
 # %% ../nbs/01c_convert.ipynb #27dc55df
 def _check_torch(spec:MoESpec, tensors:dict, src:Path):
@@ -127,7 +136,27 @@ def _repacked(ts:list, repack) -> dict:
     "`{name: array}` of a torch-packed layer's `packed` tensors re-packed by `repack` (its `sz` and biases copied)"
     return {t.name: repack(np.asarray(_read_array(t))) for t in ts if t.name.endswith('packed')}
 
-def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None):
+def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
+    """One layer's experts `ts` (their bytes in `data`, else read) stored expert by expert: `([TensorInfo], data,
+    {tensor: parts})` of one U8 tensor of experts x stride bytes, each expert's parts one after another in its row,
+    each 64-byte aligned, the stride a multiple of `ALIGN`: with the file's data aligned, an expert is one aligned
+    read"""
+    E, parts, off = ts[0].shape[0], [], 0
+    for t in ts:
+        off = -(-off // 64) * 64
+        parts.append((t, off, t.nbytes // E))
+        off += t.nbytes // E
+    stride = -(-off // ALIGN) * ALIGN
+    rows = np.zeros((E, stride), np.uint8)
+    for t, o, per in parts:
+        got = data[t.name] if t.name in data else _read_bytes(t)
+        rows[:, o:o + per] = np.frombuffer(memoryview(np.ascontiguousarray(got)).cast('B'), np.uint8).reshape(E, per)
+    name = ts[0].name.rsplit('.', 2)[0] + '.experts'
+    return ([TensorInfo(name, 'U8', (E, stride), None, 0, E * stride)], {name: rows},
+            {name: [[t.name, t.dtype, list(t.shape[1:]), o] for t, o, _ in parts]})
+
+def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
+                 aligned:bool=True): # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
     "`dst`'s shards from `src`'s, each MoE layer's experts in a file of their own (`repack`: torch-packed, re-packed)"
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
@@ -139,7 +168,11 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None):
         data = {}
         if repack is not None: data = _repacked(ts, repack)
         elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
-        copy_tensors(dst / name, ts, dict(meta, edge0=f'experts of layer {layer}'), data=data)
+        file_meta, align = dict(meta, edge0=f'experts of layer {layer}'), 8
+        if layout == 'torch-cpu' and aligned:
+            ts, data, rows = _expert_rows(ts, data)
+            file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
+        copy_tensors(dst / name, ts, file_meta, data=data, align=align)
         weight_map.update({t.name: name for t in ts})
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))

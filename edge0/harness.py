@@ -229,7 +229,7 @@ def evict_experts(model):
     new = key not in _RANGES
     if new:
         st = ExpertStore(model, residency=False)
-        _RANGES[key] = [(t.path, t.start, t.nbytes) for ls in st.layers.values() for t in ls.values()]
+        _RANGES[key] = [(t.path, t.start, t.end - t.start) for ls in st.layers.values() for t in ls.values()]
         st.close()
     fds = {}
     try:

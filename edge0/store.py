@@ -14,10 +14,10 @@ from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 
 # %% auto #0
-__all__ = ['PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo', 'read_header',
-           'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share', 'read_files',
-           'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader', 'DirectReader', 'MmapReader',
-           'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
+__all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo',
+           'read_header', 'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share',
+           'read_files', 'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader', 'DirectReader',
+           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -32,6 +32,13 @@ class TensorInfo:
     path:Path    # the shard file
     start:int    # absolute byte offset in `path`
     nbytes:int
+    stride:int = 0  # bytes from one expert's slice to the next where a layer's experts are stored expert by expert
+                    # (edge0's aligned layout, `read_header`); 0: the slices back to back
+    @property
+    def end(self) -> int:
+        "One past the tensor's last byte in `path`"
+        if not self.stride: return self.start + self.nbytes
+        return self.start + (self.shape[0] - 1) * self.stride + self.nbytes // self.shape[0]
 
 # %% ../nbs/01a_store.ipynb #33fda6fe
 _MAX_HEADER = 100 * 2**20
@@ -82,6 +89,37 @@ def _check_disjoint(path:Path, tensors:dict, base:int):
                              f"overlap tensor {owner.name}'s, which end at {end - base}; the header is corrupt")
         if t.start + t.nbytes > end: end, owner = t.start + t.nbytes, t
 
+EXPERTS_META = 'edge0_experts'  # __metadata__ key of a file holding a layer's experts expert by expert
+
+def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
+    """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8 tensor of experts x
+    stride bytes, and `meta[EXPERTS_META]` says where each part lies in a row: `{tensor: [[name, dtype, shape of one
+    expert's slice, offset in the row], ...]}`. Each part becomes a `TensorInfo` of its own, strided"""
+    if EXPERTS_META not in meta: return out
+    try:
+        blobs = json.loads(meta[EXPERTS_META])
+        items = [(blob, [(str(n), dt, tuple(s), int(o)) for n, dt, s, o in parts]) for blob, parts in blobs.items()]
+    except (ValueError, TypeError, AttributeError):
+        raise StoreError(f"{path}: __metadata__ {EXPERTS_META} is {meta[EXPERTS_META]!r:.60}, expected JSON of "
+                         "tensor: [[name, dtype, shape, offset], ...]") from None
+    for blob, parts in items:
+        b = out.pop(blob, None)
+        if b is None or b.dtype != 'U8' or len(b.shape) != 2:
+            raise StoreError(f"{path}: {EXPERTS_META} names {blob!r}, which is not a U8 tensor of experts x bytes here")
+        experts, stride = b.shape
+        end = 0
+        for name, dt, shape, off in sorted(parts, key=lambda p: p[3]):
+            if dt not in bio.DTYPES or not all(map(_is_count, shape)):
+                raise StoreError(f"{path}: {EXPERTS_META} part {name} is {dt}{list(shape)}, expected a known dtype "
+                                 "and a shape of non-negative integers")
+            n = math.prod(shape) * bio.itemsize(dt)
+            if off < end or off + n > stride:
+                raise StoreError(f"{path}: {EXPERTS_META} part {name} at bytes [{off}, {off + n}) of each expert "
+                                 f"overlaps the part before it or runs past the expert's {stride} bytes")
+            end = off + n
+            out[name] = TensorInfo(name, dt, (experts, *shape), path, b.start + off, experts * n, stride)
+    return out
+
 def read_header(path) -> tuple[dict, dict]:
     "`({name: TensorInfo}, metadata)` of the safetensors file `path`, every offset checked against its size"
     path = Path(path)
@@ -93,7 +131,7 @@ def read_header(path) -> tuple[dict, dict]:
     if not isinstance(meta, dict): raise StoreError(f"{path}: __metadata__ is {meta!r:.60}, expected an object")
     out = {name: _tensor_info(path, name, entry, base, size) for name, entry in hdr.items()}
     _check_disjoint(path, out, base)
-    return out, meta
+    return _expand_experts(path, out, meta), meta
 
 # %% ../nbs/01a_store.ipynb #df6290ba
 _INDEX = 'model.safetensors.index.json'
@@ -312,6 +350,8 @@ def _fill(fd:int, path, mv, at:int, need:int):
                              "(file truncated while open?)")
         got += k
 
+GAP = 64  # bytes between two ranges that one read takes along (the padding between an expert's parts)
+
 class PreadReader:
     "`os.preadv` through the page cache, into `Slabs`"
     kind, direct, align = 'pread', False, 1
@@ -319,13 +359,19 @@ class PreadReader:
     def prepare(self, spans:list) -> tuple[list, list]:
         """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new buffer, and the reads
         (callables, one a range, to run on any threads) that fill it"""
-        a = self.align
-        cut = [(p, s // a * a, -(-(s + n) // a) * a, s, n) for p, s, n in spans]
-        buf, at, views, reads = self.slabs.take(sum(e - b for _, b, e, _, _ in cut)), 0, [], []
+        a, runs = self.align, []  # one read a run of neighbouring ranges: [path, start, end, [(start, n), ...]]
+        for p, s, n in spans:
+            b, e = s // a * a, -(-(s + n) // a) * a
+            r = runs[-1] if runs else None
+            if r and r[0] == p and r[1] <= b <= r[2] + GAP: r[2] = max(r[2], e)  # it starts at (or just past) its end
+            else: runs.append([p, b, e, []])
+            runs[-1][3].append((s, n))
+        buf, at, views, reads = self.slabs.take(sum(e - b for _, b, e, _ in runs)), 0, [], []
         mv = memoryview(buf)
-        for p, b, e, s, n in cut:
-            reads.append(functools.partial(_fill, self.fds[p], p, mv[at:at + e - b], b, s + n - b))
-            views.append(mv[at + s - b:at + s - b + n])
+        for p, b, e, got in runs:
+            need = max(s + n for s, n in got) - b
+            reads.append(functools.partial(_fill, self.fds[p], p, mv[at:at + e - b], b, need))
+            views += [mv[at + s - b:at + s - b + n] for s, n in got]
             at += e - b
         return views, reads
     def read_spans(self, spans:list) -> list:
@@ -508,7 +554,7 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     out = []
     for key, t in self.layers[layer].items():
         n = t.nbytes // self.spec.num_experts
-        out.append((key, t, t.start + expert * n, n))
+        out.append((key, t, t.start + expert * (t.stride or n), n))
     return out
 
 @patch
@@ -570,7 +616,21 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
 def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
     "All experts of `layer`: one read per tensor, `{(proj, part): stacked array}`"
     stats, t0 = LoadStats(), time.perf_counter()
-    out = self._read_all([(key, t, t.start, t.nbytes, t.shape) for key, t in self.layers[layer].items()], stats)
+    ts = self.layers[layer]
+    if not any(t.stride for t in ts.values()):
+        out = self._read_all([(key, t, t.start, t.nbytes, t.shape) for key, t in ts.items()], stats)
+    else:  # stored expert by expert: the layer's rows read at once, each part gathered from them
+        first = min(ts.values(), key=lambda t: t.start)
+        lo, hi = first.start, max(t.end for t in ts.values())
+        views, reads = self._prepare([(None, first, lo, hi - lo, None)], stats)
+        for r in reads: r()
+        rows = np.frombuffer(views[0], np.uint8)
+        E = self.spec.num_experts
+        parts = [(key, t, t.start, t.nbytes, t.shape) for key, t in ts.items()]
+        gathered = [np.ascontiguousarray(np.lib.stride_tricks.as_strided(
+            rows[t.start - lo:], (E, t.nbytes // E), (t.stride, 1), writeable=False)).data for t in ts.values()]
+        del rows, views  # the read buffer goes back to the slabs
+        out = self._arrays(parts, gathered, stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats
 
@@ -583,7 +643,7 @@ def hint(self:ExpertStore, layer:int, experts):
 @patch
 def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
-    for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.nbytes)
+    for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.end - t.start)
 
 @patch
 def use_reader(self:ExpertStore, reader:str, note:bool=True):

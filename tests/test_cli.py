@@ -132,3 +132,18 @@ def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in teacher_path('edge0-tiny').iterdir()
                                                              if not p.name.startswith('lora'))  # nothing written
+
+def test_prerouter_auto_as_a_user_runs_it(edge0_cmd, tiny_qwen, tmp_path):
+    "--prerouter auto: routing with a note naming `edge0 plan` where no plan was made; off where the model has no heads"
+    import os
+    env = dict(os.environ, EDGE0_CACHE=str(tmp_path / 'cache'))
+    args = ('-p', 'The history of the city', '--ignore-chat-template', '--max-tokens', '6', '--prerouter', 'auto')
+    r = subprocess.run([edge0_cmd, 'generate', '-m', 'edge0-tiny', '--k', '8', *args, '--stats'], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert 'auto: no plan of this machine' in r.stderr + r.stdout and 'edge0 plan' in r.stderr + r.stdout
+    assert 'prerouter routing K=8' in r.stdout, r.stdout
+    r = subprocess.run([edge0_cmd, 'generate', '-m', str(tiny_qwen), *args, '--stats'], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert 'auto: no prerouter heads' in r.stderr + r.stdout and 'prerouter off' in r.stdout, r.stdout
