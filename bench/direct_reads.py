@@ -188,9 +188,9 @@ def report(d:dict) -> str:
     if 'store' in d:
         out += ['', f"store: {d['store_k']} random experts of a random layer at a time, {d['draws']} draws, page cache "
                 "dropped before each arm; medians of " + f"{d['rounds']} rounds",
-                f"  {'arm':18} {'MiB/s':>7} {'of B':>6} {'CPU ms/MiB':>11} {'left in page cache':>19}"]
+                f"  {'arm':26} {'MiB/s':>7} {'of B':>6} {'CPU ms/MiB':>11} {'left in page cache':>19}"]
         for name, rows in d['store'].items():
-            out.append(f"  {name:18} {med(rows, 'mib_s'):7.0f} {med(rows, 'mib_s') / B:6.0%} "
+            out.append(f"  {name:26} {med(rows, 'mib_s'):7.0f} {med(rows, 'mib_s') / B:6.0%} "
                        f"{med(rows, 'cpu_ms_per_mib'):11.2f} {med(rows, 'cached_share'):19.0%}")
         best = max((n for n in d['store'] if n.startswith('direct') and 'stacked' not in n),
                    key=lambda n: med(d['store'][n], 'mib_s'))

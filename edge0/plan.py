@@ -789,6 +789,11 @@ def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
     if heads is None: return 'off', f"auto: no prerouter heads for K={k}: serving off"
     if handle.engine is None: return 'off', "auto: every expert is in memory, nothing to read ahead: serving off"
     d = Path(handle.engine.store.dir)
+    planned = predicted_layers(handle.spec, json.loads(read_header(heads)[1]['owners']))
+    need, room = handle.engine.resident_room([], len(planned) * k)  # routing's slots, beside one token's experts
+    if need > room:
+        return 'off', (f"auto: routing's planned slots ({need / MiB:.0f} MiB) do not fit in what this run's budget "
+                       f"has beside one token's experts ({room / MiB:.0f} MiB): serving off")
     b = handle.engine.budget
     pool = (b.pool if b is not None and b.pool is not None else sum(
         t.nbytes for ls in handle.engine.store.layers.values() for t in ls.values())) / MiB
