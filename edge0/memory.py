@@ -183,6 +183,8 @@ class Budget:
     experts:int           # every routed expert, and K slots a layer: the pool never needs more
     minimum:int           # one token's working set
     notes:list = field(default_factory=list)  # what the user should know about it
+    growth:list = field(default_factory=list) # the KV cache's growth (`streaming.kv_growth`): what it holds at n tokens
+    lent:int = 0          # lent to the pool now: KV cache not grown yet, and a decode step's unused transient share
     @property
     def fits(self) -> int:
         "What these figures leave for experts, whatever was asked (`pool_budget`)"
@@ -201,6 +203,8 @@ class Budget:
                 f"  less page cache for reads in flight and the program's pages: {m(self.room)}",
                 f"  at most every routed expert and K slots a layer: {m(self.experts)}; at least one token's experts: "
                 f"{m(self.minimum)}",
+                *([f"  lent to the pool while decoding (the KV cache not grown yet, a prefill's transient experts): "
+                   f"{m(self.lent)}"] if self.lent else []),
                 *[f"  note: {n}" for n in self.notes]]
 
 def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) -> int:

@@ -300,6 +300,8 @@ class StreamEngine:
                                self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),  # 8 tokens
                                count=self.options.usage_profile)
         self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
+        self.seen, self.decoding = 0, None  # tokens past the first MoE layer since load (the KV cache holds at most
+                                            # these), and whether the last step decoded (`lend`)
         self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)  # what `fill_from_usage` read
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
@@ -315,6 +317,7 @@ class StreamEngine:
     def __call__(self, layer:int, x, indices):
         phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
         if self.dry: return B.zeros((*x.shape[:-1], indices.shape[-1], x.shape[-1]), x.dtype)
+        if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
         self.stats[layer].calls += 1
         if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant[layer])
         else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
@@ -783,7 +786,7 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
     return Budget(fits(tokens) if asked == 'auto' else asked,
                   'auto' if asked == 'auto' else 'unbounded' if asked is None else f"{asked / MiB:g} MiB asked",
                   h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step, room, experts,
-                  minimum, notes)
+                  minimum, notes, [list(g) for g in growth])
 
 # %% ../nbs/01b_streaming.ipynb #00a92d7c
 def apply_budget(engine:StreamEngine, where):
@@ -807,6 +810,25 @@ def apply_budget(engine:StreamEngine, where):
                          "free memory, lower --max-kv-size or pass --pool-mib")
     engine.pool.resize(b.pool)
     B.set_cache_limit(b.step)  # freed stacks wait for the next layer's, within the step's share
+
+@patch
+def lend(self:StreamEngine, tokens:int):
+    """At each step's first MoE layer (`tokens`: the step's): an `auto` budget lends the pool what it holds back that
+    this step cannot use, the KV cache not grown yet (as if every token seen since load were still cached) and, in a
+    decode step, a prefill's transient experts beyond K; a prefill takes them back before it stacks"""
+    b = self.budget
+    if b is None or b.asked != 'auto' or b.pool is None or not b.growth: return
+    self.seen += tokens
+    decode, bundle = tokens == 1, self.store.expert_nbytes
+    kv_free = max(b.kv - kv_bytes(b.growth, self.seen), 0)
+    step_free = max(b.step - self.k * bundle, 0) if decode else 0
+    want = min(b.pool + kv_free + step_free, b.experts) // bundle * bundle  # whole bundles: few resizes
+    if decode != self.decoding:  # a decode step frees at most K experts a layer; a prefill, its whole stacks
+        B.set_cache_limit(self.k * bundle if decode else b.step)
+        self.decoding = decode
+    if want != self.pool.budget_bytes:
+        self.pool.resize(want)  # past the lent bytes: the least used bundles go, before this step allocates
+        b.lent = max(want - b.pool, 0)
 
 # %% ../nbs/01b_streaming.ipynb #375720f2
 def _token_id(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0

@@ -269,6 +269,7 @@ class Experts:
 
     def __call__(self, x, inds:np.ndarray, bundles:dict|None=None):
         "`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in one product"
+        if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))  # what the step leaves unused
         self.engine.stats[self.layer].calls += 1
         if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
         uniq = np.unique(inds).tolist()
