@@ -416,6 +416,11 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     if reader == 'direct' and pool_mb is None:  # as a run: the budget made again for direct's smaller room
         budget = auto_budget(mb, dev, kv_tokens, direct=True)
         pool = max(budget['pool_mb'], mb['bundle'] * k / 2**20)
+    if pool_mb is None:  # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
+        T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / 2**20
+        kv_free = budget['kv_mb'] * max(1 - T / budget['kv_tokens'], 0)
+        budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / 2**20 + kv_free, every - pool), 0)
+        pool += budget['lent_mb']
     direct, rows = reader == 'direct', {}
     for s in strategies:
         c = c_of(s)
@@ -451,7 +456,9 @@ def _budget_note(b:dict) -> str:
                                                             if b['refused'] else '')
     return (f"{head}: {b['free_mb']:,.0f} MiB free after the runtime and resident weights, less the KV cache of "
             f"{b['kv_tokens']:,} tokens {b['kv_mb']:,.0f}, a step's experts {b['step_mb']:,.0f}, page cache "
-            f"{b['room_mb']:,.0f}; slots and resident layers come out of it")
+            f"{b['room_mb']:,.0f}; slots and resident layers come out of it"
+            + (f"; while decoding it is lent {b['lent_mb']:,.0f} MiB (the KV cache not grown yet, a prefill's "
+               "transient experts beyond K)" if b.get('lent_mb') else ''))
 
 def plan_table(p:dict) -> str:
     "A plan as a table"
