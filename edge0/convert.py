@@ -10,8 +10,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
-from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, index_checkpoint, layer_quant, model_spec,
-                         read_header, StoreError, TensorInfo)
+from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint, layer_quant,
+                         model_spec, read_header, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json
 
 # %% auto #0
@@ -93,10 +93,7 @@ def _read_bytes(t:TensorInfo) -> np.ndarray:
         buf = f.read(t.end - t.start)
     if len(buf) != t.end - t.start:
         raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
-    a = np.frombuffer(buf, np.uint8)
-    if not t.stride: return a
-    per = t.nbytes // t.shape[0]
-    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0], per), (t.stride, 1))).reshape(-1)
+    return gather(t, buf, t.start)
 
 def _read_array(t:TensorInfo):
     "The tensor `t` read whole from its file"

@@ -14,8 +14,8 @@ from .backend import core as B
 from .files import InputError, atomic_file
 from .memory import process_memory
 from .routing import attr_at
-from .store import DIRECT_DEPTH, ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
-from .streaming import reset_stats, stats
+from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
+from .streaming import StreamOptions, reset_stats, stats
 from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
 from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
@@ -111,11 +111,9 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
 def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0, reader:str='pread') -> dict:
     """Per-expert ms, CPU ms (every thread of the process) and MB/s of reading `batch` random experts of a random layer
     at a time through the store, with `reader` (`direct`: past the page cache, at the depth a run keeps in flight)"""
-    st, rng = ExpertStore(model_dir), np.random.default_rng(seed)
+    st = ExpertStore(model_dir, reader=reader, threads=StreamOptions().read_threads(reader))  # as a run reads
+    rng = np.random.default_rng(seed)
     try:
-        if reader != 'pread':
-            st.use_reader(reader, note=False)
-            if reader == 'direct': st.use_threads(DIRECT_DEPTH)
         E, layers = st.spec.num_experts, list(st.spec.moe_layers)
         plan = [(int(rng.choice(layers)), rng.choice(E, min(batch, E), replace=False).tolist()) for _ in range(batches)]
         if cold: evict_experts(model_dir)

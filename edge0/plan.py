@@ -31,7 +31,7 @@ from .measure import (Eta, cache_dir, cached, cold_misses, compute_profile, eta_
 __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'NoReads',
            'replay', 'synthetic_trace', 'reuse_of', 'trace_stats', 'served_trace', 'read_mb_s', 'miss_ms',
            'direct_cpu_ms', 'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table',
-           'model_trace', 'head_recall', 'served_by_heads', 'heads_planned', 'this_machine', 'why_missed',
+           'model_trace', 'head_recall', 'served_by_heads', 'planned_by', 'heads_planned', 'this_machine', 'why_missed',
            'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
            'plan_for', 'keep_verdict', 'auto_mode']
 
@@ -543,11 +543,14 @@ def served_by_heads(model_dir, k:int|None=None, tokens:int=256, prompt:int=1) ->
     return {int(l): np.concatenate([own[int(l)][:prompt], np.array(v, np.int64).reshape(-1, k)]) for l, v in t.items()}
 
 # %% ../nbs/06c_plan.ipynb #c0046
+def planned_by(spec, heads) -> set:
+    "The MoE layers the heads file `heads` predicts (their owners' next MoE layers)"
+    return set(predicted_layers(spec, json.loads(read_header(heads)[1]['owners'])))
+
 def heads_planned(model_dir, k:int|None=None) -> set:
-    "The MoE layers the heads of `model_dir` (`find_heads`) predict (their owners' next MoE layers)"
+    "The MoE layers the heads of `model_dir` (`find_heads`) predict"
     spec = model_spec(model_dir)
-    owners = json.loads(read_header(heads_file(model_dir, spec, k or spec.k))[1]['owners'])
-    return set(predicted_layers(spec, owners))
+    return planned_by(spec, heads_file(model_dir, spec, k or spec.k))
 
 def _available_mb() -> float:
     "Memory a process may use here (MiB): what this one may still allocate and what it holds (`00_memory.headroom`)"
@@ -796,7 +799,7 @@ def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
     if heads is None: return 'off', f"auto: no prerouter heads for K={k}: serving off"
     if handle.engine is None: return 'off', "auto: every expert is in memory, nothing to read ahead: serving off"
     d = Path(handle.engine.store.dir)
-    planned = predicted_layers(handle.spec, json.loads(read_header(heads)[1]['owners']))
+    planned = planned_by(handle.spec, heads)
     need, room = handle.engine.resident_room([], len(planned) * k)  # routing's slots, beside one token's experts
     if need > room:
         return 'off', (f"auto: routing's planned slots ({need / MiB:.0f} MiB) do not fit in what this run's budget "

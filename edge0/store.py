@@ -15,9 +15,10 @@ from .files import InputError, read_json
 
 # %% auto #0
 __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo',
-           'read_header', 'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache', 'cold_share',
-           'read_files', 'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader', 'DirectReader',
-           'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore', 'check_packing']
+           'gather', 'read_header', 'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache',
+           'cold_share', 'read_files', 'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader',
+           'DirectReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore',
+           'check_packing']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -119,6 +120,13 @@ def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
             end = off + n
             out[name] = TensorInfo(name, dt, (experts, *shape), path, b.start + off, experts * n, stride)
     return out
+
+def gather(t:TensorInfo, buf, at:int) -> np.ndarray:
+    "The bytes of `t` (experts x its slice), contiguous, from `buf` holding its file from offset `at` on"
+    a = np.frombuffer(buf, np.uint8)[t.start - at:]
+    if not t.stride: return a[:t.nbytes]
+    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0], t.nbytes // t.shape[0]), (t.stride, 1),
+                                                                writeable=False)).reshape(-1)
 
 def read_header(path) -> tuple[dict, dict]:
     "`({name: TensorInfo}, metadata)` of the safetensors file `path`, every offset checked against its size"
@@ -624,12 +632,9 @@ def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
         lo, hi = first.start, max(t.end for t in ts.values())
         views, reads = self._prepare([(None, first, lo, hi - lo, None)], stats)
         for r in reads: r()
-        rows = np.frombuffer(views[0], np.uint8)
-        E = self.spec.num_experts
         parts = [(key, t, t.start, t.nbytes, t.shape) for key, t in ts.items()]
-        gathered = [np.ascontiguousarray(np.lib.stride_tricks.as_strided(
-            rows[t.start - lo:], (E, t.nbytes // E), (t.stride, 1), writeable=False)).data for t in ts.values()]
-        del rows, views  # the read buffer goes back to the slabs
+        gathered = [gather(t, views[0], lo).data for t in ts.values()]
+        del views  # the read buffer goes back to the slabs
         out = self._arrays(parts, gathered, stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats

@@ -763,13 +763,14 @@ def kv_bytes(growth:list, tokens:int) -> int:
     return int(sum(f + per * (tokens if cap is None else min(tokens, cap)) for per, f, cap in growth))
 
 # %% ../nbs/01b_streaming.ipynb #e7093d27
-def budget_for(engine:StreamEngine, model, options:StreamOptions) -> Budget:
+def budget_for(engine:StreamEngine, model, options:StreamOptions,
+               growth:list|None=None) -> Budget: # the KV cache's growth where measured already (`kv_growth`)
     "The expert budget of a loaded model: `options.pool_bytes`, or `'auto'` from the memory left (see above)"
     spec, store, k = engine.spec, engine.store, engine.k
     bundle = store.expert_nbytes
     per_layer = [sum(t.nbytes for t in store.layers[layer].values()) for layer in spec.moe_layers]
     ctx = getattr(getattr(model, 'args', None), 'max_position_embeddings', None) or KV_TOKENS
-    tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), kv_growth(model, engine), []
+    tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), growth or kv_growth(model, engine), []
     h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
     experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle  # and the slots and hot sets beside them
     step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens, store.reader.direct)
@@ -898,7 +899,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
             if store.reader.direct:  # else it reads through the page cache, as pread: what auto means there
                 store.use_threads(options.read_threads('direct'))
                 if b.asked == 'auto':  # its page-cache room is smaller (an asked budget stays as asked)
-                    engine.budget = budget_for(engine, handle.model, options)
+                    engine.budget = budget_for(engine, handle.model, options, b.growth)  # no second dry token
                     apply_budget(engine, d)
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
