@@ -15,7 +15,7 @@ from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .routing import spec_for
 from types import SimpleNamespace
 from .store import ExpertStore, LoadStats, model_spec, read_header
-from .streaming import POLICIES, ExpertPool, LayerStats, load_resident, open_tokenizer
+from .streaming import POLICIES, ExpertPool, LayerStats, StreamOptions, load_resident, open_tokenizer
 from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
                              recall_report)
 from .routing_stats import lru_hits, routing_trace
@@ -381,7 +381,7 @@ def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS, direct:bool=False)
 def plan_reader(mb:dict, dev:Device, pool_mb:float) -> str:
     "How a run with a pool of `pool_mb` MiB reads experts on `dev`: its `reader`; 'auto' decides as a run does"
     if dev.reader != 'auto': return dev.reader
-    return 'direct' if pool_mb * MiB < sum(mb['experts'].values()) else 'pread'
+    return StreamOptions.auto_reader(pool_mb * MiB, sum(mb['experts'].values()))
 
 # %% ../nbs/06c_plan.ipynb #c0033
 def _check_strategies(strategies):

@@ -272,6 +272,10 @@ class StreamOptions:
         t = self.threads
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
+    @staticmethod
+    def auto_reader(pool:int|None, experts:int) -> str:
+        "What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every expert, else `pread`"
+        return 'direct' if pool is not None and pool < experts else 'pread'
     def read_threads(self, reader:str|None=None) -> int:
         "Reads in flight with `reader` (default: the one asked): `threads`, else enough past the page cache, or 2"
         return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
@@ -894,7 +898,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         engine.budget = budget_for(engine, handle.model, options)  # measured now that the model is in memory
         apply_budget(engine, d)
         b = engine.budget
-        if options.reader == 'auto' and b.pool is not None and b.pool < b.experts:  # streamed: past the page cache
+        if options.reader == 'auto' and options.auto_reader(b.pool, b.experts) == 'direct':  # streamed
             store.use_reader('direct', note=False)
             if store.reader.direct:  # else it reads through the page cache, as pread: what auto means there
                 store.use_threads(options.read_threads('direct'))
