@@ -15,6 +15,7 @@ from .store import READERS, DIRECT_DEPTH
 from .decode import AUTO, MODES
 from .backend.quant import KERNELS
 from .convert import LAYOUTS
+from .lowbit import LOW_BITS
 from .decode import Sampling
 from .session import Session, format_stats
 from .phase1 import RECIPE, train_heads, train_prerouter
@@ -97,6 +98,14 @@ def _positive(kind):
         return v
     return parse
 
+def _bits_list(text) -> tuple:
+    "Comma-separated bit widths of lower-bit copies, e.g. `2,3`"
+    try: bits = tuple(sorted({int(b) for b in text.split(',') if b.strip()}))
+    except ValueError: raise argparse.ArgumentTypeError(f"expected bit widths such as 2,3, got {text!r}")
+    if not bits or not set(bits) <= set(LOW_BITS):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(map(str, LOW_BITS))}, got {text!r}")
+    return bits
+
 def _share(text):
     "A share: a number from 0 up to, not including, 1"
     try: v = float(text)
@@ -154,6 +163,11 @@ def _model_arguments(g):
     g.add_argument('--usage-profile', action='store_true', help="fill the pool at load with the experts this model's "
                    "runs requested most, and add this run's requests to that profile ($EDGE0_HOME/usage)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
+    g.add_argument('--low-bits', type=int, choices=LOW_BITS, help="read the experts that matter least as their copy at "
+                   "these bits (edge0 convert --low-bits): with --prerouter routing --exact-top M the K-M predicted "
+                   "slots, in off mode those weighing below --low-below")
+    g.add_argument('--low-below', type=_positive(float), metavar='W', help="with --low-bits in off mode: the routing "
+                   "weight below which an expert is read as its lower-bit copy")
     g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
     g.add_argument('--no-torch-step', action='store_true', help="with torch's kernels, keep MLX's graph around them "
@@ -333,6 +347,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--q-group-size', '--group-size', dest='group_size', type=int, default=64,
                    help='weights per scale and bias (default 64)')
     c.add_argument('--overwrite', action='store_true')
+    c.add_argument('--low-bits', type=_bits_list, default=(), metavar='B[,B]', help="also store each expert at these "
+                   "bits (2, 3), read in place of int4 where it matters least (generate --low-bits)")
     c.add_argument('--layout', choices=LAYOUTS, default='mlx', help="mlx: experts one file per layer as mlx-lm stores "
                    "them; torch-cpu: packed for this CPU's torch int4 kernel (needs int4 g32-256 experts; a torch-cpu "
                    "checkpoint packed on another CPU is re-packed)")
@@ -355,7 +371,7 @@ def _options(a) -> StreamOptions:
     return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
                          slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth, readahead=a.readahead,
                          pool_policy=a.pool_policy, usage_profile=a.usage_profile,
-                         kernels=a.kernels,
+                         kernels=a.kernels, low_bits=a.low_bits, low_below=a.low_below,
                          torch_step=not a.no_torch_step)
 
 def _session_kw(a) -> dict:
@@ -527,7 +543,7 @@ def _run(a):
     elif a.cmd == 'convert':
         from edge0.convert import convert
         print(convert(find_model(a.src), a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits,
-                      group_size=a.group_size, overwrite=a.overwrite, layout=a.layout))
+                      group_size=a.group_size, overwrite=a.overwrite, layout=a.layout, low_bits=a.low_bits))
     elif a.cmd == 'train': _cmd_train(a)
     elif a.cmd == 'bench': _cmd_bench(a)
     elif a.cmd == 'plan': _cmd_plan(a)

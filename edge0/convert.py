@@ -13,6 +13,7 @@ from .routing import spec_for, expert_keys, MoESpec
 from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint, layer_quant,
                          model_spec, read_header, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json
+from . import lowbit
 
 # %% auto #0
 __all__ = ['LAYOUTS', 'copy_tensors', 'convert']
@@ -152,8 +153,36 @@ def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
     return ([TensorInfo(name, 'U8', (E, stride), None, 0, E * stride)], {name: rows},
             {name: [[t.name, t.dtype, list(t.shape[1:]), o] for t, o, _ in parts]})
 
+def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4_path:Path):
+    """Write the `bits`-bit copies of `layer`'s int4 experts (mlx-lm's, in `tensors`) beside their file `int4_path`, in
+    the parts of `layout` with the packed weight's nibbles as code planes (`edge0.lowbit`), each expert one aligned
+    range"""
+    quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
+    keys, infos, data = expert_keys(spec, layer, quant), [], {}
+    name = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
+    for p, q in quant.items():
+        w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
+        if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases {b.dtype}")
+        E, raw = w.shape[0], lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape)
+        words, scales, biases = lowbit.low_copy(raw(w), raw(s), raw(b), q.group_size, bits, s.dtype)
+        if layout == 'torch-cpu':
+            packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, s.dtype), lowbit.floats(biases, b.dtype),
+                                               q.group_size)
+            parts = [('codes', 'U8', lowbit.compress(packed.reshape(E, -1), bits)), ('sz', 'BF16', sz)]
+        else: parts = [('codes', 'U8', lowbit.compress(words.view(np.uint8).reshape(E, -1), bits)),
+                       ('scales', s.dtype, scales), ('biases', b.dtype, biases)]
+        for part, dt, a in parts:
+            infos.append(TensorInfo(name(p, part), dt, a.shape, None, 0, a.nbytes))
+            data[name(p, part)] = np.ascontiguousarray(a)
+        if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
+    ts, data, rows = _expert_rows(infos, data)
+    meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}', **lowbit.low_meta(bits, int4_path))
+    copy_tensors(int4_path.parent / lowbit.low_file(layer, bits), ts, {**meta, EXPERTS_META: json.dumps(rows)}, data=data,
+                 align=ALIGN)
+
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
-                 aligned:bool=True): # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
+                 aligned:bool=True, # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
+                 low_bits:tuple=()): # write these lower-bit copies of the experts beside them (`edge0.lowbit`)
     "`dst`'s shards from `src`'s, each MoE layer's experts in a file of their own (`repack`: torch-packed, re-packed)"
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
@@ -171,6 +200,7 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
             file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
         copy_tensors(dst / name, ts, file_meta, data=data, align=align)
         weight_map.update({t.name: name for t in ts})
+        for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
     weight_map.update({t.name: 'model.safetensors' for t in rest})
@@ -180,7 +210,16 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
     (dst / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
 
 # %% ../nbs/01c_convert.ipynb #da855ac7
-def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx'):
+def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
+    "Refuse lower-bit copies of experts that are not int4 affine (mlx-lm's), before anything is written"
+    for bits in low_bits: lowbit.check_low_bits(bits, '--low-bits')
+    for layer in spec.moe_layers if low_bits else ():
+        for p, q in layer_quant(spec, tensors, layer).items():
+            if q is None or q.mode != 'affine' or q.bits != 4:
+                raise StoreError(f"{src}: layer {layer} {p} is {'not quantized' if q is None else f'int{q.bits} {q.mode}'}"
+                                 "; --low-bits copies int4 affine experts (add --quantize)")
+
+def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx', low_bits:tuple=()):
     "Everything `convert` can refuse, refused before anything is written; the `Repack` a torch-packed source needs"
     if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if layout == 'torch-cpu' and not bq.torch_available():
@@ -197,12 +236,15 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
             raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and "
                              "cannot be unpacked; convert the mlx-lm checkpoint they came from"
                              + (f" ({was})" if was else ''))
+        if low_bits: raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are packed for torch; "
+                                      "convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
         repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
         if repack is None:
             raise InputError(f"{src}: its experts are already packed as this machine's torch packs them; nothing to do")
         return repack
     if not quantize:
         if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
+        _check_low(spec, tensors, src, low_bits)
         return
     if 'quantization' in config:
         q = config['quantization']
@@ -210,6 +252,8 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
                          f"(int{q.get('bits')} g{q.get('group_size')}); convert it without --quantize")
     try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
     except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
+    for b in low_bits: lowbit.check_low_bits(b, '--low-bits')
+    if low_bits and bits != 4: raise InputError(f"--low-bits copies int4 experts; this convert quantizes to int{bits}")
 
 def _record_layout(src:Path, dst:Path, layout:str):
     """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not know); the source's
@@ -229,21 +273,23 @@ def _record_layout(src:Path, dst:Path, layout:str):
     for f in (*src.glob('prerouter*.safetensors'), *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
 
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
-            overwrite:bool=False, layout:str='mlx') -> Path:
+            overwrite:bool=False, layout:str='mlx',
+            low_bits=()) -> Path: # also store the experts at these bits (2, 3) for `low_bits` serving
     "Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or with experts repacked"
-    src = Path(src)
+    src, low_bits = Path(src), tuple(sorted(set(low_bits)))
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
     if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")
-    repack_with = _check_source(src, quantize, bits, group_size, layout)
+    if low_bits and not repack: raise InputError("--low-bits writes the copies beside repacked experts; drop --no-repack")
+    repack_with = _check_source(src, quantize, bits, group_size, layout, low_bits)
     with atomic_dir(dst, overwrite) as tmp:
         if quantize and repack:
             mid = tmp / '.quantized'
             mid.mkdir()
             _quantize_into(src, mid, bits, group_size)
-            _repack_into(mid, tmp, layout)
+            _repack_into(mid, tmp, layout, low_bits=low_bits)
             shutil.rmtree(mid)
         elif quantize: _quantize_into(src, tmp, bits, group_size)
         else:
-            _repack_into(src, tmp, layout, repack_with)
+            _repack_into(src, tmp, layout, repack_with, low_bits=low_bits)
             _record_layout(src, tmp, layout)
     return Path(dst)

@@ -155,6 +155,7 @@ class DecodeStats:
     exact_checked:int = 0      # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
     exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
     exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
+    low_computed:int = 0       # experts computed from their lower-bit copy (`StreamOptions.low_bits`)
 
 
 # %% ../nbs/02b_decode.ipynb #da14e472
@@ -178,6 +179,19 @@ class Decoder:
             raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both with the same k")
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
+        low = engine.store.low_bits if engine is not None else None
+        below = engine.options.low_below if engine is not None else None
+        if low and mode not in ('off', 'routing'):
+            raise InputError(f"low_bits is served in modes 'off' (with low_below) and 'routing' (with exact top-M), "
+                             f"not {mode!r}")
+        if low and mode == 'off' and below is None:
+            raise InputError(f"low_bits {low} in mode 'off' needs low_below: the routing weight below which an expert "
+                             f"is read as its {low}-bit copy")
+        if low and mode == 'routing' and (not exact_top or below is not None):
+            raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots beside the own M "
+                             "heaviest: set exact_top (M >= 1), without low_below")
+        self.low_below = below if low else None  # 'off': experts weighing less are read as their lower-bit copy
+        self.low_slots = bool(low) and mode == 'routing'  # 'routing': the K-M predicted slots are
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
@@ -234,9 +248,9 @@ def moe_block(self:Decoder, layer:int, blk, x):
         raise InputError("prerouted decoding serves one sequence at a time (batch 1)")
     logits = router_logits(spec, blk, x)
     if decode and layer in self.plan:
-        ids = self.plan[layer]
+        ids = self.plan[layer]  # with lower-bit slots, `E + e` is expert e read as its copy
         if self.exact_top: ids = self._exact_top(layer, logits, ids)
-        inds = B.array(ids.astype(np.uint32).reshape(1, 1, -1))
+        inds = B.array((ids % spec.num_experts).astype(np.uint32).reshape(1, 1, -1))
         w = weigh(spec.routing, logits, inds)
         y = self._planned(layer, blk, x, ids, inds)
     else:
@@ -244,7 +258,7 @@ def moe_block(self:Decoder, layer:int, blk, x):
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step {self.step} has none "
                              "(record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, self.bias[layer])
-        y = self._own(layer, blk, x, inds) if decode else blk['switch_mlp'](x, inds)  # prefill: the engine's path
+        y = self._own(layer, blk, x, inds, w) if decode else blk['switch_mlp'](x, inds)  # prefill: the engine's path
     out = combine(spec, blk, x, y, w)
     if layer in self.owners:
         now = inds[..., -1, :].reshape(1, -1)
@@ -287,6 +301,7 @@ def count_planned(self:Decoder, ids, exact:int):
     d.experts_planned += len(ids)
     d.experts_computed += exact
     d.dropped += len(ids) - exact
+    d.low_computed += int((np.asarray(ids) >= self.spec.num_experts).sum())
 
 @patch
 def _wait(self:Decoder, layer:int) -> bool:
@@ -301,10 +316,21 @@ def _wait(self:Decoder, layer:int) -> bool:
 
 # %% ../nbs/02b_decode.ipynb #c6915e99
 @patch
-def _own(self:Decoder, layer:int, blk, x, inds):
+def _own(self:Decoder, layer:int, blk, x, inds, w=None):
     if self.engine is None or layer in self.engine.resident: return blk['switch_mlp'](x, inds)  # routed on the device
     self.stats.syncs += 1  # the streaming path reads the routing on the host
-    return self.serve_own(layer, inds, lambda: blk['switch_mlp'](x, inds))
+    served = inds
+    if self.low_below is not None:
+        ids = self.low_ids(np.array(inds), np.array(w.astype(B.float32)))
+        served = B.array(ids.astype(np.uint32).reshape(inds.shape))
+    return self.serve_own(layer, inds, lambda: blk['switch_mlp'](x, served))
+
+@patch
+def low_ids(self:Decoder, inds, w) -> np.ndarray:
+    "'off' with `low_below`: the own experts `inds` (host) as read, those weighing less than it as copies (`E + e`)"
+    low = np.asarray(w).reshape(np.shape(inds)) < self.low_below
+    self.stats.low_computed += int(low.sum())
+    return np.asarray(inds).astype(np.int64) + self.spec.num_experts * low
 
 @patch
 def serve_own(self:Decoder, layer:int, inds, compute):
@@ -341,7 +367,8 @@ def pick_exact_top(self:Decoder, layer:int, own, w, planned):
         elif self.engine is not None and layer not in self.engine.resident and not self.engine.pooled(layer, e):
             d.exact_read += 1
     d.exact_checked += len(heaviest)
-    rest = [e for e in planned.tolist() if e not in heaviest][:self.k - len(heaviest)]
+    E = self.spec.num_experts  # a planned `E + e` (e's lower-bit copy) is e: one of the heaviest is computed at int4
+    rest = [e for e in planned.tolist() if e % E not in heaviest][:self.k - len(heaviest)]
     return np.array([e for e in own.tolist() if e in heaviest] + rest, np.int64)  # own order: M = K is `off`'s set
 
 @patch
@@ -377,6 +404,7 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
     ids = {layer: v.astype(np.int64) for layer, v in preds.items()}
     for layer, w in pred_w.items():  # exact top-M: heaviest first, so the K - M slots left take the prediction's best
         ids[layer] = ids[layer][np.argsort(-w, kind='stable')]
+        if self.low_slots: ids[layer][self.exact_top:] += self.spec.num_experts  # read as their lower-bit copies
     if self.mode == 'oracle':
         self.beyond = self.step >= trace_len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else {layer: v[self.step] for layer, v in self.trace_in.items()}

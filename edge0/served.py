@@ -41,6 +41,9 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
     if trace is not None and mode != 'oracle': raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
     if mode == 'oracle' and trace is None:
         raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
+    if resident and options is not None and options.low_bits:
+        raise InputError("a resident model reads nothing: low_bits serves the lower-bit copies of streamed experts")
+    if mode is None and options is not None and options.low_bits: mode = 'off'  # a decoder picks the copies
     if resident and mode == 'prefetch': raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident "
                                                          "one reads nothing (use 'off' or 'routing')")
     if mode is None: h = decode_load(d, 'off', spec=spec, resident=resident, options=None if resident else options,

@@ -12,6 +12,7 @@ import numpy as np
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
+from . import lowbit
 
 # %% auto #0
 __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo',
@@ -463,6 +464,7 @@ class LoadStats:
     cold:int = 0      # pages not resident before the read
     pages:int = 0
     seconds:float = 0.0
+    low:int = 0       # experts read as their lower-bit copy
     @property
     def cold_fraction(self) -> float: return self.cold / self.pages if self.pages else 0.0
 
@@ -477,7 +479,8 @@ def model_spec(model_dir) -> MoESpec:
 # %% ../nbs/01a_store.ipynb #ec8ef16e
 class ExpertStore:
     "Routed experts of a checkpoint, read on demand by byte range"
-    def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True):
+    def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True,
+                 low_bits:int|None=None): # also serve the experts' copies at these bits: expert `E + e` is `e`'s
         self.dir = Path(model_dir)
         spec = spec or model_spec(self.dir)
         if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
@@ -485,6 +488,10 @@ class ExpertStore:
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
         self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values())
+        self.low_bits = None if low_bits is None else lowbit.check_low_bits(low_bits)
+        self.low_target = {}  # a copy's codes tensor -> (int4 key, dtype, per-expert shape and bytes) it expands to
+        self.low = {l: self._low_layer(l) for l in spec.moe_layers} if low_bits else {}
+        self.ids = spec.num_experts * (2 if low_bits else 1)  # expert ids the store serves
         # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
         self.torch_out = self.torch_packed and bq.torch_available()
         self.repack, self.notes = None, []  # experts packed for another CPU's torch: re-packed as they are read
@@ -493,7 +500,7 @@ class ExpertStore:
             self.notes += [note] if note else []
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
-        paths = sorted({t.path for ts in self.layers.values() for t in ts.values()})
+        paths = sorted({t.path for ts in (*self.layers.values(), *self.low.values()) for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
         self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # kept free: K experts' buffers
         self.use_reader(reader)
@@ -553,16 +560,54 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
     return out
 
 
+# %% ../nbs/01a_store.ipynb #b1e0c001
+@patch
+def _low_layer(self:ExpertStore, layer:int) -> dict:
+    """`{(proj, part): TensorInfo}` of `layer`'s `low_bits` copies, `codes` in place of the packed weight: refused in
+    one line where the file is missing, damaged, or a copy of other weights than this checkpoint's int4 experts"""
+    bits, int4, E = self.low_bits, self.layers[layer], self.spec.num_experts
+    src = next(iter(int4.values())).path
+    path = self.dir / lowbit.low_file(layer, bits)
+    fix = (f"write a checkpoint that has them with `edge0 convert INT4_MLX_CHECKPOINT DST --low-bits {bits}` "
+           f"(--layout {'torch-cpu' if self.torch_packed else 'mlx'})")
+    if not path.exists(): raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its experts; "
+                                           f"{fix}")
+    tensors, meta = read_header(path)
+    try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
+    except ValueError: rec = None
+    if not (isinstance(rec, dict) and rec.get('bits') == bits and rec.get('of') == src.name):
+        raise StoreError(f"{path}: __metadata__ {lowbit.LOW_META} is {meta.get(lowbit.LOW_META)!r:.80}, expected a "
+                         f"{bits}-bit copy of {src.name}; {fix}")
+    if rec.get('stamp') != lowbit.stamp(src):
+        raise StoreError(f"{path} copies other weights than {src.name} holds now (their stamps differ): it would serve "
+                         f"wrong numbers; {fix}")
+    blk, out = self.spec.block_path.format(layer=layer), {}
+    for (p, part), t in int4.items():
+        low_part = 'codes' if part in ('weight', 'packed') else part
+        name = self.spec.key_template.format(block=blk, proj=p, part=low_part)
+        lt, per = tensors.get(name), t.nbytes // E
+        want = lowbit.code_bytes(per, bits) if low_part == 'codes' else per
+        dt = 'U8' if low_part == 'codes' else t.dtype
+        if lt is None or lt.dtype != dt or lt.shape[0] != E or lt.nbytes != want * E:
+            got = 'missing' if lt is None else f"{lt.dtype}{list(lt.shape)}"
+            raise StoreError(f"{path}: {name} is {got}, expected {dt} of {want} bytes for each of {E} experts; {fix}")
+        out[p, low_part] = lt
+        if low_part == 'codes': self.low_target[lt.name] = ((p, part), t.dtype, t.shape[1:], per)
+    return out
+
 # %% ../nbs/01a_store.ipynb #95075d0b
 @patch
 def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     "`[(key, TensorInfo, offset, length)]` of expert `expert` of `layer`"
-    if not 0 <= expert < self.spec.num_experts:
-        raise StoreError(f"expert {expert} is out of range: layer {layer} has {self.spec.num_experts} experts")
+    E = self.spec.num_experts
+    if not 0 <= expert < self.ids:
+        raise StoreError(f"expert {expert} is out of range: layer {layer} has {E} experts"
+                         + (f" (and {E} {self.low_bits}-bit copies, ids {E} to {2 * E - 1})" if self.low_bits else ''))
+    ts, e = (self.low[layer], expert - E) if expert >= E else (self.layers[layer], expert)
     out = []
-    for key, t in self.layers[layer].items():
-        n = t.nbytes // self.spec.num_experts
-        out.append((key, t, t.start + expert * (t.stride or n), n))
+    for key, t in ts.items():
+        n = t.nbytes // E
+        out.append((key, t, t.start + e * (t.stride or n), n))
     return out
 
 @patch
@@ -580,9 +625,13 @@ def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats) -> dict:
     "`{key: array}` of `parts` from their `views`, once read"
     out = {}
     for (key, t, off, n, shape), buf in zip(parts, views):
+        dtype = t.dtype
+        if key[1] == 'codes':  # a lower-bit copy: its codes become the int4 layout's packed bytes
+            key, dtype, shape, size = self.low_target[t.name]
+            buf = lowbit.expand(np.frombuffer(buf, np.uint8), self.low_bits, size)
         if key[1] == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
-        out[key] = (bq.torch_from_buffer(buf, t.dtype, shape) if self.torch_out else
-                    bio.from_buffer(buf, t.dtype, shape, evaluate=False))  # MLX copies: the buffer is free again
+        out[key] = (bq.torch_from_buffer(buf, dtype, shape) if self.torch_out else
+                    bio.from_buffer(buf, dtype, shape, evaluate=False))  # MLX copies: the buffer is free again
         stats.nbytes += n
     if not self.torch_out: bio.materialize(*out.values())  # once per read, in this thread
     return out
@@ -598,7 +647,7 @@ def _read_all(self:ExpertStore, parts:list, stats:LoadStats) -> dict:
 @patch
 def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
     "Expert `expert` of `layer` as `{(proj, part): array}`, and its `LoadStats`"
-    stats, t0 = LoadStats(), time.perf_counter()
+    stats, t0 = LoadStats(low=int(expert >= self.spec.num_experts)), time.perf_counter()
     out = self._read_all([(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, expert)], stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats
@@ -611,7 +660,7 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
     """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them in flight at once
     on the store's threads (its queue depth), each expert's `seconds` its share of the wall time"""
     if self.pool is None or len(experts) < 2: return [self.read_expert(layer, e) for e in experts]
-    t0, stats = time.perf_counter(), [LoadStats() for _ in experts]
+    t0, stats = time.perf_counter(), [LoadStats(low=int(e >= self.spec.num_experts)) for e in experts]
     parts = [[(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
     prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]
     reads = iter([r for _, rs in prepared for r in rs])  # each taken once, by whichever thread is free

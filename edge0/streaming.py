@@ -15,6 +15,7 @@ from .files import InputError, atomic_file, edge0_home, read_json
 from .memory import KV_TOKENS, Budget, MiB, headroom, pool_budget, step_and_room
 from .routing import MoESpec, block, check_buildable
 from .store import ExpertStore, LoadStats, StoreError, model_spec, fingerprint, READERS, DIRECT_DEPTH
+from . import lowbit
 from fastcore.basics import patch
 
 
@@ -90,6 +91,7 @@ class LayerStats:
     cold_pages:int = 0
     pages:int = 0
     hits:int = 0           # bundles served from the pool or resident slots
+    low_loads:int = 0      # of the loads, experts read as their lower-bit copy (`StreamOptions.low_bits`)
     blocked_s:float = 0.0  # main thread waiting for reads
     read_s:float = 0.0     # seconds the reads took (summed over reads, in whichever thread ran them)
     peak_active:int = 0    # most backend memory held after this layer's calls
@@ -101,6 +103,7 @@ class LayerStats:
     def load(self, cost:LoadStats, bundles:int=1):
         "Count a read of `bundles` bundles that cost `cost`"
         self.loads += bundles
+        self.low_loads += cost.low
         self.bytes_read += cost.nbytes
         self.cold_pages += cost.cold
         self.pages += cost.pages
@@ -194,7 +197,8 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     out, miss = {}, []
     with self.lock:
         self.clock += 1
-        if self.uses is not None: self.uses.update((layer, e) for e in experts)
+        if self.uses is not None:  # an expert's lower-bit copy (id E + e) counts as a use of the expert
+            self.uses.update((layer, e % self.store.spec.num_experts) for e in experts)
         for e in experts:
             bundle = self.lru.get((layer, e))
             if bundle is None: miss.append(e)
@@ -261,6 +265,11 @@ class StreamOptions:
     kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
     torch_step:bool = True                     # with torch's kernels, a session runs each step in torch where
                                                # `torchstep.check_torch_step` allows (False: the MLX graph)
+    low_bits:int|None = None                   # decode reads the experts that matter least as their copy at these
+                                               # bits (`edge0 convert --low-bits`): in 'routing' with exact top-M the
+                                               # K-M predicted slots, in 'off' those weighing below `low_below`
+    low_below:float|None = None                # 'off' with `low_bits`: the routing weight below which an expert is
+                                               # read as its lower-bit copy
     def __post_init__(self):
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
@@ -272,6 +281,15 @@ class StreamOptions:
         t = self.threads
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
+        if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
+        w = self.low_below
+        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
+            raise InputError(f"low_below {w!r}: expected a positive routing weight")
+        if w is not None and self.low_bits is None:
+            raise InputError(f"low_below {w} needs low_bits: the copy the experts below it are read as")
+        decode_paths = {self.decode_path, *(p.get('decode') for p in self.paths.values())} - {None}
+        if self.low_bits is not None and decode_paths != {'exact'}:
+            raise InputError(f"low_bits serves on the 'exact' decode path, not {', '.join(sorted(decode_paths))}")
     @staticmethod
     def auto_reader(pool:int|None, experts:int) -> str:
         "What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every expert, else `pread`"
@@ -293,6 +311,7 @@ class StreamEngine:
     def __init__(self, store:ExpertStore, options:StreamOptions|None=None, k:int|None=None):
         self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
         self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
+        self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
@@ -345,7 +364,7 @@ def _exact(self:StreamEngine, layer:int, x, indices):
     bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
     if len(flat) == indices.shape[-1]:
         return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer])
-    table = np.zeros(self.num_experts, np.uint32)
+    table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
     return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.quant[layer])
 
@@ -393,7 +412,7 @@ def slots_of(self:StreamEngine, table:dict, layer:int, n:int, buffers:int, what:
     "`layer`'s slots in `table` (`n` slots x `buffers` stacks), made on first use, their bytes reserved from the pool"
     if layer not in table:
         self.pool.reserve(n * buffers * self.store.expert_nbytes, f"{n * buffers} {what} of layer {layer}")
-        table[layer] = Staged(n, self.num_experts, buffers)
+        table[layer] = Staged(n, self.ids, buffers)
     return table[layer]
 
 @patch
@@ -874,7 +893,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     options = options or StreamOptions(**kw)
     check_tokenizer(d)
     reader = 'pread' if options.reader == 'auto' else options.reader  # auto: decided once the budget is known
-    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader), residency=options.residency)
+    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader), residency=options.residency,
+                        low_bits=options.low_bits)
     try: engine = StreamEngine(store, options, k)
     except BaseException:
         store.close()

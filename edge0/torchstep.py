@@ -452,7 +452,7 @@ def _moe(self:TorchStep, m:MoE, x):
         if dec.exact_top:
             own, w = t_route(m.routing, logits, self.k, m.bias)
             ids = dec.pick_exact_top(layer, own.numpy().ravel(), w.numpy().ravel(), ids)
-        inds = torch.from_numpy(ids).view(1, -1)
+        inds = torch.from_numpy(ids % self.spec.num_experts).view(1, -1)  # `E + e`: e's lower-bit copy
         y = self._planned(m, x, ids)
         w = t_weigh(m.routing, logits, inds)
     else:
@@ -460,7 +460,7 @@ def _moe(self:TorchStep, m:MoE, x):
             raise InputError(f"the oracle trace has {trace_len(dec.trace_in)} steps; decode step {dec.step} has none "
                              "(record a longer 'off' run)")
         inds, w = t_route(m.routing, logits, self.k, m.bias)
-        y = self._own(m, x, inds.numpy())
+        y = self._own(m, x, inds.numpy(), w)
     out = m.combine(x, y, w)
     if dec is not None and layer in dec.owners:
         now = inds[-1:]
@@ -477,7 +477,7 @@ def _moe(self:TorchStep, m:MoE, x):
 def _planned(self:TorchStep, m:MoE, x, ids):
     "The planned set `ids` computed from the layer's staged slots (staged now where the background read has not)"
     dec, eng, layer = self.dec, self.engine, m.layer
-    if layer in eng.resident: return m.experts(x, ids[None])
+    if layer in eng.resident: return m.experts(x, ids[None] % self.spec.num_experts)
     dec.stage_planned(layer, ids)
     at, exact = eng.planned_at(layer, ids)
     stack = eng.planned[layer].stacks[0]
@@ -487,11 +487,13 @@ def _planned(self:TorchStep, m:MoE, x, ids):
     return y
 
 @patch
-def _own(self:TorchStep, m:MoE, x, inds:np.ndarray):
-    "Experts the layer's own router chose, from the pool (prefetch: counting what the prediction read ahead)"
+def _own(self:TorchStep, m:MoE, x, inds:np.ndarray, w=None):
+    """Experts the layer's own router chose, from the pool (prefetch: counting what the prediction read ahead; 'off'
+    with `low_below`: those weighing less read as their lower-bit copies)"""
     dec, layer = self.dec, m.layer
     if dec is None or len(x) > 1 or layer in self.engine.resident: return m.experts(x, inds)
-    return dec.serve_own(layer, inds, lambda: m.experts(x, inds))
+    served = inds if dec.low_below is None else dec.low_ids(inds, w.float().numpy())
+    return dec.serve_own(layer, inds, lambda: m.experts(x, served))
 
 # %% ../nbs/02c_torch_step.ipynb #55645f29
 @patch
