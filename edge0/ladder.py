@@ -12,14 +12,14 @@ from .files import teacher_path
 from .prerouter import heads_file, load_prerouter
 from mlx_lm.models.cache import make_prompt_cache
 from .lora import load_adapter
-from .recovery import StudentPath, load_teacher, stage_file, student_generate
+from .recovery import StudentPath, load_teacher, low_experts, stage_file, student_generate
 from .store import model_spec
 from .streaming import cast_params
 from .teachers import teacher_corpus
 from .quality import heldout_windows, repetition, rung_metrics
 
 # %% auto #0
-__all__ = ['PROMPTS', 'PROMPT', 'prompt_for', 'ladder']
+__all__ = ['PROMPTS', 'PROMPT', 'prompt_for', 'low_copy_of', 'ladder']
 
 # %% ../nbs/05d_ladder.ipynb #86bac6f7
 PROMPTS = dict(prose="The history of the city", code='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n')
@@ -38,9 +38,25 @@ def _greedy(model):
     return lambda prompts, n: generate_batch(lambda x, c: model(x, cache=c), make_prompt_cache(model), prompts, n)
 
 # %% ../nbs/05d_ladder.ipynb #867dc612
+def low_copy_of(base, work, bits:tuple) -> Path:
+    """A copy of the int4 teacher `base` with its experts also at `bits` (`edge0 convert --low-bits`), under `work`;
+    made again where it is missing or was made from other weights"""
+    from edge0.convert import convert
+    from edge0.files import read_json
+    from edge0.lowbit import low_file
+    from edge0.store import fingerprint
+    dst, spec = Path(work) / 'low' / Path(base).name, model_spec(base)
+    made = (dst / 'config.json').exists() and all((dst / low_file(l, b)).exists() for l in spec.moe_layers for b in bits)
+    if made and read_json(dst / 'config.json', 'model config').get('edge0_layout', {}).get(
+            'source_fingerprint') == fingerprint(base): return dst
+    return convert(base, dst, low_bits=bits, overwrite=True)
+
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,
-           exact_adapters:dict|None=None) -> list: # {phase: file} trained at exact top-`exact[0]` (default: staged)
+           exact_adapters:dict|None=None, # {phase: file} trained at exact top-`exact[0]` (default: staged)
+           low:tuple=(), # rungs reading lower-bit copies at these bits: exact top-`low_top`'s other K - M slots ...
+           low_top:int=2,
+           low_below:float=0.1) -> list: # ... and, at the fewest bits, `off` with the experts below this weight
     "Rows `dict(rung, ppl, agreement, kl, sample, serving)` of teacher `name` served at `k`, every rung in one process"
     import mlx_lm
     base = teacher_path(name)
@@ -69,7 +85,17 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k, no_adapter=True)
     rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
     for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
-    files = adapters or {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
+    if low:  # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that checkpoint
+        low_dir = str(low_copy_of(base, work, tuple(sorted(low))))
+        for bits in low:
+            student.low = low_experts(low_dir, bits)
+            exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top, no_adapter=True,
+                      model=low_dir, low_bits=bits)
+        student.low, student.low_below = low_experts(low_dir, min(low)), low_below
+        rung(f'int4, under weight {low_below} at {min(low)} bits', served(10 ** 9), own, mode='off', k=k,
+             no_adapter=True, model=low_dir, low_bits=min(low), low_below=low_below)
+        student.low, student.low_below = None, None
+    files = adapters if adapters is not None else {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
     for phase, path in files.items():
         with load_adapter(model, base, spec, k, heads, path):
             rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k, adapter=str(path))

@@ -49,25 +49,35 @@ def _through(x, dtype:str) -> np.ndarray: return floats(stored(x, dtype), dtype)
 # %% ../nbs/00_lowbit.ipynb #a0000011
 CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
 
-def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
-    """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float weights `w` (..., n):
-    affine per group, each group's range the clip of `CLIPS` with the least squared error"""
-    g = np.asarray(w, np.float32).reshape(*np.shape(w)[:-1], -1, group)
-    lo, hi = g.min(-1, keepdims=True), g.max(-1, keepdims=True)
-    mid, top = (lo + hi) / 2, 2 ** bits - 1
-    best = err = s_best = b_best = None
+def _affine(vals, bits:int, dtype:str, counts=None) -> tuple:
+    """`(scales, biases)` (float32, as `dtype` rounds them) of the affine `bits`-bit grid for each row of values `vals`
+    (..., n), each value counted `counts` times (default once): the clip of `CLIPS` with the least squared error"""
+    top = 2 ** bits - 1
+    if counts is None: lo, hi = vals.min(-1, keepdims=True), vals.max(-1, keepdims=True)
+    else:
+        lo = np.where(counts > 0, vals, np.inf).min(-1, keepdims=True)
+        hi = np.where(counts > 0, vals, -np.inf).max(-1, keepdims=True)
+    mid, best = (lo + hi) / 2, None
     for c in CLIPS:
         s = _through((hi - lo) * c / top, dtype)
         s = np.where(s > 0, s, np.float32(1.0))  # a constant group: any scale, its bias carries it
         b = _through(mid - (mid - lo) * c, dtype)
-        q = np.clip(np.rint((g - b) / s), 0, top)
-        e = np.square(q * s + b - g).sum(-1, keepdims=True)
-        if best is None: best, err, s_best, b_best = q, e, s, b
+        e = np.square(np.clip(np.rint((vals - b) / s), 0, top) * s + b - vals)
+        e = (e if counts is None else e * counts).sum(-1, keepdims=True)
+        if best is None: best = [e, s, b]
         else:
-            better = e < err
-            best, err = np.where(better, q, best), np.where(better, e, err)
-            s_best, b_best = np.where(better, s, s_best), np.where(better, b, b_best)
-    return (best.astype(np.uint8).reshape(np.shape(w)), stored(s_best[..., 0], dtype), stored(b_best[..., 0], dtype))
+            better = e < best[0]
+            best = [np.where(better, new, old) for new, old in zip((e, s, b), best)]
+    return best[1], best[2]
+
+def _codes(vals, s, b, bits:int) -> np.ndarray: return np.clip(np.rint((vals - b) / s), 0, 2 ** bits - 1).astype(np.uint8)
+
+def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
+    """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float weights `w` (..., n):
+    affine per group, each group's range the clip of `CLIPS` with the least squared error"""
+    g = np.asarray(w, np.float32).reshape(*np.shape(w)[:-1], -1, group)
+    s, b = _affine(g, bits, dtype)
+    return _codes(g, s, b, bits).reshape(np.shape(w)), stored(s[..., 0], dtype), stored(b[..., 0], dtype)
 
 def dequantize(codes, scales, biases, group:int, dtype:str='BF16') -> np.ndarray:
     "float32 weights of `quantize`'s output"
@@ -125,15 +135,22 @@ def words(q) -> np.ndarray:
 
 def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:int=8) -> tuple:
     """`(words, scales, biases)`: the `bits`-bit copy of stacked int4 experts `wq` (E, out, in/8 uint32) with `scales`
-    and `biases` (E, out, in/group, stored as `dtype`) in mlx-lm's 4-bit layout, `chunk` experts at a time"""
+    and `biases` (E, out, in/group, stored as `dtype`) in mlx-lm's 4-bit layout, `chunk` experts at a time. A group of
+    int4 weights holds at most 16 values: the search runs over those, each counted as often as it occurs"""
     check_low_bits(bits)
     out = [], [], []
     for e in range(0, len(wq), chunk):
-        q4 = nibbles(wq[e:e + chunk]).astype(np.float32)
-        g = q4.reshape(*q4.shape[:-1], -1, group)
-        w = (g * floats(scales[e:e + chunk], dtype)[..., None] + floats(biases[e:e + chunk], dtype)[..., None])
-        q, s, b = quantize(w.reshape(q4.shape), group, bits, dtype)
-        for acc, a in zip(out, (words(q), s, b)): acc.append(a)
+        q4 = nibbles(wq[e:e + chunk])
+        *lead, n = q4.shape
+        groups = q4.reshape(*lead, n // group, group)
+        rows = np.arange(groups.size // group).repeat(group) * 16
+        counts = np.bincount(rows + groups.reshape(-1), minlength=groups.size // group * 16)
+        counts = counts.reshape(*groups.shape[:-1], 16).astype(np.float32)
+        levels = (np.arange(16, dtype=np.float32) * floats(scales[e:e + chunk], dtype)[..., None]
+                  + floats(biases[e:e + chunk], dtype)[..., None])  # the weight of each int4 code, as `quantize` sees it
+        s, b = _affine(levels, bits, dtype, counts)
+        q = np.take_along_axis(_codes(levels, s, b, bits), groups.astype(np.intp), -1).reshape(q4.shape)
+        for acc, a in zip(out, (words(q), stored(s[..., 0], dtype), stored(b[..., 0], dtype))): acc.append(a)
     return tuple(np.concatenate(a) for a in out)
 
 # %% ../nbs/00_lowbit.ipynb #a0000020

@@ -23,10 +23,10 @@ from .calib import CODE_CORPUS
 from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'StudentPath', 'keep_heaviest', 'student_generate',
-           'grouped_experts', 'load_teacher', 'sample_prompts', 'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax',
-           'teacher_topk', 'reverse_kl_stored', 'reverse_kl_topk', 'recipe_for', 'sources', 'dequantized_base',
-           'stage_file', 'Recovery', 'train_adapter']
+__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'StudentPath', 'low_slots', 'copies_of',
+           'low_experts', 'keep_heaviest', 'student_generate', 'grouped_experts', 'load_teacher', 'sample_prompts',
+           'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax', 'teacher_topk', 'reverse_kl_stored',
+           'reverse_kl_topk', 'recipe_for', 'sources', 'dequantized_base', 'stage_file', 'Recovery', 'train_adapter']
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b
 class StudentPath:
@@ -43,11 +43,14 @@ class StudentPath:
         self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.prefill, self.pos, self.carry, self.preds = 1, 0, {}, {}
+        # lower-bit copies, as `StreamOptions.low_bits` serves them: `{layer: {proj: (weight, scales, biases)}}`
+        # (`low_experts`); `low_below` None: exact top-`keep`'s K - keep slots, else every expert weighing less
+        self.low, self.low_below, self.low_from = None, None, 1  # positions from `low_from` on are decode steps
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
-    def reset(self, prefill:int):
-        "Start new sequences whose first `prefill` positions are the prompt"
-        self.prefill, self.pos, self.carry, self.preds = prefill, 0, {}, {}
+    def reset(self, prefill:int, low_from:int=1):
+        "Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first decode step's)"
+        self.prefill, self.pos, self.carry, self.preds, self.low_from = prefill, 0, {}, {}, low_from
 
     def __call__(self, tokens, cache=None):
         "Logits (B, L, V) of `tokens` (B, L), continuing the sequences at position `self.pos`"
@@ -55,9 +58,9 @@ class StudentPath:
         self.pos += tokens.shape[1]
         return out
 
-    def from_start(self, tokens, prefill:int=1):
+    def from_start(self, tokens, prefill:int=1, low_from:int=1):
         "Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill` positions a prompt"
-        self.reset(prefill)
+        self.reset(prefill, low_from)
         return self(tokens)
 
     def close(self):
@@ -68,6 +71,43 @@ class StudentPath:
 
 # %% ../nbs/04d_recovery.ipynb #e0b6175d
 from fastcore.basics import patch
+
+def low_slots(kept, pred, m:int) -> np.ndarray:
+    """Which slots of exact top-`m` sets `kept` (..., K) are served as lower-bit copies: those past the first `m`
+    that are not among the ranked prediction `pred`'s first `m` (staged at int4 by the decoder's flush)"""
+    staged4 = (kept[..., :, None] == pred[..., None, :m]).any(-1)
+    return (np.arange(kept.shape[-1]) >= m) & ~staged4
+
+def copies_of(switch, copies:dict, x, inds):
+    "`switch(x, inds)` (an mlx-lm int4 `SwitchGLU`) computed with `copies` `{proj: (weight, scales, biases)}` instead"
+    saved = {p: (getattr(switch, p).weight, getattr(switch, p).scales, getattr(switch, p).biases) for p in copies}
+    try:
+        for p, (w, s, b) in copies.items():
+            lin = getattr(switch, p)
+            lin.weight, lin.scales, lin.biases = w, s.astype(lin.scales.dtype), b.astype(lin.biases.dtype)
+        return switch(x, inds)  # the graph holds the copies: putting the weights back does not change it
+    finally:
+        for p, (w, s, b) in saved.items():
+            lin = getattr(switch, p)
+            lin.weight, lin.scales, lin.biases = w, s, b
+
+def low_experts(model_dir, bits:int) -> dict:
+    """`{layer: {proj: (weight, scales, biases)}}`: the `bits`-bit copies of the int4 experts of `model_dir` as
+    `edge0 convert --low-bits` stores them and the store expands them (mlx-lm's 4-bit layout)"""
+    from edge0.store import ExpertStore
+    from edge0 import lowbit
+    st, out = ExpertStore(model_dir, residency=False), {}
+    try:
+        for layer in st.spec.moe_layers:
+            w, out[layer] = st.read_layer(layer)[0], {}
+            for p, q in st.quant[layer].items():
+                dt = st.layers[layer][p, 'scales'].dtype
+                as_stored = lambda a: lowbit.stored(B.to_numpy(a), dt)
+                words, s, b = lowbit.low_copy(np.array(w[p, 'weight']), as_stored(w[p, 'scales']),
+                                              as_stored(w[p, 'biases']), q.group_size, bits, dt)
+                out[layer][p] = (B.array(words), B.array(lowbit.floats(s, dt)), B.array(lowbit.floats(b, dt)))
+    finally: st.close()
+    return out
 
 def keep_heaviest(pred, inds, w, m:int):
     "`pred` (..., K) with the `m` experts of `inds` (..., K) weighing most in `w` in its first slots, then its own"
@@ -83,14 +123,24 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     logits = router_logits(spec, blk, x)
     forced = self.forced is not None and layer in self.forced  # recomputed with the sets it served before
     inds = self.forced[layer] if forced else route(spec.routing, logits, self.k, self.bias[layer])[0]
+    low = None  # which slots are served as lower-bit copies
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
         pred = self.preds.pop(layer)
-        if self.keep: pred = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep)
+        if self.keep:
+            kept = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep)
+            if self.low is not None and self.low_below is None:
+                low = after_prompt & B.array(low_slots(np.array(kept), np.array(pred), self.keep))
+            pred = kept
         inds = B.where(after_prompt, pred, inds)
     self.used[layer] = inds
     y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)
-    out = combine(spec, blk, x, y, weigh(spec.routing, logits, inds))
+    w = weigh(spec.routing, logits, inds)
+    if self.low is not None and self.low_below is not None: low = w < self.low_below
+    if low is not None and layer in self.low:
+        low = low & (B.arange(self.pos, self.pos + n) >= self.low_from)[None, :, None]  # a prompt is read at int4
+        y = B.where(low[..., None], copies_of(blk['switch_mlp'], self.low[layer], x, inds), y)
+    out = combine(spec, blk, x, y, w)
     if layer in self.owners and not forced:
         nxt = self.owners[layer]
         prev = B.concatenate([self.carry.get(('used', layer), inds[:, :1]), inds[:, :-1]], axis=1)
@@ -106,7 +156,7 @@ def moe_block(self:StudentPath, layer:int, blk, x):
 def student_generate(student:StudentPath, prompts:np.ndarray, n:int, sampling:Sampling|None=None,
                      prefill:int|None=None) -> np.ndarray:
     "`n` tokens (B, n) drawn by `sampling` (default greedy) on the student path after each row of `prompts` (B, P)"
-    student.reset(prefill=prompts.shape[1] if prefill is None else prefill)  # a huge prefill: own routing throughout
+    student.reset(prompts.shape[1] if prefill is None else prefill, prompts.shape[1])  # huge prefill: own routing
     return generate_batch(student, make_prompt_cache(student.model), prompts, n, sampling)
 
 # %% ../nbs/04d_recovery.ipynb #4455fb0f
