@@ -180,6 +180,28 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
     copy_tensors(int4_path.parent / lowbit.low_file(layer, bits), ts, {**meta, EXPERTS_META: json.dumps(rows)}, data=data,
                  align=ALIGN)
 
+def _repacked_low(src:Path, layer:int, bits:int, tensors:dict, repack, int4_path:Path):
+    """`src`'s `bits`-bit copies of `layer` (torch-packed for another CPU) re-packed by `repack` beside `int4_path`; a
+    copy that does not match its int4 file is refused"""
+    f = src / lowbit.low_file(layer, bits)
+    parts, meta = read_header(f)
+    try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
+    except ValueError: rec = None
+    packed_of = {t.name: tensors.get(t.name[:-len('codes')] + 'packed') for t in parts.values() if t.name.endswith('.codes')}
+    if not isinstance(rec, dict) or rec.get('bits') != bits or rec.get('stamp') != lowbit.stamp(src / str(rec.get('of'))) \
+            or None in packed_of.values():
+        raise StoreError(f"{f} is not a {bits}-bit copy of the experts beside it; convert the mlx-lm checkpoint "
+                         "they came from with --low-bits")
+    data = {}
+    for name, p in packed_of.items():
+        E, shape = p.shape[0], p.shape[1:]
+        codes = _read_bytes(parts[name]).reshape(E, -1)
+        q = repack(lowbit.expand(codes, bits, p.nbytes // E).reshape(E, *shape))
+        data[name] = lowbit.compress(q.reshape(E, -1), bits)
+    ts, data, rows = _expert_rows(list(parts.values()), data)
+    meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}', **lowbit.low_meta(bits, int4_path))
+    copy_tensors(int4_path.parent / f.name, ts, {**meta, EXPERTS_META: json.dumps(rows)}, data=data, align=ALIGN)
+
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
                  aligned:bool=True, # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
                  low_bits:tuple=()): # write these lower-bit copies of the experts beside them (`edge0.lowbit`)
@@ -201,6 +223,8 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
         copy_tensors(dst / name, ts, file_meta, data=data, align=align)
         weight_map.update({t.name: name for t in ts})
         for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
+        for bits in lowbit.LOW_BITS if repack is not None else ():  # copies packed for another CPU: re-packed too
+            if (src / lowbit.low_file(layer, bits)).exists(): _repacked_low(src, layer, bits, tensors, repack, dst / name)
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
     weight_map.update({t.name: 'model.safetensors' for t in rest})

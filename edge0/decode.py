@@ -191,7 +191,7 @@ class Decoder:
             raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots beside the own M "
                              "heaviest: set exact_top (M >= 1), without low_below")
         self.low_below = below if low else None  # 'off': experts weighing less are read as their lower-bit copy
-        self.low_slots = bool(low) and mode == 'routing'  # 'routing': the K-M predicted slots are
+        self.low_slots = bool(low) and mode == 'routing'  # 'routing': the K-M predicted slots are read as copies
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
