@@ -74,7 +74,7 @@ def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:i
         gen = torchstep.generate_ids(torchstep.TorchStep(h), prompt, tokens + 1)
         next(gen)
         reset_stats(h.engine)
-        h.decoder.stats.low_computed = 0
+        h.decoder.stats.low_asked = 0
         t0 = time.perf_counter()
         for _ in gen: pass
         dt = time.perf_counter() - t0
@@ -82,7 +82,7 @@ def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:i
         tot, n_exp = ss['total'], tokens * len(h.spec.moe_layers) * h.k
         return dict(tps=tokens / dt, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
                     mib=tot['bytes_read'] / tokens / MiB, loads=tot['loads'] / tokens, low_loads=tot['low_loads'] / tokens,
-                    low_share=dec.low_computed / n_exp, exact_read=dec.exact_read / tokens,
+                    low_share=dec.low_asked / n_exp, exact_read=dec.exact_read / tokens,
                     pool_mib=(ss['pool']['budget_bytes'] or 0) / MiB, direct=h.engine.store.reader.direct)
     finally: h.close()
 

@@ -168,6 +168,8 @@ def _model_arguments(g):
                    "slots, in off mode those weighing below --low-below")
     g.add_argument('--low-below', type=_positive(float), metavar='W', help="with --low-bits in off mode: the routing "
                    "weight below which an expert is read as its lower-bit copy")
+    g.add_argument('--no-low-upgrade', action='store_true', help="with --low-bits: always compute the copy, even where "
+                   "the pool holds the int4 expert (the output then does not depend on what the pool holds)")
     g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
     g.add_argument('--no-torch-step', action='store_true', help="with torch's kernels, keep MLX's graph around them "
@@ -372,6 +374,7 @@ def _options(a) -> StreamOptions:
                          slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth, readahead=a.readahead,
                          pool_policy=a.pool_policy, usage_profile=a.usage_profile,
                          kernels=a.kernels, low_bits=a.low_bits, low_below=a.low_below,
+                         low_upgrade=not a.no_low_upgrade,
                          torch_step=not a.no_torch_step)
 
 def _session_kw(a) -> dict:

@@ -155,7 +155,8 @@ class DecodeStats:
     exact_checked:int = 0      # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
     exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
     exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
-    low_computed:int = 0       # experts computed from their lower-bit copy (`StreamOptions.low_bits`)
+    low_asked:int = 0          # expert computations asked of a lower-bit copy (`StreamOptions.low_bits`; served by the
+                               # int4 expert where the pool holds it: the engine's `low_upgraded`)
 
 
 # %% ../nbs/02b_decode.ipynb #da14e472
@@ -301,7 +302,7 @@ def count_planned(self:Decoder, ids, exact:int):
     d.experts_planned += len(ids)
     d.experts_computed += exact
     d.dropped += len(ids) - exact
-    d.low_computed += int((np.asarray(ids) >= self.spec.num_experts).sum())
+    d.low_asked += int((np.asarray(ids) >= self.spec.num_experts).sum())
 
 @patch
 def _wait(self:Decoder, layer:int) -> bool:
@@ -329,7 +330,7 @@ def _own(self:Decoder, layer:int, blk, x, inds, w=None):
 def low_ids(self:Decoder, inds, w) -> np.ndarray:
     "'off' with `low_below`: the own experts `inds` (host) as read, those weighing less than it as copies (`E + e`)"
     low = np.asarray(w).reshape(np.shape(inds)) < self.low_below
-    self.stats.low_computed += int(low.sum())
+    self.stats.low_asked += int(low.sum())
     return np.asarray(inds).astype(np.int64) + self.spec.num_experts * low
 
 @patch

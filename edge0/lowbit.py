@@ -112,11 +112,12 @@ def compress(packed, bits:int) -> np.ndarray:
     if bits == 2: return plane0
     return np.concatenate([plane0, np.packbits(nib >> 2, axis=-1, bitorder='little')], -1)
 
-def expand(codes, bits:int, nbytes:int) -> np.ndarray:
-    "The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes`"
+def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
+    "The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out` where given)"
     c = np.asarray(codes, np.uint8)
     h = nbytes // 2
-    out = _T2[c[..., :h]].view(np.uint8)
+    if out is None: out = np.empty((*c.shape[:-1], nbytes), np.uint8)
+    np.take(_T2, c[..., :h], out=out.view('<u2'))
     if bits == 3: out |= _T1[c[..., h:h + nbytes // 4]].view(np.uint8)
     return out
 

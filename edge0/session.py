@@ -315,11 +315,11 @@ def format_stats(s:dict) -> str:
             staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}" for r, n in enumerate(d['exact_staged']))
             lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged ({staged}); "
                          f"{d['exact_read']} of {d['exact_checked']} read at once")
-        if d.get('low_computed'):
+        if d.get('low_asked'):
             t = s['total']
-            lines.append(f"lower-bit copies: {d['low_computed']} expert computations of "
-                         f"{d['steps'] * len(s['layers']) * s['k']} from a copy; {t['low_loads']} of {t['loads']} loads "
-                         "read one")
+            lines.append(f"lower-bit copies: {d['low_asked']} of {d['steps'] * len(s['layers']) * s['k']} experts asked "
+                         f"as a copy, {t['low_upgraded']} of them served by their int4 expert already pooled; "
+                         f"{t['low_loads']} of {t['loads']} loads read a copy")
     if s.get('torch_step'):
         t, n = s['torch_step'], max(s['torch_step']['steps'], 1)
         lines.append(f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to MLX/step, "

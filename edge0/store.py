@@ -624,16 +624,31 @@ def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]
 def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats) -> dict:
     "`{key: array}` of `parts` from their `views`, once read"
     out = {}
+    if any(key[1] == 'codes' for key, *_ in parts): views = self._expand_low(parts, views)
     for (key, t, off, n, shape), buf in zip(parts, views):
         dtype = t.dtype
-        if key[1] == 'codes':  # a lower-bit copy: its codes become the int4 layout's packed bytes
-            key, dtype, shape, size = self.low_target[t.name]
-            buf = lowbit.expand(np.frombuffer(buf, np.uint8), self.low_bits, size)
+        if key[1] == 'codes': key, dtype, shape, _ = self.low_target[t.name]  # expanded: the int4 layout's bytes
         if key[1] == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
         out[key] = (bq.torch_from_buffer(buf, dtype, shape) if self.torch_out else
                     bio.from_buffer(buf, dtype, shape, evaluate=False))  # MLX copies: the buffer is free again
         stats.nbytes += n
     if not self.torch_out: bio.materialize(*out.values())  # once per read, in this thread
+    return out
+
+@patch
+def _expand_low(self:ExpertStore, parts:list, views:list) -> list:
+    """A lower-bit copy's `views`, laid out again in one recycled buffer of its int4 expert's size: the codes expanded
+    into the int4 layout's packed bytes, the other parts copied, so the read buffer goes back at once and a copy held
+    in the pool costs what its int4 expert does"""
+    sizes = [self.low_target[t.name][3] if key[1] == 'codes' else n for key, t, _, n, _ in parts]
+    at = np.cumsum([0] + [-(-s // 64) * 64 for s in sizes])
+    buf = self.slabs.take(int(at[-1]))
+    out = []
+    for (key, *_), view, a, s in zip(parts, views, at, sizes):
+        seg, src = buf[a:a + s], np.frombuffer(view, np.uint8)
+        if key[1] == 'codes': lowbit.expand(src, self.low_bits, s, seg)
+        else: seg[:] = src
+        out.append(seg)
     return out
 
 @patch

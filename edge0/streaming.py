@@ -92,6 +92,7 @@ class LayerStats:
     pages:int = 0
     hits:int = 0           # bundles served from the pool or resident slots
     low_loads:int = 0      # of the loads, experts read as their lower-bit copy (`StreamOptions.low_bits`)
+    low_upgraded:int = 0   # copies asked for that the pool served with their int4 expert (`StreamOptions.low_upgrade`)
     blocked_s:float = 0.0  # main thread waiting for reads
     read_s:float = 0.0     # seconds the reads took (summed over reads, in whichever thread ran them)
     peak_active:int = 0    # most backend memory held after this layer's calls
@@ -119,12 +120,15 @@ class ExpertPool:
     `half_life` requests (a request: one layer's experts for one step)"""
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None,
                  policy:str='lru', half_life:float=256,
-                 count:bool=False): # count the requests per (layer, expert) in `uses` (for a usage profile)
+                 count:bool=False, # count the requests per (layer, expert) in `uses` (for a usage profile)
+                 upgrade:bool=False): # a lower-bit copy asked for (id E + e) is served by its int4 expert e where
+                                      # that is held (nothing read, more exact), and putting e drops the copy
         if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of {', '.join(POLICIES)}")
         self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k  # `lru`: the bundles held, by recency
         self.policy, self.rate, self.clock = policy, math.log(2) / half_life, 0
         self.score, self.heap = {}, []  # lfu: log of the decayed uses x 2**(clock / half_life), and a heap of them
         self.uses = Counter() if count else None  # requests per (layer, expert) since load: a usage profile's counts
+        self.upgrade, self.E = upgrade, store.spec.num_experts if upgrade else None
         self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
@@ -200,13 +204,15 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
         if self.uses is not None:  # an expert's lower-bit copy (id E + e) counts as a use of the expert
             self.uses.update((layer, e % self.store.spec.num_experts) for e in experts)
         for e in experts:
-            bundle = self.lru.get((layer, e))
-            if bundle is None: miss.append(e)
-            else:
-                self.lru.move_to_end((layer, e))
-                self._touch((layer, e))
-                out[e] = bundle
-                stats.hits += 1
+            key = self._held(layer, e)
+            if key is None:
+                miss.append(e)
+                continue
+            stats.low_upgraded += key[1] != e
+            self.lru.move_to_end(key)
+            self._touch(key)
+            out[e] = self.lru[key]
+            stats.hits += 1
     if miss:
         t0 = time.perf_counter()
         for e, (bundle, cost) in zip(miss, self.store.read_experts(layer, miss)):
@@ -217,12 +223,19 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     return [out[e] for e in experts]
 
 @patch
+def _held(self:ExpertPool, layer:int, e:int):
+    "The key of the bundle that serves expert id `e` of `layer` now, or None: a copy's int4 expert first (`upgrade`)"
+    if self.upgrade and e >= self.E and (layer, e - self.E) in self.lru: return (layer, e - self.E)
+    return (layer, e) if (layer, e) in self.lru else None
+
+@patch
 def has(self:ExpertPool, layer:int, e:int) -> bool:
-    with self.lock: return (layer, e) in self.lru
+    with self.lock: return self._held(layer, e) is not None
 
 @patch
 def put(self:ExpertPool, layer:int, e:int, bundle:dict):
     with self.lock:
+        if self.upgrade and e < self.E: self.lru.pop((layer, e + self.E), None)  # the int4 expert replaces its copy
         self.lru[layer, e] = bundle
         self.lru.move_to_end((layer, e))
         self._touch((layer, e))  # a bundle read counts as used once now: a prefetch is kept for its use
@@ -270,6 +283,9 @@ class StreamOptions:
                                                # K-M predicted slots, in 'off' those weighing below `low_below`
     low_below:float|None = None                # 'off' with `low_bits`: the routing weight below which an expert is
                                                # read as its lower-bit copy
+    low_upgrade:bool = True                    # a copy asked for is served by its int4 expert where the pool holds
+                                               # it: more exact, nothing read (False: always the copy, so the numbers
+                                               # served do not depend on what the pool holds)
     def __post_init__(self):
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
@@ -321,7 +337,7 @@ class StreamEngine:
         auto = self.options.pool_bytes == 'auto'  # unbounded until `load` has measured what is left (`budget_for`)
         self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k,
                                self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),  # 8 tokens
-                               count=self.options.usage_profile)
+                               count=self.options.usage_profile, upgrade=self.options.low_upgrade)
         self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
         self.seen, self.decoding = 0, None  # tokens past the first MoE layer since load (the KV cache holds at most
                                             # these), and whether the last step decoded (`lend`)
