@@ -20,9 +20,10 @@ Parts:
   (the reads come from the page cache: the tiny teacher's speed is compute's).
 - capped: the 1.85 GB synthetic with routing calibrated to trained MoEs' (build/bench/qwen3moe-16l-calibrated, its
   routing statistics printed first; heads warm-started from its routers) converted with its copies, under 600 and 1200
-  MB caps (a child memory cgroup without swap, page cache dropped, direct reads, the default budget), each arm in its
-  own process, arms alternating over rounds: tok/s, MiB read a decode step, the share read as copies, ms blocked a
-  step; the disk's rate B probed in the same run and the bound max(compute, MiB / B).
+  MB caps and under 1200 MB with the disk held to an eMMC's 277 MB/s (a child cgroup: memory without swap, a blkio read
+  throttle; page cache dropped, direct reads, the default budget), each arm in its own process, arms alternating over
+  rounds: tok/s, MiB read a decode step, the share asked as copies, ms blocked a step; the disk's rate B probed in the
+  same run (or the throttle's rate) and the bound max(compute, MiB / B).
 """
 import argparse, json, os, shutil, statistics, sys, time
 from pathlib import Path
@@ -82,6 +83,7 @@ def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:i
         tot, n_exp = ss['total'], tokens * len(h.spec.moe_layers) * h.k
         return dict(tps=tokens / dt, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
                     mib=tot['bytes_read'] / tokens / MiB, loads=tot['loads'] / tokens, low_loads=tot['low_loads'] / tokens,
+                    upgraded=tot['low_upgraded'] / tokens,
                     low_share=dec.low_asked / n_exp, exact_read=dec.exact_read / tokens,
                     pool_mib=(ss['pool']['budget_bytes'] or 0) / MiB, direct=h.engine.store.reader.direct)
     finally: h.close()
@@ -111,21 +113,25 @@ def tiny(model:Path, tokens:int, rounds:int) -> dict:
     return dict(pool_mib=pool, rows=rows)
 
 
-def capped(model:Path, caps:list, tokens:int, prompt:int, rounds:int) -> dict:
-    from edge0.harness import Cgroup, evict, memory_cap, run_child
+def capped(model:Path, conditions:list, tokens:int, prompt:int, rounds:int) -> dict:
+    "Every arm under each `(cap MB, disk MB/s or None)`, in its own process, page cache dropped first"
+    from edge0.harness import Cgroup, evict, memory_cap, read_throttle, run_child
     rows = {}
-    for cap in caps:
+    for cap, rate in conditions:
+        where = f"{cap} MB" + (f", {rate:g} MB/s" if rate else '')
         for r in range(rounds):
             for name, arm in (ARMS.items() if r % 2 == 0 else reversed(ARMS.items())):
                 evict(model)
-                cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
+                cg = Cgroup({**memory_cap(int(cap * MiB)), **(read_throttle(model, rate) if rate else {})},
+                            optional=NO_SWAP)
                 try: res = run_child(f"{__file__}:decode_arm", str(model), *arm, tokens, prompt, cgroup=cg, timeout=1800)
                 finally: cg.close()
                 res = res.get('result') or res
-                rows.setdefault(f'{cap}/{name}', []).append(res)
-                print(f"  {cap} MB round {r + 1} {name:26} " + (
+                rows.setdefault(f'{where}/{name}', []).append(res)
+                print(f"  {where} round {r + 1} {name:26} " + (
                     f"{res['tps']:5.2f} tok/s, {res['mib']:.1f} MiB read a step ({res['low_loads']:.0f} of "
-                    f"{res['loads']:.0f} loads copies), {res['blocked_ms']:.0f} of {res['step_ms']:.0f} ms blocked, pool "
+                    f"{res['loads']:.0f} loads copies, {res['upgraded']:.0f} copies served at int4), "
+                    f"{res['blocked_ms']:.0f} of {res['step_ms']:.0f} ms blocked, pool "
                     f"{res['pool_mib']:.0f} MiB" if 'tps' in res else f"failed: {str(res.get('stderr', ''))[-300:]}"),
                     flush=True)
     return rows
@@ -157,18 +163,22 @@ def report(d:dict) -> str:
                 f"reads, default budget; disk B = {B:.0f} MiB/s (probed in this run"
                 + (f", {d['disk_after']['best_mib_s']:.0f} at its end)" if 'disk_after' in d else ')')
                 + f"; medians of {d['rounds']} rounds",
-                f"  {'cap':>5} {'arm':28} {'tok/s':>6} {'x int4':>7} {'MiB/step':>9} {'x int4':>7} {'copies':>7} "
+                f"  {'cap, disk':>18} {'arm':28} {'tok/s':>6} {'x int4':>7} {'MiB/step':>9} {'x int4':>7} {'copies':>7} "
                 f"{'blocked ms':>10} {'step ms':>8} {'bound ms':>9} {'of bound':>9}"]
-        for key, rows in d['capped'].items():
-            rows = [r for r in rows if 'tps' in r]
-            if not rows: continue
-            cap, name = key.split('/', 1)
-            base = d['capped'].get(f"{cap}/{BASELINE.get(name)}")
-            comp = med(rows, 'step_ms') - med(rows, 'blocked_ms')
-            bound = max(comp, med(rows, 'mib') / B * 1e3)
+        for key, runs in d['capped'].items():
+            rows, cap, name = [r for r in runs if 'tps' in r], *key.split('/', 1)
+            if not rows:
+                why = str(runs[0].get('stderr', '')).strip().splitlines()
+                out.append(f"  {cap:>18} {name:28} " + ('refused: ' + why[-1].split(': ', 1)[-1][:110] if why else
+                                                         'killed' if runs[0].get('killed') else 'failed'))
+                continue
+            base = [r for r in d['capped'].get(f"{cap}/{BASELINE.get(name)}", []) if 'tps' in r]
+            comp, rate = med(rows, 'step_ms') - med(rows, 'blocked_ms'), B
+            if ', ' in cap: rate = min(B, float(cap.split(', ')[1].split()[0]) * 1e6 / MiB)  # the throttle's rate
+            bound = max(comp, med(rows, 'mib') / rate * 1e3)
             xt = f"{med(rows, 'tps') / med(base, 'tps'):7.2f}" if base else f"{'':7}"
             xm = f"{med(rows, 'mib') / med(base, 'mib'):7.2f}" if base else f"{'':7}"
-            out.append(f"  {cap:>5} {name:28} {med(rows, 'tps'):6.2f} {xt} {med(rows, 'mib'):9.1f} {xm} "
+            out.append(f"  {cap:>18} {name:28} {med(rows, 'tps'):6.2f} {xt} {med(rows, 'mib'):9.1f} {xm} "
                        f"{med(rows, 'low_share'):7.0%} {med(rows, 'blocked_ms'):10.0f} {med(rows, 'step_ms'):8.0f} "
                        f"{bound:9.0f} {bound / med(rows, 'step_ms'):9.0%}")
     return '\n'.join(out)
@@ -179,7 +189,8 @@ def main():
     ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l-calibrated'))
     ap.add_argument('--parts', default='quality,tiny,capped')
     ap.add_argument('--rounds', type=int, default=2)
-    ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
+    ap.add_argument('--conditions', default='600,1200,1200@277', help='memory caps, MB (MiB), comma-separated; CAP@RATE '
+                    'also holds the disk to RATE MB/s (277: an eMMC, edge0.harness.TIERS)')
     ap.add_argument('--tokens', type=int, default=24)
     ap.add_argument('--tokens-tiny', type=int, default=64)
     ap.add_argument('--prompt', type=int, default=5)
@@ -196,7 +207,8 @@ def main():
     flags = Path('/proc/cpuinfo').read_text()
     d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{cpu} ({'avx512f' if 'avx512f' in flags else 'no avx512f'}), "
              f"{os.cpu_count()} cores", rounds=a.rounds, tokens=a.tokens, tokens_tiny=a.tokens_tiny, prompt=a.prompt,
-             windows=a.windows, caps=[int(c) for c in a.caps.split(',')])
+             windows=a.windows, conditions=[(int(c.split('@')[0]), float(c.split('@')[1]) if '@' in c else None)
+                                            for c in a.conditions.split(',')])
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))
     mlx_model = Path(a.model)
     if 'capped' in parts:
@@ -218,7 +230,7 @@ def main():
         d['tiny'] = tiny(code, a.tokens_tiny, a.rounds)
         save()
     if 'capped' in parts:
-        d['capped'] = capped(model, d['caps'], a.tokens, a.prompt, a.rounds)
+        d['capped'] = capped(model, d['conditions'], a.tokens, a.prompt, a.rounds)
         d['disk_after'] = disk(model)
         save()
     d['wall_s'] = time.time() - t0

@@ -86,16 +86,6 @@ def dequantize(codes, scales, biases, group:int, dtype:str='BF16') -> np.ndarray
     return (g * floats(scales, dtype)[..., None] + floats(biases, dtype)[..., None]).reshape(q.shape)
 
 # %% ../nbs/00_lowbit.ipynb #a0000014
-def _tables() -> tuple:
-    v = np.arange(256, dtype=np.uint32)
-    n = [(v >> (2 * j)) & 3 for j in range(4)]  # plane 0: four nibbles' low two bits
-    t2 = (n[0] | n[1] << 4 | (n[2] | n[3] << 4) << 8).astype('<u2')
-    b = [(v >> j) & 1 for j in range(8)]  # plane 1: eight nibbles' third bit
-    t1 = sum(((b[2 * j] << 2) | (b[2 * j + 1] << 6)) << (8 * j) for j in range(4)).astype('<u4')
-    return t2, t1
-
-_T2, _T1 = _tables()
-
 def code_bytes(nbytes:int, bits:int) -> int:
     "Bytes of the code planes of `nbytes` int4 packed bytes at `bits`"
     return nbytes // 2 + (nbytes // 4 if bits == 3 else 0)
@@ -113,12 +103,32 @@ def compress(packed, bits:int) -> np.ndarray:
     return np.concatenate([plane0, np.packbits(nib >> 2, axis=-1, bitorder='little')], -1)
 
 def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
-    "The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out` where given)"
+    """The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out` where given): each
+    plane byte's bits spread apart by shifts and masks, two output bytes a plane-0 byte, four a plane-1 byte"""
     c = np.asarray(codes, np.uint8)
     h = nbytes // 2
     if out is None: out = np.empty((*c.shape[:-1], nbytes), np.uint8)
-    np.take(_T2, c[..., :h], out=out.view('<u2'))
-    if bits == 3: out |= _T1[c[..., h:h + nbytes // 4]].view(np.uint8)
+    x = out.view('<u2')  # plane 0: 2-bit fields at bits 0, 2, 4, 6 move to 0, 4, 8, 12
+    np.copyto(x, c[..., :h], casting='unsafe')
+    t = np.left_shift(x, 4)
+    x |= t
+    x &= 0x0F0F
+    np.left_shift(x, 2, out=t)
+    x |= t
+    x &= 0x3333
+    if bits == 3:  # plane 1: bit j moves to bit 4j + 2 (the third bit of nibble j)
+        y = c[..., h:h + nbytes // 4].astype('<u4')
+        u = np.left_shift(y, 12)
+        y |= u
+        y &= 0x000F000F
+        np.left_shift(y, 6, out=u)
+        y |= u
+        y &= 0x03030303
+        np.left_shift(y, 3, out=u)
+        y |= u
+        y &= 0x11111111
+        y <<= 2
+        out |= y.view(np.uint8)
     return out
 
 # %% ../nbs/00_lowbit.ipynb #a0000017

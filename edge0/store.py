@@ -621,10 +621,10 @@ def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]
     return self.reader.prepare([(t.path, off, n) for _, t, off, n, _ in parts])
 
 @patch
-def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats) -> dict:
-    "`{key: array}` of `parts` from their `views`, once read"
+def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:bool=False) -> dict:
+    "`{key: array}` of `parts` from their `views`, once read (a lower-bit copy's: `expanded` by the read already)"
     out = {}
-    if any(key[1] == 'codes' for key, *_ in parts): views = self._expand_low(parts, views)
+    if not expanded and any(key[1] == 'codes' for key, *_ in parts): views = self._expand_low(parts, views)
     for (key, t, off, n, shape), buf in zip(parts, views):
         dtype = t.dtype
         if key[1] == 'codes': key, dtype, shape, _ = self.low_target[t.name]  # expanded: the int4 layout's bytes
@@ -678,9 +678,15 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
     t0, stats = time.perf_counter(), [LoadStats(low=int(e >= self.spec.num_experts)) for e in experts]
     parts = [[(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
     prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]
-    reads = iter([r for _, rs in prepared for r in rs])  # each taken once, by whichever thread is free
+    views = [v for v, _ in prepared]
+    def copy_task(i):  # a lower-bit copy (one aligned read) is expanded by the thread that read it
+        for r in prepared[i][1]: r()
+        views[i] = self._expand_low(parts[i], views[i])
+    low = [e >= self.spec.num_experts for e in experts]
+    reads = iter([functools.partial(copy_task, i) for i in range(len(experts)) if low[i]] +
+                 [r for i, (_, rs) in enumerate(prepared) if not low[i] for r in rs])  # each taken once, by any thread
     for f in [self.pool.submit(_drain, reads) for _ in range(self.threads)]: f.result()
-    out = [self._arrays(p, views, s) for p, (views, _), s in zip(parts, prepared, stats)]
+    out = [self._arrays(p, v, s, expanded=x) for p, v, s, x in zip(parts, views, stats, low)]
     for s in stats: s.seconds = (time.perf_counter() - t0) / len(experts)
     return list(zip(out, stats))
 
