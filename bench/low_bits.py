@@ -166,7 +166,7 @@ def report(d:dict) -> str:
                 f"  {'cap, disk':>18} {'arm':28} {'tok/s':>6} {'x int4':>7} {'MiB/step':>9} {'x int4':>7} {'copies':>7} "
                 f"{'blocked ms':>10} {'step ms':>8} {'bound ms':>9} {'of bound':>9}"]
         for key, runs in d['capped'].items():
-            rows, cap, name = [r for r in runs if 'tps' in r], *key.split('/', 1)
+            rows, cap, name = [r for r in runs if 'tps' in r], *key.rsplit('/', 1)  # a condition may say MB/s
             if not rows:
                 why = str(runs[0].get('stderr', '')).strip().splitlines()
                 out.append(f"  {cap:>18} {name:28} " + ('refused: ' + why[-1].split(': ', 1)[-1][:110] if why else

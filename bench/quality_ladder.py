@@ -1,6 +1,8 @@
 """The quality ladder, measured in one run: for each committed teacher at its native K and at K/2, the bf16 teacher, int4,
 int4 with K narrowed (own routing), the prerouter's routing, exact top-1 and top-2, the phase-2 and phase-3 adapters, and
-phase 3 with exact top-1; each rung's decode speed measured beside it.
+phase 3 with exact top-1, and with `--low 3,2` lower-bit copies (exact top-2's other K-2 slots at 3 and at 2 bits,
+top-1's at K=2; and `off` with the experts under routing weight 0.1 at 2 bits, served from a copy of the teacher
+converted with `--low-bits 2,3`); each rung's decode speed measured beside it.
 
     python bench/quality_ladder.py                   # after `make adapters`; writes bench/results/quality_ladder.{json,txt,png}
     python bench/quality_ladder.py --windows 8       # a quicker look
@@ -60,7 +62,10 @@ def adapters_for(name:str, k:int, work) -> tuple[dict, str]:
 def speed(name:str, serving:dict, prompt:str, tokens:int, repeats:int=3) -> float:
     "Median decode tok/s of the rung served by a Session: greedy, `tokens` after `prompt`"
     from edge0.session import Session
+    from edge0.streaming import StreamOptions
     serving = dict(serving)
+    low = {key: serving.pop(key) for key in ('low_bits', 'low_below') if key in serving}  # lower-bit rungs' options
+    if low: serving['options'] = StreamOptions(**low)
     with Session(serving.pop('model', name), **serving) as s:
         tps = []
         s.generate(prompt, max_tokens=8, chat=False, keep=False)  # warm-up
@@ -130,6 +135,8 @@ def main(argv=None):
     a.add_argument('--work', default=str(ROOT / 'build/teachers'), help='work folder of `edge0 train` (stage files)')
     a.add_argument('--windows', type=int, default=24, help='held-out windows of 256 tokens per rung')
     a.add_argument('--tokens', type=int, default=64, help='tokens per decode-speed generation')
+    a.add_argument('--low', type=lambda t: tuple(int(b) for b in t.split(',')), default=(), metavar='B[,B]',
+                   help='add the lower-bit rungs at these bits (bench/low_bits.py measures the code teacher\'s)')
     a.add_argument('--runs', nargs='+', metavar='TEACHER:K', help='only these (default: all six)')
     a.add_argument('--out', default=str(ROOT / 'bench/results/quality_ladder'))
     args = a.parse_args(argv)
@@ -141,7 +148,7 @@ def main(argv=None):
     t0, runs = time.time(), []
     for name, k in runs_to_do:
         files, source = adapters_for(name, k, args.work)
-        rows = ladder(name, k, args.work, adapters=files, windows=args.windows)
+        rows = ladder(name, k, args.work, adapters=files, windows=args.windows, low=args.low, low_top=min(2, k - 1))
         for r in rows:
             r['tok_s'] = speed(name, r['serving'], prompt_for(name), args.tokens)
             print(f"  {r['rung']:<36} {r['tok_s']:.1f} tok/s", flush=True)
