@@ -109,7 +109,7 @@ def tiny(model:Path, tokens:int, rounds:int) -> dict:
             res = decode_arm(str(model), *arm, tokens, 16, pool)
             rows.setdefault(name, []).append(res)
             print(f"  tiny round {r + 1} {name:26} {res['tps']:6.1f} tok/s, {res['mib']:.2f} MiB read a token, "
-                  f"{res['low_share']:.0%} of the experts computed from a copy", flush=True)
+                  f"{res['low_share']:.0%} of the experts asked as copies", flush=True)
     return dict(pool_mib=pool, rows=rows)
 
 
@@ -151,11 +151,11 @@ def report(d:dict) -> str:
         t = d['tiny']
         out += [f"tiny: edge0-tiny-code (torch-cpu, with copies), the torch step, {d['tokens_tiny']} tokens, pool "
                 f"{t['pool_mib']:.1f} MiB (a quarter of the experts); medians of {d['rounds']} rounds, page cache warm",
-                f"  {'arm':28} {'tok/s':>7} {'MiB/token':>10} {'vs int4':>8} {'from copies':>12}"]
+                f"  {'arm':28} {'tok/s':>7} {'MiB/token':>10} {'vs int4':>8} {'asked as copies':>16}"]
         for name, rows in t['rows'].items():
             base = BASELINE.get(name)
             rel = f"{med(rows, 'mib') / med(t['rows'][base], 'mib'):8.2f}" if base else f"{'':8}"
-            out.append(f"  {name:28} {med(rows, 'tps'):7.1f} {med(rows, 'mib'):10.3f} {rel} {med(rows, 'low_share'):12.0%}")
+            out.append(f"  {name:28} {med(rows, 'tps'):7.1f} {med(rows, 'mib'):10.3f} {rel} {med(rows, 'low_share'):16.0%}")
         out.append('')
     if 'capped' in d:
         B = d['disk']['best_mib_s']
@@ -163,7 +163,7 @@ def report(d:dict) -> str:
                 f"reads, default budget; disk B = {B:.0f} MiB/s (probed in this run"
                 + (f", {d['disk_after']['best_mib_s']:.0f} at its end)" if 'disk_after' in d else ')')
                 + f"; medians of {d['rounds']} rounds",
-                f"  {'cap, disk':>18} {'arm':28} {'tok/s':>6} {'x int4':>7} {'MiB/step':>9} {'x int4':>7} {'copies':>7} "
+                f"  {'cap, disk':>18} {'arm':28} {'tok/s':>6} {'x int4':>7} {'MiB/step':>9} {'x int4':>7} {'asked':>7} "
                 f"{'blocked ms':>10} {'step ms':>8} {'bound ms':>9} {'of bound':>9}"]
         for key, runs in d['capped'].items():
             rows, cap, name = [r for r in runs if 'tps' in r], *key.rsplit('/', 1)  # a condition may say MB/s

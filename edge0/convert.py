@@ -175,10 +175,14 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
             infos.append(TensorInfo(name(p, part), dt, a.shape, None, 0, a.nbytes))
             data[name(p, part)] = np.ascontiguousarray(a)
         if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
+    _write_low(infos, data, layer, bits, int4_path)
+
+def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
+    "Write `layer`'s `bits`-bit copies `infos` (their bytes in `data`, else read) expert by expert beside `int4_path`"
     ts, data, rows = _expert_rows(infos, data)
-    meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}', **lowbit.low_meta(bits, int4_path))
-    copy_tensors(int4_path.parent / lowbit.low_file(layer, bits), ts, {**meta, EXPERTS_META: json.dumps(rows)}, data=data,
-                 align=ALIGN)
+    meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}',
+                **lowbit.low_meta(bits, int4_path), **{EXPERTS_META: json.dumps(rows)})
+    copy_tensors(int4_path.parent / lowbit.low_file(layer, bits), ts, meta, data=data, align=ALIGN)
 
 def _repacked_low(src:Path, layer:int, bits:int, tensors:dict, repack, int4_path:Path):
     """`src`'s `bits`-bit copies of `layer` (torch-packed for another CPU) re-packed by `repack` beside `int4_path`; a
@@ -187,9 +191,10 @@ def _repacked_low(src:Path, layer:int, bits:int, tensors:dict, repack, int4_path
     parts, meta = read_header(f)
     try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
     except ValueError: rec = None
-    packed_of = {t.name: tensors.get(t.name[:-len('codes')] + 'packed') for t in parts.values() if t.name.endswith('.codes')}
-    if not isinstance(rec, dict) or rec.get('bits') != bits or rec.get('stamp') != lowbit.stamp(src / str(rec.get('of'))) \
-            or None in packed_of.values():
+    packed_of = {t.name: tensors.get(t.name[:-len('codes')] + 'packed')
+                 for t in parts.values() if t.name.endswith('.codes')}
+    made_of = isinstance(rec, dict) and rec.get('bits') == bits and (src / str(rec.get('of'))).is_file()
+    if not made_of or rec.get('stamp') != lowbit.stamp(src / rec['of']) or None in packed_of.values():
         raise StoreError(f"{f} is not a {bits}-bit copy of the experts beside it; convert the mlx-lm checkpoint "
                          "they came from with --low-bits")
     data = {}
@@ -198,9 +203,7 @@ def _repacked_low(src:Path, layer:int, bits:int, tensors:dict, repack, int4_path
         codes = _read_bytes(parts[name]).reshape(E, -1)
         q = repack(lowbit.expand(codes, bits, p.nbytes // E).reshape(E, *shape))
         data[name] = lowbit.compress(q.reshape(E, -1), bits)
-    ts, data, rows = _expert_rows(list(parts.values()), data)
-    meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}', **lowbit.low_meta(bits, int4_path))
-    copy_tensors(int4_path.parent / f.name, ts, {**meta, EXPERTS_META: json.dumps(rows)}, data=data, align=ALIGN)
+    _write_low(list(parts.values()), data, layer, bits, int4_path)
 
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
                  aligned:bool=True, # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
@@ -224,7 +227,8 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
         weight_map.update({t.name: name for t in ts})
         for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
         for bits in lowbit.LOW_BITS if repack is not None else ():  # copies packed for another CPU: re-packed too
-            if (src / lowbit.low_file(layer, bits)).exists(): _repacked_low(src, layer, bits, tensors, repack, dst / name)
+            if (src / lowbit.low_file(layer, bits)).exists():
+                _repacked_low(src, layer, bits, tensors, repack, dst / name)
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
     weight_map.update({t.name: 'model.safetensors' for t in rest})
@@ -240,8 +244,9 @@ def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
     for layer in spec.moe_layers if low_bits else ():
         for p, q in layer_quant(spec, tensors, layer).items():
             if q is None or q.mode != 'affine' or q.bits != 4:
-                raise StoreError(f"{src}: layer {layer} {p} is {'not quantized' if q is None else f'int{q.bits} {q.mode}'}"
-                                 "; --low-bits copies int4 affine experts (add --quantize)")
+                what = 'not quantized' if q is None else f'int{q.bits} {q.mode}'
+                raise StoreError(f"{src}: layer {layer} {p} is {what}; --low-bits copies int4 affine experts "
+                                 "(add --quantize)")
 
 def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx', low_bits:tuple=()):
     "Everything `convert` can refuse, refused before anything is written; the `Repack` a torch-packed source needs"
@@ -260,8 +265,9 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
             raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and "
                              "cannot be unpacked; convert the mlx-lm checkpoint they came from"
                              + (f" ({was})" if was else ''))
-        if low_bits: raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are packed for torch; "
-                                      "convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
+        if low_bits:
+            raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are packed for torch; "
+                             "convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
         repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
         if repack is None:
             raise InputError(f"{src}: its experts are already packed as this machine's torch packs them; nothing to do")
@@ -303,7 +309,8 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
     src, low_bits = Path(src), tuple(sorted(set(low_bits)))
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
     if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")
-    if low_bits and not repack: raise InputError("--low-bits writes the copies beside repacked experts; drop --no-repack")
+    if low_bits and not repack:
+        raise InputError("--low-bits writes the copies beside repacked experts; drop --no-repack")
     repack_with = _check_source(src, quantize, bits, group_size, layout, low_bits)
     with atomic_dir(dst, overwrite) as tmp:
         if quantize and repack:

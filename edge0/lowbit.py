@@ -70,7 +70,8 @@ def _affine(vals, bits:int, dtype:str, counts=None) -> tuple:
             best = [np.where(better, new, old) for new, old in zip((e, s, b), best)]
     return best[1], best[2]
 
-def _codes(vals, s, b, bits:int) -> np.ndarray: return np.clip(np.rint((vals - b) / s), 0, 2 ** bits - 1).astype(np.uint8)
+def _codes(vals, s, b, bits:int) -> np.ndarray:
+    return np.clip(np.rint((vals - b) / s), 0, 2 ** bits - 1).astype(np.uint8)
 
 def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
     """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float weights `w` (..., n):
@@ -157,8 +158,8 @@ def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:in
         rows = np.arange(groups.size // group).repeat(group) * 16
         counts = np.bincount(rows + groups.reshape(-1), minlength=groups.size // group * 16)
         counts = counts.reshape(*groups.shape[:-1], 16).astype(np.float32)
-        levels = (np.arange(16, dtype=np.float32) * floats(scales[e:e + chunk], dtype)[..., None]
-                  + floats(biases[e:e + chunk], dtype)[..., None])  # the weight of each int4 code, as `quantize` sees it
+        s4, b4 = floats(scales[e:e + chunk], dtype)[..., None], floats(biases[e:e + chunk], dtype)[..., None]
+        levels = np.arange(16, dtype=np.float32) * s4 + b4  # the weight of each int4 code, as `quantize` sees it
         s, b = _affine(levels, bits, dtype, counts)
         q = np.take_along_axis(_codes(levels, s, b, bits), groups.astype(np.intp), -1).reshape(q4.shape)
         for acc, a in zip(out, (words(q), stored(s[..., 0], dtype), stored(b[..., 0], dtype))): acc.append(a)

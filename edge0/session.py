@@ -317,8 +317,9 @@ def format_stats(s:dict) -> str:
                          f"{d['exact_read']} of {d['exact_checked']} read at once")
         if d.get('low_asked'):
             t = s['total']
-            lines.append(f"lower-bit copies: {d['low_asked']} of {d['steps'] * len(s['layers']) * s['k']} experts asked "
-                         f"as a copy, {t['low_upgraded']} of them served by their int4 expert already pooled; "
+            asked = d['steps'] * len(s['layers']) * s['k']
+            lines.append(f"lower-bit copies: {d['low_asked']} of {asked} experts asked as a copy, {t['low_upgraded']} "
+                         "of them served by their int4 expert already pooled; "
                          f"{t['low_loads']} of {t['loads']} loads read a copy")
     if s.get('torch_step'):
         t, n = s['torch_step'], max(s['torch_step']['steps'], 1)

@@ -570,8 +570,8 @@ def _low_layer(self:ExpertStore, layer:int) -> dict:
     path = self.dir / lowbit.low_file(layer, bits)
     fix = (f"write a checkpoint that has them with `edge0 convert INT4_MLX_CHECKPOINT DST --low-bits {bits}` "
            f"(--layout {'torch-cpu' if self.torch_packed else 'mlx'})")
-    if not path.exists(): raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its experts; "
-                                           f"{fix}")
+    if not path.exists():
+        raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its experts; {fix}")
     tensors, meta = read_header(path)
     try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
     except ValueError: rec = None
