@@ -103,6 +103,14 @@ def compress(packed, bits:int) -> np.ndarray:
     if bits == 2: return plane0
     return np.concatenate([plane0, np.packbits(nib >> 2, axis=-1, bitorder='little')], -1)
 
+def _spread(x, steps) -> None:
+    "Move `x`'s bit fields apart in place: for each `(shift, mask)`, `x = (x | x << shift) & mask`"
+    t = np.empty_like(x)
+    for shift, mask in steps:
+        np.left_shift(x, shift, out=t)
+        x |= t
+        x &= mask
+
 def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
     """The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out` where given): each
     plane byte's bits spread apart by shifts and masks, two output bytes a plane-0 byte, four a plane-1 byte"""
@@ -111,23 +119,10 @@ def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
     if out is None: out = np.empty((*c.shape[:-1], nbytes), np.uint8)
     x = out.view('<u2')  # plane 0: 2-bit fields at bits 0, 2, 4, 6 move to 0, 4, 8, 12
     np.copyto(x, c[..., :h], casting='unsafe')
-    t = np.left_shift(x, 4)
-    x |= t
-    x &= 0x0F0F
-    np.left_shift(x, 2, out=t)
-    x |= t
-    x &= 0x3333
+    _spread(x, ((4, 0x0F0F), (2, 0x3333)))
     if bits == 3:  # plane 1: bit j moves to bit 4j + 2 (the third bit of nibble j)
         y = c[..., h:h + nbytes // 4].astype('<u4')
-        u = np.left_shift(y, 12)
-        y |= u
-        y &= 0x000F000F
-        np.left_shift(y, 6, out=u)
-        y |= u
-        y &= 0x03030303
-        np.left_shift(y, 3, out=u)
-        y |= u
-        y &= 0x11111111
+        _spread(y, ((12, 0x000F000F), (6, 0x03030303), (3, 0x11111111)))
         y <<= 2
         out |= y.view(np.uint8)
     return out
