@@ -163,9 +163,9 @@ def _model_arguments(g):
     g.add_argument('--usage-profile', action='store_true', help="fill the pool at load with the experts this model's "
                    "runs requested most, and add this run's requests to that profile ($EDGE0_HOME/usage)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
-    g.add_argument('--low-bits', type=int, choices=LOW_BITS, help="read the experts that matter least as their copy at "
-                   "these bits (edge0 convert --low-bits): with --prerouter routing --exact-top M the K-M predicted "
-                   "slots, in off mode those weighing below --low-below")
+    g.add_argument('--low-bits', type=int, choices=LOW_BITS, help="in decode steps, read the experts that matter least "
+                   "as their copy at this bit width (edge0 convert --low-bits): with --prerouter routing --exact-top M "
+                   "the K-M predicted slots, in off mode those weighing below --low-below")
     g.add_argument('--low-below', type=_positive(float), metavar='W', help="with --low-bits in off mode: the routing "
                    "weight below which an expert is read as its lower-bit copy")
     g.add_argument('--no-low-upgrade', action='store_true', help="with --low-bits: always compute the copy, even where "
