@@ -180,8 +180,8 @@ class Decoder:
             raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both with the same k")
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
-        low = engine.store.low_bits if engine is not None else None
-        below = engine.options.low_below if engine is not None else None
+        low = engine.low_bits if engine is not None else None
+        below = engine.low_below if engine is not None else None
         if low and mode not in ('off', 'routing'):
             raise InputError(f"low_bits is served in modes 'off' (with low_below) and 'routing' (with exact top-M), "
                              f"not {mode!r}")

@@ -328,6 +328,7 @@ class StreamEngine:
         self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
         self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
         self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
+        self.low_bits, self.low_below = store.low_bits, self.options.low_below  # the copies served, and `off`'s rule
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
