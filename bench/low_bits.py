@@ -45,21 +45,11 @@ BASELINE = {'off, under 0.1 at 2 bits': 'off int4', 'top-2, other 6 at 3 bits': 
 
 def with_copies(src:Path, dst:Path) -> Path:
     "`src` (an mlx-lm int4 checkpoint, heads beside it) converted to the torch-cpu layout with 2- and 3-bit copies"
-    from edge0.convert import convert
-    from edge0.files import read_json
-    from edge0.lowbit import low_file
-    from edge0.store import fingerprint, model_spec
-    spec = model_spec(src)
-    ok = (dst / 'config.json').exists() and all((dst / low_file(l, b)).exists() for l in spec.moe_layers for b in (2, 3))
-    if ok and read_json(dst / 'config.json', 'config').get('edge0_layout', {}).get('source_fingerprint') == \
-            fingerprint(src) and (read_json(dst / 'config.json', 'config')['edge0_layout'].get('packing') or {}).get(
-            'probe') == __import__('edge0.backend.quant', fromlist=['x']).torch_packing()['probe']:
-        return dst
-    print(f'converting {src.name} -> {dst} (torch-cpu, --low-bits 2,3) ...', flush=True)
+    from edge0.ladder import low_copy_of
     t0 = time.time()
-    convert(src, dst, layout='torch-cpu', low_bits=(2, 3), overwrite=True)
-    print(f'  {time.time() - t0:.0f} s', flush=True)
-    return dst
+    out = low_copy_of(src, dst, (2, 3), 'torch-cpu')  # converted again only where missing or stale
+    if time.time() - t0 > 5: print(f'converted {src.name} -> {dst} (torch-cpu, --low-bits 2,3): {time.time() - t0:.0f} s')
+    return out
 
 
 def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:int, prompt_len:int,

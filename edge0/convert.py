@@ -4,14 +4,14 @@
 
 # %% ../nbs/01c_convert.ipynb #8ba444f0
 from __future__ import annotations
-import json, os, shutil
+import contextlib, json, os, shutil
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
 from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint, layer_quant,
-                         model_spec, read_header, StoreError, TensorInfo)
+                         model_spec, read_header, ExpertStore, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json
 from . import lowbit
 
@@ -184,26 +184,14 @@ def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
                 **lowbit.low_meta(bits, int4_path), **{EXPERTS_META: json.dumps(rows)})
     copy_tensors(int4_path.parent / lowbit.low_file(layer, bits), ts, meta, data=data, align=ALIGN)
 
-def _repacked_low(src:Path, layer:int, bits:int, tensors:dict, repack, int4_path:Path):
-    """`src`'s `bits`-bit copies of `layer` (torch-packed for another CPU) re-packed by `repack` beside `int4_path`; a
-    copy that does not match its int4 file is refused"""
-    f = src / lowbit.low_file(layer, bits)
-    parts, meta = read_header(f)
-    try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
-    except ValueError: rec = None
-    packed_of = {t.name: tensors.get(t.name[:-len('codes')] + 'packed')
-                 for t in parts.values() if t.name.endswith('.codes')}
-    made_of = isinstance(rec, dict) and rec.get('bits') == bits and (src / str(rec.get('of'))).is_file()
-    if not made_of or rec.get('stamp') != lowbit.stamp(src / rec['of']) or None in packed_of.values():
-        raise StoreError(f"{f} is not a {bits}-bit copy of the experts beside it; convert the mlx-lm checkpoint "
-                         "they came from with --low-bits")
-    data = {}
-    for name, p in packed_of.items():
-        E, shape = p.shape[0], p.shape[1:]
-        codes = _read_bytes(parts[name]).reshape(E, -1)
-        q = repack(lowbit.expand(codes, bits, p.nbytes // E).reshape(E, *shape))
-        data[name] = lowbit.compress(q.reshape(E, -1), bits)
-    _write_low(list(parts.values()), data, layer, bits, int4_path)
+def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
+    """The copies of `layer` in `st` (a store opened on a checkpoint packed for another CPU's torch, with its
+    `low_bits`: it checks them, and expands and re-packs each as it reads it) written again beside `int4_path`"""
+    E, parts = st.spec.num_experts, st.low[layer]
+    copies = [b for b, _ in st.read_experts(layer, list(range(E, 2 * E)))]
+    data = {t.name: lowbit.compress(np.stack([c[p, 'packed'].numpy() for c in copies]).reshape(E, -1), st.low_bits)
+            for (p, part), t in parts.items() if part == 'codes'}
+    _write_low(list(parts.values()), data, layer, st.low_bits, int4_path)
 
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
                  aligned:bool=True, # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
@@ -214,21 +202,24 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
     if layout == 'torch-cpu' and repack is None: _check_torch(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
     weight_map, meta = {}, dict(format='mlx', layout=layout)
-    for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
-        name = f"model-experts-L{layer:03d}.safetensors"
-        data = {}
-        if repack is not None: data = _repacked(ts, repack)
-        elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
-        file_meta, align = dict(meta, edge0=f'experts of layer {layer}'), 8
-        if layout == 'torch-cpu' and aligned:
-            ts, data, rows = _expert_rows(ts, data)
-            file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
-        copy_tensors(dst / name, ts, file_meta, data=data, align=align)
-        weight_map.update({t.name: name for t in ts})
-        for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
-        for bits in lowbit.LOW_BITS if repack is not None else ():  # copies packed for another CPU: re-packed too
-            if (src / lowbit.low_file(layer, bits)).exists():
-                _repacked_low(src, layer, bits, tensors, repack, dst / name)
+    first = spec.moe_layers[0]
+    widths = [b for b in lowbit.LOW_BITS if repack is not None and (src / lowbit.low_file(first, b)).exists()]
+    with contextlib.ExitStack() as held:  # copies packed for another CPU: a store reads (checks, re-packs) each width
+        lows = [held.enter_context(contextlib.closing(ExpertStore(src, spec, residency=False, low_bits=b)))
+                for b in widths]
+        for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
+            name = f"model-experts-L{layer:03d}.safetensors"
+            data = {}
+            if repack is not None: data = _repacked(ts, repack)
+            elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
+            file_meta, align = dict(meta, edge0=f'experts of layer {layer}'), 8
+            if layout == 'torch-cpu' and aligned:
+                ts, data, rows = _expert_rows(ts, data)
+                file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
+            copy_tensors(dst / name, ts, file_meta, data=data, align=align)
+            weight_map.update({t.name: name for t in ts})
+            for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
+            for st in lows: _repacked_low(st, layer, dst / name)
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
     weight_map.update({t.name: 'model.safetensors' for t in rest})

@@ -38,19 +38,21 @@ def _greedy(model):
     return lambda prompts, n: generate_batch(lambda x, c: model(x, cache=c), make_prompt_cache(model), prompts, n)
 
 # %% ../nbs/05d_ladder.ipynb #867dc612
-def low_copy_of(base, work, bits:tuple) -> Path:
-    """A copy of the int4 teacher `base` with its experts also at `bits` (`edge0 convert --low-bits`), under `work`;
-    made again where it is missing or was made from other weights"""
+def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
+    """`dst`: the int4 checkpoint `base` converted to `layout` with its experts also at `bits` (`edge0 convert
+    --low-bits`); converted again where it is missing, was made from other weights or packed for another CPU"""
+    from edge0.backend.quant import torch_packing
     from edge0.convert import convert
     from edge0.files import read_json
     from edge0.lowbit import low_file
     from edge0.store import fingerprint
-    dst, spec = Path(work) / 'low' / Path(base).name, model_spec(base)
+    dst, spec = Path(dst), model_spec(base)
     made = (dst / 'config.json').exists() and all((dst / low_file(layer, b)).exists()
                                                   for layer in spec.moe_layers for b in bits)
-    if made and read_json(dst / 'config.json', 'model config').get('edge0_layout', {}).get(
-            'source_fingerprint') == fingerprint(base): return dst
-    return convert(base, dst, low_bits=bits, overwrite=True)
+    was = read_json(dst / 'config.json', 'model config').get('edge0_layout', {}) if made else {}
+    if made and was.get('source_fingerprint') == fingerprint(base) and was.get('experts') == layout and (
+            layout != 'torch-cpu' or (was.get('packing') or {}).get('probe') == torch_packing()['probe']): return dst
+    return convert(base, dst, low_bits=bits, overwrite=True, layout=layout)
 
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,
@@ -87,7 +89,7 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
     for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
     if low:  # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that checkpoint
-        low_dir = str(low_copy_of(base, work, tuple(sorted(low))))
+        low_dir = str(low_copy_of(base, Path(work) / 'low' / Path(base).name, tuple(sorted(low))))
         for bits in low:
             student.low = low_experts(low_dir, bits)
             exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top, no_adapter=True,

@@ -92,20 +92,17 @@ def copies_of(switch, copies:dict, x, inds):
             lin.weight, lin.scales, lin.biases = w, s, b
 
 def low_experts(model_dir, bits:int) -> dict:
-    """`{layer: {proj: (weight, scales, biases)}}`: the `bits`-bit copies of the int4 experts of `model_dir` as
-    `edge0 convert --low-bits` stores them and the store expands them (mlx-lm's 4-bit layout)"""
+    """`{layer: {proj: (weight, scales, biases)}}`: the `bits`-bit copies of the experts of `model_dir` (mlx-lm's
+    layout, converted with `--low-bits`), stacked, as the store reads and expands them for a served decode (expert
+    `E + e`)"""
     from edge0.store import ExpertStore
-    from edge0 import lowbit
-    st, out = ExpertStore(model_dir, residency=False), {}
+    st, out = ExpertStore(model_dir, residency=False, low_bits=bits), {}
     try:
+        E = st.spec.num_experts
         for layer in st.spec.moe_layers:
-            w, out[layer] = st.read_layer(layer)[0], {}
-            for p, q in st.quant[layer].items():
-                dt = st.layers[layer][p, 'scales'].dtype
-                as_stored = lambda a: lowbit.stored(B.to_numpy(a), dt)
-                words, s, b = lowbit.low_copy(np.array(w[p, 'weight']), as_stored(w[p, 'scales']),
-                                              as_stored(w[p, 'biases']), q.group_size, bits, dt)
-                out[layer][p] = (B.array(words), B.array(lowbit.floats(s, dt)), B.array(lowbit.floats(b, dt)))
+            copies = [b for b, _ in st.read_experts(layer, list(range(E, 2 * E)))]
+            out[layer] = {p: tuple(B.stack([c[p, part] for c in copies]) for part in ('weight', 'scales', 'biases'))
+                          for p in st.quant[layer]}
     finally: st.close()
     return out
 
