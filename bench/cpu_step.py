@@ -78,9 +78,10 @@ def anchor(model:Path, work:Path) -> tuple:
     return bench, gguf
 
 
-def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) -> dict:
+def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False, timeout:float=3600) -> dict:
     """One llama-bench test (`pp` prefill or `tg` decode of `n` tokens, 2 threads, mmap, no repacking): tok/s, and the
-    process's peak anonymous memory in MiB (`anon_mb`: what it holds besides the mapped weights), sampled every 20 ms"""
+    process's peak anonymous memory in MiB (`anon_mb`: what it holds besides the mapped weights), sampled every 20 ms;
+    past `timeout` seconds it is stopped (`timed_out`: its warm-up token and `n` tokens took longer than that)"""
     flag = '-p' if what == 'pp' else '-n'
     other = '-n' if what == 'pp' else '-p'
     cmd = [str(bench), '-m', str(gguf), flag, str(n), other, '0', '-r', '1', '-t', '2', '--repack', '0', '-lm', 'mmap',
@@ -95,9 +96,11 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False) ->
             time.sleep(0.02)
     w = threading.Thread(target=watch, daemon=True)
     w.start()
-    try: out, err = p.communicate(timeout=3600)
+    try: out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill(); out, err = p.communicate()
+        w.join()
+        return dict(failed=True, timed_out=True, stderr=f'stopped after {timeout:.0f} s', wall_s=time.time() - t0)
     w.join()
     if p.returncode: return dict(failed=True, returncode=p.returncode, stderr=err[-400:], wall_s=time.time() - t0)
     return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)

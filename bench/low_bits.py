@@ -53,11 +53,11 @@ def with_copies(src:Path, dst:Path) -> Path:
 
 
 def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:int, prompt_len:int,
-               pool_mib:float|None=None, seed:int=0) -> dict:
+               pool_mib:float|None=None, seed:int=0, stage_ahead:int|None=None) -> dict:
     "Child or in-process: the torch step decoding `tokens` in one arm; per decode step the streaming counters"
     from edge0 import decode, torchstep
     from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
-    opts = StreamOptions(kernels='torch', low_bits=low_bits, low_below=low_below,
+    opts = StreamOptions(kernels='torch', low_bits=low_bits, low_below=low_below, stage_ahead=stage_ahead,
                          pool_bytes='auto' if pool_mib is None else int(pool_mib * MiB))
     h = decode.load(model, mode, exact_top=exact_top, options=opts)
     try:

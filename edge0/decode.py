@@ -204,7 +204,8 @@ class Decoder:
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.before_flush, self.after_flush = [], []  # callables run around each flush: what a measurement adds
-        self.reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-prerouter')
+        ahead = engine.stage_ahead if engine is not None else 1  # planned layers whose reads run at once
+        self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
         self.notes = []  # what the user should know about how this decoder serves
         if engine is not None and mode == 'routing' and hold:
             unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]

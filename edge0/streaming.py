@@ -286,6 +286,9 @@ class StreamOptions:
     low_upgrade:bool = True                    # a copy asked for is served by its int4 expert where the pool holds
                                                # it: more exact, nothing read (False: always the copy, so the numbers
                                                # served do not depend on what the pool holds)
+    stage_ahead:int|None = None                # planned layers whose reads run at once, so the disk's queue stays full
+                                               # between layers (None: 2 where the experts are packed for torch, whose
+                                               # stacks a background thread fills without MLX; else 1)
     def __post_init__(self):
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
@@ -298,6 +301,9 @@ class StreamOptions:
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
             raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
         if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
+        s = self.stage_ahead
+        if not (s is None or (isinstance(s, int) and not isinstance(s, bool) and s > 0)):
+            raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers read at once, or None")
         w = self.low_below
         if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
             raise InputError(f"low_below {w!r}: expected a positive routing weight")
@@ -329,6 +335,8 @@ class StreamEngine:
         self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
         self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
         self.low_bits, self.low_below = store.low_bits, self.options.low_below  # the copies served, and `off`'s rule
+        packed = all(torch_quant(self.quant[layer]) is not None for layer in self.spec.moe_layers)
+        self.stage_ahead = self.options.stage_ahead or (2 if packed else 1)  # planned layers read at once (`stage`)
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
@@ -541,7 +549,11 @@ def _auto(self:StreamEngine, layer:int, x, indices):
 # %% ../nbs/01b_streaming.ipynb #73a2a16b
 @patch
 def plan_slots(self:StreamEngine, layer:int) -> Staged:
-    "`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget"
+    """`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget;
+    with the first, the K experts each further layer staged at once (`stage_ahead`) holds while it fills its slots"""
+    if not self.planned and self.stage_ahead > 1:
+        n = (self.stage_ahead - 1) * self.k
+        self.pool.reserve(n * self.store.expert_nbytes, f"{n} experts of planned layers read at once")
     return self.slots_of(self.planned, layer, self.options.slots or self.k, 1, 'planned slots')
 
 @patch
