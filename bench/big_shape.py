@@ -28,12 +28,12 @@ again at its end. The bound of an arm is max(compute, MiB / B). Targets (the iss
 bound, and >= 3x llama.cpp stock at both caps. 'x base': tok/s and MiB a step of the lower-bit arms against their
 all-int4 twins, and of `routing int4` against one layer at a time.
 """
-import argparse, json, os, statistics, sys, time
+import argparse, json, os, sys, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_step import SHAPE_30B, anchor, llama, warm_heads  # noqa: E402
-from direct_reads import NO_SWAP, disk  # noqa: E402
+from direct_reads import NO_SWAP, disk, med  # noqa: E402
 from low_bits import decode_arm  # noqa: E402  the torch step in one arm, its counters per decode step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,9 +105,6 @@ def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, ro
                           f"of {res['step_ms']:.0f} ms blocked, pool {res['pool_mib']:.0f} MiB; {res['disk_mib']:.0f} "
                           f"MiB read from disk in all", flush=True)
     return rows
-
-
-def med(rows:list, key:str) -> float: return statistics.median(r[key] for r in rows)
 
 
 def report(d:dict) -> str:
