@@ -301,7 +301,8 @@ def format_stats(s:dict) -> str:
     if s.get('reads'):
         r, u = s['reads'], s['reads']['usage_fill']
         how = 'past the page cache' if r['direct'] else 'through the page cache'
-        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight | pool policy {r['policy']}"
+        ahead = f" | {r['stage_ahead']} planned layers read at once" if s.get('mode', 'off') != 'off' else ''
+        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy {r['policy']}"
                      + (f" | filled from the usage profile: {u['bundles']} experts, {u['bytes'] / 2**20:.1f} MiB in "
                         f"{u['seconds']:.2f} s" if u['bundles'] else ''))
     if 'decoder' in s:

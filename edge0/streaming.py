@@ -1009,7 +1009,8 @@ def stats(engine:StreamEngine) -> dict:
                 staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())),
                 budget=None if engine.budget is None else asdict(engine.budget),
                 reads=dict(reader=engine.store.reader.kind, direct=engine.store.reader.direct,
-                           depth=engine.store.threads, policy=engine.pool.policy, usage_fill=engine.usage_fill))
+                           depth=engine.store.threads, policy=engine.pool.policy, usage_fill=engine.usage_fill,
+                           stage_ahead=engine.stage_ahead))
 
 def reset_stats(engine:StreamEngine):
     "Zero the counters (the pool and slots keep their contents)"
