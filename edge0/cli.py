@@ -351,9 +351,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--overwrite', action='store_true')
     c.add_argument('--low-bits', type=_bits_list, default=(), metavar='B[,B]', help="also store each expert at these "
                    "bits (2, 3), read in place of int4 where it matters least (generate --low-bits)")
-    c.add_argument('--layout', choices=LAYOUTS, default='mlx', help="mlx: experts one file per layer as mlx-lm stores "
+    c.add_argument('--layout', choices=LAYOUTS, help="mlx (the default): experts one file per layer as mlx-lm stores "
                    "them; torch-cpu: packed for this CPU's torch int4 kernel (needs int4 g32-256 experts; a torch-cpu "
                    "checkpoint packed on another CPU is re-packed)")
+    c.add_argument('--add', action='store_true', help="add the --low-bits copies to DST, an existing conversion of "
+                   "SRC, in place: its int4 experts are not written again")
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
     _train_parser(sub)
@@ -544,9 +546,14 @@ def _run(a):
     elif a.cmd == 'serve': _cmd_serve(a)
     elif a.cmd == 'spec': print(describe(model_spec(find_model(a.model))))
     elif a.cmd == 'convert':
-        from edge0.convert import convert
-        print(convert(find_model(a.src), a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits,
-                      group_size=a.group_size, overwrite=a.overwrite, layout=a.layout, low_bits=a.low_bits))
+        from edge0.convert import add_low_bits, convert
+        if a.add and (a.quantize or a.no_repack or a.overwrite):
+            raise CLIError("--add writes only the --low-bits copies into an existing conversion; drop --quantize, "
+                           "--no-repack and --overwrite")
+        if a.add: print(add_low_bits(find_model(a.src), a.dst, a.low_bits, a.layout))
+        else: print(convert(find_model(a.src), a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits,
+                            group_size=a.group_size, overwrite=a.overwrite, layout=a.layout or 'mlx',
+                            low_bits=a.low_bits))
     elif a.cmd == 'train': _cmd_train(a)
     elif a.cmd == 'bench': _cmd_bench(a)
     elif a.cmd == 'plan': _cmd_plan(a)
