@@ -204,8 +204,6 @@ class Decoder:
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         self.before_flush, self.after_flush = [], []  # callables run around each flush: what a measurement adds
-        ahead = engine.stage_ahead if engine is not None else 1  # planned layers whose reads run at once
-        self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
         self.notes = []  # what the user should know about how this decoder serves
         if engine is not None and mode == 'routing' and hold:
             unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]
@@ -217,6 +215,14 @@ class Decoder:
                                     f"resident takes {need / 2**20:,.0f} MiB with the planned slots")
         for layer in self.planned if engine is not None else ():
             engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
+        ahead = 1  # planned layers whose reads run at once: what the budget has room for beside the slots
+        if engine is not None:
+            asked = engine.stage_ahead
+            ahead = engine.hold_stage_ahead() if self.planned else asked
+            if ahead < asked:
+                self.notes.append(f"planned layers are staged one at a time: beside the slots, the expert budget has "
+                                  f"no room for the {(asked - 1) * self.k} experts staging {asked} at once holds")
+        self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def reset(self):

@@ -337,6 +337,7 @@ class StreamEngine:
         self.low_bits, self.low_below = store.low_bits, self.options.low_below  # the copies served, and `off`'s rule
         packed = all(torch_quant(self.quant[layer]) is not None for layer in self.spec.moe_layers)
         self.stage_ahead = self.options.stage_ahead or (2 if packed else 1)  # planned layers read at once (`stage`)
+        self.ahead_held = False  # whether the budget keeps what they hold (`hold_stage_ahead`)
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
@@ -549,12 +550,20 @@ def _auto(self:StreamEngine, layer:int, x, indices):
 # %% ../nbs/01b_streaming.ipynb #73a2a16b
 @patch
 def plan_slots(self:StreamEngine, layer:int) -> Staged:
-    """`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget;
-    with the first, the K experts each further layer staged at once (`stage_ahead`) holds while it fills its slots"""
-    if not self.planned and self.stage_ahead > 1:
-        n = (self.stage_ahead - 1) * self.k
-        self.pool.reserve(n * self.store.expert_nbytes, f"{n} experts of planned layers read at once")
+    "`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget"
     return self.slots_of(self.planned, layer, self.options.slots or self.k, 1, 'planned slots')
+
+@patch
+def hold_stage_ahead(self:StreamEngine) -> int:
+    """Reserve from the pool's budget the K experts each further planned layer staged at once (`stage_ahead`) holds
+    while it fills its slots, once the slots are made; where the budget has no room for them, stage one layer at a
+    time. How many layers are staged at once"""
+    n = (self.stage_ahead - 1) * self.k
+    if n and not self.ahead_held:
+        try: self.pool.reserve(n * self.store.expert_nbytes, f"{n} experts of planned layers read at once")
+        except StoreError: self.stage_ahead = 1
+        else: self.ahead_held = True
+    return self.stage_ahead
 
 @patch
 def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
@@ -648,6 +657,7 @@ def close(self:StreamEngine):
     self.staged.clear()
     self.hot_sets.clear()
     self.planned.clear()
+    self.ahead_held = False
     self.resident.clear()
     self.pool.clear()
     self.store.close()

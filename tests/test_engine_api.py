@@ -52,7 +52,8 @@ def test_close_restores_the_model_and_hangs_nothing_on_it():
     h.close()  # closing twice is harmless
 
 PUBLIC = {'k', 'plan_slots', 'stage', 'compute_planned', 'keep_resident', 'warm', 'record', 'resident', 'pooled',
-          'holds_planned', 'resident_room', 'low_bits', 'low_below', 'stage_ahead'}
+          'holds_planned', 'resident_room', 'low_bits', 'low_below', 'stage_ahead',
+          'hold_stage_ahead'}
 
 def test_decoder_uses_only_the_engines_public_methods():
     tree = ast.parse((PKG / 'decode.py').read_text())
