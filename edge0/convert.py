@@ -16,7 +16,7 @@ from .files import InputError, atomic_dir, read_json
 from . import lowbit
 
 # %% auto #0
-__all__ = ['LAYOUTS', 'copy_tensors', 'convert', 'add_low_bits']
+__all__ = ['LAYOUTS', 'copy_tensors', 'convert', 'conversion_of', 'add_low_bits']
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
 def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
@@ -319,29 +319,37 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
             _record_layout(src, tmp, layout)
     return Path(dst)
 
+def conversion_of(src, dst) -> tuple:
+    """`(layout, None)` where `dst` is a conversion of the weights of `src` (`convert`) that this machine reads as it
+    is, else `(None, why)`: one line saying what it is instead"""
+    src, dst = Path(src), Path(dst)
+    if not (dst / 'config.json').exists():
+        return None, f"{dst / 'config.json'} is missing: {dst} is not a model directory"
+    was = read_json(dst / 'config.json', 'model config').get('edge0_layout') or {}
+    if not was.get('source_fingerprint'):
+        return None, (f"{dst}: its config.json records no edge0_layout (it was not written by edge0 convert from an "
+                      f"int4 checkpoint); convert {src} into it again with --overwrite")
+    if was['source_fingerprint'] != fingerprint(src):
+        return None, (f"{dst} was converted from other weights than {src} (from {was.get('source', '?')}); name the "
+                      "checkpoint it was converted from")
+    layout = was.get('experts', 'mlx')
+    if layout == 'torch-cpu' and (not bq.torch_available() or
+                                  (was.get('packing') or {}).get('probe') != bq.torch_packing()['probe']):
+        return None, (f"{dst}: its experts were packed by another CPU's torch; convert {src} into it again "
+                      "(--layout torch-cpu --overwrite)")
+    return layout, None
+
 def add_low_bits(src, dst, low_bits, layout:str|None=None) -> Path:
     """Store the experts of `dst`, a conversion of the mlx-lm checkpoint `src` (`convert`), again at `low_bits` beside
     its int4 ones, in place: the int4 experts are not written again, and each copy's file is written whole or not at
     all. `layout`, where given, must be `dst`'s"""
     src, dst, low_bits = Path(src), Path(dst), tuple(sorted(set(low_bits)))
     if not low_bits: raise InputError("adding copies needs --low-bits: the bit widths to add (2, 3)")
-    if not (dst / 'config.json').exists(): raise InputError(f"{dst / 'config.json'} is missing: {dst} is not a model "
-                                                            f"directory to add copies to")
-    was = read_json(dst / 'config.json', 'model config').get('edge0_layout') or {}
-    if not was.get('source_fingerprint'):
-        raise InputError(f"{dst}: its config.json records no edge0_layout (it was not written by edge0 convert from "
-                         f"an int4 checkpoint); convert {src} into it again with --low-bits and --overwrite")
-    if was['source_fingerprint'] != fingerprint(src):
-        raise InputError(f"{dst} was converted from other weights than {src} (from {was.get('source', '?')}); name "
-                         "the checkpoint it was converted from")
-    have = was.get('experts', 'mlx')
+    have, why = conversion_of(src, dst)
+    if why: raise InputError(f"{why}; copies are added only to such a conversion")
     if layout is not None and layout != have:
         raise InputError(f"{dst} stores its experts in the {have} layout, not {layout}; drop --layout, or convert "
                          "again with --overwrite")
-    if have == 'torch-cpu' and (not bq.torch_available() or
-                                (was.get('packing') or {}).get('probe') != bq.torch_packing()['probe']):
-        raise InputError(f"{dst}: its experts were packed by another CPU's torch; convert {src} into it again "
-                         "(--layout torch-cpu --overwrite), with the copies")
     _check_source(src, False, 4, 64, have, low_bits)
     spec, tensors = model_spec(src), index_checkpoint(src)
     int4 = {layer: dst / f"model-experts-L{layer:03d}.safetensors" for layer in spec.moe_layers}

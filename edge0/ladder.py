@@ -41,17 +41,11 @@ def _greedy(model):
 def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     """`dst`: the int4 checkpoint `base` converted to `layout` with its experts also at `bits` (`edge0 convert
     --low-bits`); converted again where it is missing, was made from other weights or packed for another CPU"""
-    from edge0.backend.quant import torch_packing
-    from edge0.convert import convert
-    from edge0.files import read_json
+    from edge0.convert import conversion_of, convert
     from edge0.lowbit import low_file
-    from edge0.store import fingerprint
     dst, spec = Path(dst), model_spec(base)
-    made = (dst / 'config.json').exists() and all((dst / low_file(layer, b)).exists()
-                                                  for layer in spec.moe_layers for b in bits)
-    was = read_json(dst / 'config.json', 'model config').get('edge0_layout', {}) if made else {}
-    if made and was.get('source_fingerprint') == fingerprint(base) and was.get('experts') == layout and (
-            layout != 'torch-cpu' or (was.get('packing') or {}).get('probe') == torch_packing()['probe']): return dst
+    if conversion_of(base, dst)[0] == layout and all((dst / low_file(layer, b)).exists()
+                                                     for layer in spec.moe_layers for b in bits): return dst
     return convert(base, dst, low_bits=bits, overwrite=True, layout=layout)
 
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
