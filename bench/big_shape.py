@@ -70,7 +70,7 @@ def checkpoints(mlx_model:Path, work:Path) -> tuple:
 
 
 def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, rounds:int, llama_timeout:float,
-        rows:dict, save) -> dict:
+        rows:dict, save):
     """Every arm under every cap into `rows`, each in its own cgroup that caps memory and counts disk reads, page cache
     dropped first; `save()` after each"""
     from edge0.harness import Cgroup, evict, memory_cap, read_counter, run_child
@@ -104,7 +104,6 @@ def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, ro
                           f"step ({res['low_loads']:.0f} of {res['loads']:.0f} loads copies), {res['blocked_ms']:.0f} "
                           f"of {res['step_ms']:.0f} ms blocked, pool {res['pool_mib']:.0f} MiB; {res['disk_mib']:.0f} "
                           f"MiB read from disk in all", flush=True)
-    return rows
 
 
 def report(d:dict) -> str:
