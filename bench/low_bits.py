@@ -52,17 +52,34 @@ def with_copies(src:Path, dst:Path) -> Path:
     return out
 
 
+class Logits:
+    "A torch step whose log-probabilities are kept, one row a step"
+    def __init__(self, step): self.step, self.rows = step, []
+    def __call__(self, ids):
+        import torch
+        out = self.step(ids)
+        self.rows.append(torch.log_softmax(out.float(), -1).numpy())
+        return out
+    def __getattr__(self, name): return getattr(self.step, name)
+
+
 def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:int, prompt_len:int,
-               pool_mib:float|None=None, seed:int=0, stage_ahead:int|None=None) -> dict:
-    "Child or in-process: the torch step decoding `tokens` in one arm; per decode step the streaming counters"
+               pool_mib:float|None=None, seed:int=0, stage_ahead:int|None=None, logits_to:str|None=None) -> dict:
+    """Child or in-process: the torch step decoding `tokens` in one arm; per decode step the streaming counters.
+    `logits_to`: the tokens after the prompt are forced (random, from `seed`, the same in every arm) and each decode
+    step's log-probabilities saved there (`np.save`, (tokens, V)), so that arms compare token by token"""
     from edge0 import decode, torchstep
     from edge0.streaming import StreamOptions, reset_stats, stats as stream_stats
     opts = StreamOptions(kernels='torch', low_bits=low_bits, low_below=low_below, stage_ahead=stage_ahead,
                          pool_bytes='auto' if pool_mib is None else int(pool_mib * MiB))
     h = decode.load(model, mode, exact_top=exact_top, options=opts)
     try:
-        prompt = np.random.default_rng(seed).integers(10, h.model.args.vocab_size, prompt_len).tolist()
-        gen = torchstep.generate_ids(torchstep.TorchStep(h), prompt, tokens + 1)
+        rng = np.random.default_rng(seed)
+        prompt = rng.integers(10, h.model.args.vocab_size, prompt_len).tolist()
+        step = torchstep.TorchStep(h)
+        if logits_to: step = Logits(step)
+        force = rng.integers(10, h.model.args.vocab_size, tokens).tolist() if logits_to else None
+        gen = torchstep.generate_ids(step, prompt, tokens + 1, force=force)
         next(gen)
         reset_stats(h.engine)
         h.decoder.stats.low_asked = 0
@@ -70,6 +87,7 @@ def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:i
         for _ in gen: pass
         dt = time.perf_counter() - t0
         ss, dec = stream_stats(h.engine), h.decoder.stats
+        if logits_to: np.save(logits_to, np.stack(step.rows[1:]))  # the decode steps, not the prompt's
         tot, n_exp = ss['total'], tokens * len(h.spec.moe_layers) * h.k
         return dict(tps=tokens / dt, step_ms=1e3 * dt / tokens, blocked_ms=tot['blocked_ms'] / tokens,
                     mib=tot['bytes_read'] / tokens / MiB, loads=tot['loads'] / tokens, low_loads=tot['low_loads'] / tokens,

@@ -253,6 +253,8 @@ def _plan_parser(sub):
                    "config or a shape assumes 0.9; a model without heads is planned without routing)")
     p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
                    "experts always computed (--prerouter routing --exact-top M)")
+    p.add_argument('--low-bits', type=int, metavar='B', help="plan routing at --exact-top M with the other K-M "
+                   "predicted slots read as B-bit copies (2 or 3; `edge0 convert --low-bits`)")
     p.add_argument('--reader', choices=('auto', 'pread', 'direct'), help="how edge0 reads experts (default auto: "
                    "past the page cache where the pool cannot hold every expert, as a run decides)")
     p.add_argument('--reuse', type=_share, default=0.3, help="a config's synthetic routing: the share of a layer's "
@@ -470,7 +472,8 @@ def _cmd_plan(a):
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
     pool = None if a.pool_mb == 'auto' else a.pool_mb  # None: the planner's auto_budget
     p = plan_for(a.model, a.device, a.k, pool, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
-                 a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew, reader=a.reader)
+                 a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew, reader=a.reader,
+                 low_bits=a.low_bits)
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
 

@@ -40,13 +40,14 @@ def _greedy(model):
 # %% ../nbs/05d_ladder.ipynb #867dc612
 def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     """`dst`: the int4 checkpoint `base` converted to `layout` with its experts also at `bits` (`edge0 convert
-    --low-bits`); converted again where it is missing, was made from other weights or packed for another CPU"""
-    from edge0.convert import conversion_of, convert
+    --low-bits`); converted again where it is missing, was made from other weights or packed for another CPU, and
+    only its missing copies added (`edge0 convert --add`) where its int4 experts are current"""
+    from edge0.convert import add_low_bits, conversion_of, convert
     from edge0.lowbit import low_file
     dst, spec = Path(dst), model_spec(base)
-    if conversion_of(base, dst)[0] == layout and all((dst / low_file(layer, b)).exists()
-                                                     for layer in spec.moe_layers for b in bits): return dst
-    return convert(base, dst, low_bits=bits, overwrite=True, layout=layout)
+    if conversion_of(base, dst)[0] != layout: return convert(base, dst, low_bits=bits, overwrite=True, layout=layout)
+    missing = sorted({b for b in bits for layer in spec.moe_layers if not (dst / low_file(layer, b)).exists()})
+    return add_low_bits(base, dst, missing, layout) if missing else dst
 
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,

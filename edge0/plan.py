@@ -19,6 +19,7 @@ from .streaming import POLICIES, ExpertPool, LayerStats, StreamOptions, load_res
 from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
                              recall_report)
 from .routing_stats import lru_hits, routing_trace
+from .lowbit import check_low_bits, code_bytes
 from .decode import generate_ids
 from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
@@ -30,10 +31,10 @@ from .measure import (Eta, cache_dir, cached, cold_misses, compute_profile, eta_
 # %% auto #0
 __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model_bytes', 'Compute', 'shape_compute', 'NoReads',
            'replay', 'synthetic_trace', 'reuse_of', 'trace_stats', 'served_trace', 'read_mb_s', 'miss_ms',
-           'direct_cpu_ms', 'fault_windows', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan', 'plan_table',
-           'model_trace', 'head_recall', 'served_by_heads', 'planned_by', 'heads_planned', 'this_machine', 'why_missed',
-           'calibration_table', 'plot_calibration', 'public_plans', 'attention_window', 'window_table', 'resolve_model',
-           'plan_for', 'keep_verdict', 'auto_mode']
+           'direct_cpu_ms', 'fault_windows', 'copy_bytes', 'kv_per_token', 'auto_budget', 'plan_reader', 'plan',
+           'stage_ahead_of', 'plan_table', 'model_trace', 'head_recall', 'served_by_heads', 'planned_by',
+           'heads_planned', 'this_machine', 'why_missed', 'calibration_table', 'plot_calibration', 'public_plans',
+           'attention_window', 'window_table', 'resolve_model', 'plan_for', 'keep_verdict', 'auto_mode']
 
 # %% ../nbs/06c_plan.ipynb #c0005
 @dataclass
@@ -145,30 +146,39 @@ class NoReads:
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
 
 def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False, policy:str='lru',
-           half_life:float=8) -> dict: # tokens; 'lfu' as a run's pool: each use's weight halving every 8
+           half_life:float=8, # tokens; 'lfu' as a run's pool: each use's weight halving every 8
+           low_from:int|None=None) -> dict: # ids from this one on are lower-bit copies (`E + e`): counted apart too
     """Per decode step and layer: `misses` and `cold` counts of edge0's pool (`pool` bundles, `policy`) shared by the
-    layers of `trace`, over a page-cache LRU of `cache` bundles"""
+    layers of `trace`, over a page-cache LRU of `cache` bundles (with `low_from`, also `low` and `low_cold`: those of
+    the copies)"""
     layers = sorted(trace)
     T = len(trace[layers[0]])
     store = NoReads(1)
     held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy, half_life=half_life * len(layers))
     pc, ls = OrderedDict(), LayerStats()
-    miss, cold = np.zeros((T - prompt, len(layers)), int), np.zeros((T - prompt, len(layers)), int)
+    miss, cold, low, low_cold = (np.zeros((T - prompt, len(layers)), int) for _ in range(4))
     for t in range(T):
         if t == prompt or (cold_steps and t > prompt): pc.clear()
         for j, layer in enumerate(layers):
             ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
+            if low_from is not None:  # a copy whose int4 expert the pool holds is served by it, as a run's pool does
+                ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from) else e
+                                         for e in ids))
             if t >= prompt:
                 for e in ids:
                     if held.has(layer, e): continue
                     miss[t - prompt, j] += 1
+                    copy = low_from is not None and e >= low_from
+                    low[t - prompt, j] += copy
                     key = (layer, e)
                     if key in pc: pc.move_to_end(key)
-                    else: cold[t - prompt, j] += 1
+                    else:
+                        cold[t - prompt, j] += 1
+                        low_cold[t - prompt, j] += copy
                     pc[key] = None
                     if len(pc) > cache: pc.popitem(last=False)
             held.get(layer, ids, ls)
-    return dict(layers=layers, misses=miss, cold=cold)
+    return dict(layers=layers, misses=miss, cold=cold, **(dict(low=low, low_cold=low_cold) if low_from is not None else {}))
 
 # %% ../nbs/06c_plan.ipynb #c0018
 SKEW = 1.3  # Zipf exponent: with reuse 0.3, an LRU of a quarter of the experts hits ~70% (the published figures)
@@ -306,6 +316,12 @@ def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute, 
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
 # %% ../nbs/06c_plan.ipynb #c0030
+def copy_bytes(mb:dict, bits:int) -> float:
+    """Bytes of one expert's `bits`-bit copy (`edge0 convert --low-bits`): the int4 codes' planes at `bits`, the scales
+    and biases as they are (int4 in groups of 64 with 2-byte scales and biases, as the copies require)"""
+    w = mb['bundle'] / (1 + 2 * 2 / (64 * 0.5))  # the codes' part of a bundle
+    return code_bytes(int(w), check_low_bits(bits)) + mb['bundle'] - w
+
 def _new_in_slots(ids, prompt:int) -> list:
     "Per token, the experts a layer's K planned slots did not hold: they held the step before's set"
     rows = [list(r) for r in np.asarray(ids).tolist()]
@@ -327,16 +343,25 @@ def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.nda
 def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
              served:dict|None=None, within:bool=False,
              exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
-             direct:bool=False) -> dict:
+             direct:bool=False,
+             low_bits:int|None=None, # exact top-M's K-M other slots read as copies at these bits
+             stage_ahead:int=1) -> dict: # planned layers read at once: the K experts each further one holds reserved
     "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
-    spec = mb['spec']
-    held = sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * mb['k'] * mb['bundle']
-    if within: pool_mb = max(pool_mb - held / 2**20, mb['k'] * mb['bundle'] / 2**20)  # 'auto': one budget holds all
+    spec, E, k = mb['spec'], mb['spec'].num_experts, mb['k']
+    held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * k * mb['bundle']
+            + (stage_ahead - 1) * k * mb['bundle'])
+    if within: pool_mb = max(pool_mb - held / 2**20, k * mb['bundle'] / 2**20)  # 'auto': one budget holds all
     used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
-    bundles, cache = max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct)
-    r = replay({l: _new_in_slots(served[l], prompt) for l in sorted(planned)}, bundles, cache, prompt, dev.cold_steps,
-               dev.policy)
+    share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0  # a copy's bytes, in bundles
+    slots = lambda l: ([row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
+                       if low_bits else served[l])  # as `Decoder.plan_next`: a copy is `E + e`
+    read = {l: _new_in_slots(slots(l), prompt) for l in sorted(planned)}
+    mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0  # the pool holds copies at their size
+    bundles, cache = max(int(pool_mb * 2**20 / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
+    r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy, low_from=E if low_bits else None)
+    if low_bits:  # each copy's miss counted as the bundles its bytes are
+        r = dict(r, misses=r['misses'] - (1 - share) * r['low'], cold=r['cold'] - (1 - share) * r['low_cold'])
     store_warm, cold = _read_ms(mb, dev, r, None, direct)
     ms = store_warm + cold  # the background reader's time per layer
     due = _deadlines(c, r['layers'])
@@ -345,14 +370,14 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
-        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), served[l].tolist())]
-              for l in sorted(planned)}
+        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), slots(l))]
+              for l in sorted(planned)}  # a heaviest expert staged as its copy is read at int4 too
         f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
         warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
         exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)  # as `off`
         nbytes += f['misses'].sum(1).mean() * mb['bundle']
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
-                syncs=1 + len(planned) * (exact_top > 0))
+                syncs=1 + len(planned) * (exact_top > 0), copies=float(r['low'].sum(1).mean()) if low_bits else 0.0)
 
 # %% ../nbs/06c_plan.ipynb #f1d04cb2
 def kv_per_token(config:dict, itemsize:int) -> float:
@@ -399,13 +424,21 @@ def _check_device(dev:Device):
 
 def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
-         kv_tokens:int=KV_TOKENS, exact_top:int=0) -> dict:
+         kv_tokens:int=KV_TOKENS, exact_top:int=0,
+         low_bits:int|None=None, # routing: exact top-M's K-M other slots read as copies at these bits
+         stage_ahead:int|None=None) -> dict: # routing's planned layers read at once (None: as a run of `model` does)
     "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
     _check_strategies(strategies)
     _check_device(dev)
     mb = model_bytes(model, k)
     spec, k = mb['spec'], mb['k']
     if not 0 <= exact_top <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {exact_top}")
+    if low_bits is not None:
+        check_low_bits(low_bits, 'low bits')
+        if not 0 < exact_top < k: raise InputError(f"low bits {low_bits} are read for the K-M slots beside exact "
+                                                   f"top-M's own M heaviest: give exact top-M between 1 and {k - 1}")
+    ahead = stage_ahead or stage_ahead_of(mb)
+    if ahead < 1: raise InputError(f"stage_ahead {stage_ahead!r}: expected a positive number of planned layers")
     planned = set(spec.moe_layers[1:]) if planned is None else set(planned)
     trace = trace if trace is not None else synthetic_trace(spec, k)
     compute = compute or {}
@@ -434,23 +467,28 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
         r = (_static(mb, dev, trace, prompt) if s == 'static' else
              _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
              _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                      within=pool_mb is None, exact_top=exact_top, direct=direct))
+                      within=pool_mb is None, exact_top=exact_top, direct=direct, low_bits=low_bits,
+                      stage_ahead=ahead))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
                        wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
                        mib_per_token=r['bytes'] / 2**20, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
                        binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'),
-                       **({'syncs_per_step': r['syncs']} if s == 'routing' else {}))
+                       **({'syncs_per_step': r['syncs'], 'copies_per_step': r['copies']} if s == 'routing' else {}))
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                exact_top=exact_top, pool_mb=pool, budget=None if pool_mb is not None else budget, reader=reader,
+                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mb=pool, budget=None if pool_mb is not None else budget, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
 # %% ../nbs/06c_plan.ipynb #c0034
+def stage_ahead_of(mb:dict) -> int:
+    "Planned layers a run of `mb` (`model_bytes`) reads at once by default: 2 where its experts are packed for torch"
+    return 2 if ((mb.get('config') or {}).get('edge0_layout') or {}).get('experts') == 'torch-cpu' else 1
+
 def _budget_note(b:dict) -> str:
     head = "pool: what --pool-mib auto gives a run on this device" + (" (below one token's experts: a run is refused)"
                                                             if b['refused'] else '')
@@ -475,6 +513,12 @@ def plan_table(p:dict) -> str:
              *([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest experts the heads did not "
                 f"serve are read in the foreground; {p['rows']['routing']['syncs_per_step']} host syncs a step"]
                if p.get('exact_top') and 'routing' in p['rows'] else []),
+             *([f"routing reads the other {p['k'] - p['exact_top']} predicted slots as {p['low_bits']}-bit copies: "
+                f"{p['rows']['routing']['copies_per_step']:.1f} copies read a step"]
+               if p.get('low_bits') and 'routing' in p['rows'] else []),
+             *([f"routing stages {p['stage_ahead']} planned layers at once: the budget keeps "
+                f"{(p['stage_ahead'] - 1) * p['k']} experts for them"]
+               if (p.get('stage_ahead') or 1) > 1 and 'routing' in p['rows'] else []),
              *([_budget_note(p['budget'])] if p.get('budget') else []),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
              "  binds"]
@@ -732,9 +776,14 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
              mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0,
              skew:float=SKEW, # a config's synthetic routing: previous-token reuse and popularity skew
-             reader:str|None=None) -> dict: # how edge0 reads experts (Device.reader); None: the device's, 'auto'
+             reader:str|None=None, # how edge0 reads experts (Device.reader); None: the device's, 'auto'
+             low_bits:int|None=None) -> dict: # routing: exact top-M's other slots read as copies at these bits
     "`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else a `DEVICES` entry"
     _check_strategies(strategies)
+    if low_bits is not None:
+        check_low_bits(low_bits, '--low-bits')
+        if exact_top < 1: raise InputError(f"--low-bits {low_bits} plans the K-M slots beside exact top-M's own M "
+                                           "heaviest as copies: give --exact-top M too")
     src = resolve_model(model)
     has_weights = isinstance(src, Path) and bool(list(src.glob('*.safetensors')))
     if device == 'here' and not has_weights:
@@ -759,8 +808,8 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
         dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s), ('reader', reader)) if v})
         p = plan(src, dev, k, pool_mb, strategies, model_trace(src, k, heaviest_first=exact_top > 0), compute, recall,
                  planned, served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
-                 exact_top=exact_top)
-        if routing and heads is not None and source.startswith('heads'):  # measured: what mode 'auto' goes by
+                 exact_top=exact_top, low_bits=low_bits)
+        if routing and heads is not None and source.startswith('heads') and low_bits is None:  # what 'auto' goes by
             keep_verdict(p, src, heads, k or model_spec(src).k, exact_top, cap_mb)
         return dict(p, recall_from=source, notes=notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
@@ -769,7 +818,8 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None,
     spec = _source(src)[0]
     trace = (model_trace(src, k, heaviest_first=exact_top > 0) if has_weights  # synthetic: the first M stand for them
              else synthetic_trace(spec, k or spec.k, 128, reuse=reuse, skew=skew))
-    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned, exact_top=exact_top),
+    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned, exact_top=exact_top,
+                     low_bits=low_bits),
                 recall_from=source, notes=notes)
 
 
