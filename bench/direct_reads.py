@@ -5,6 +5,9 @@ on the 1.85 GB synthetic Qwen3-MoE in its torch-cpu conversion, from one run.
     python bench/direct_reads.py --parts store --draws 32
     python bench/direct_reads.py --report             # the tables again from the json
 
+A part left out of --parts is kept from the results already at --out, its heading saying from which run, and its
+ratios to B still those of that run's disk.
+
 The checkpoint (edge0.zoo.build_synthetic: 16 layers, 128 experts, top-8, hidden 1024, expert FFN 512; build/bench/
 qwen3moe-16l, the one bench/cpu_step.py and bench/memory_budget.py use) has its routing statistics printed first
 (degenerate routing would turn reads into cache hits). Parts:
@@ -185,8 +188,12 @@ def report(d:dict) -> str:
            "MiB/s by queue depth: " + ', '.join(f"{k}: {v:.0f}" for k, v in d['disk']['mib_s'].items()),
            f"  B = {B:.0f} MiB/s (depth {d['disk']['best_depth']}); probed again at the end: "
            f"{d['disk_after']['best_mib_s']:.0f} MiB/s" if 'disk_after' in d else f"  B = {B:.0f} MiB/s"]
+    kept = lambda part: (f" (kept from the run of {d['kept'][part]}: not run again)"
+                         if part in d.get('kept', {}) else '')
     if 'store' in d:
-        out += ['', f"store: {d['store_k']} random experts of a random layer at a time, {d['draws']} draws, page cache "
+        B, disk_after = ((d['kept_disk']['store']['disk']['best_mib_s'], d['kept_disk']['store'].get('disk_after'))
+                         if 'store' in d.get('kept', {}) else (B, d.get('disk_after')))
+        out += ['', f"store{kept('store')}: {d['store_k']} random experts of a random layer at a time, {d['draws']} draws, page cache "
                 "dropped before each arm; medians of " + f"{d['rounds']} rounds",
                 f"  {'arm':26} {'MiB/s':>7} {'of B':>6} {'CPU ms/MiB':>11} {'left in page cache':>19}"]
         for name, rows in d['store'].items():
@@ -195,12 +202,15 @@ def report(d:dict) -> str:
         best = max((n for n in d['store'] if n.startswith('direct') and 'stacked' not in n),
                    key=lambda n: med(d['store'][n], 'mib_s'))
         ok = med(d['store'][best], 'mib_s') >= 0.85 * B
-        after = f", {med(d['store'][best], 'mib_s') / d['disk_after']['best_mib_s']:.0%} of the probe at the end" \
-            if 'disk_after' in d else ''
+        after = f", {med(d['store'][best], 'mib_s') / disk_after['best_mib_s']:.0%} of the probe at the end" \
+            if disk_after else ''
+        if 'store' in d.get('kept', {}): out.append(f"  (B of that run: {B:.0f} MiB/s)")
+        B = d['disk']['best_mib_s']
         out.append(f"  target: direct at >= 85% of B: {best} at {med(d['store'][best], 'mib_s') / B:.0%}{after}: "
                    + ('met' if ok else 'NOT met'))
     if 'capped' in d:
-        out += ['', f"capped decode: the torch step, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
+        if 'capped' in d.get('kept', {}): B = d['kept_disk']['capped']['disk']['best_mib_s']
+        out += ['', f"capped decode{kept('capped')}: the torch step, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
                 f"prompt, page cache dropped; medians of {d['rounds']} rounds; per step",
                 f"  {'checkpoint/cap/mode/reader':44} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} "
                 f"{'MiB/B':>7} {'bound':>7} {'of step':>8} {'pool MiB':>8}"]
@@ -241,7 +251,7 @@ def report(d:dict) -> str:
                                    f"{e0[best]:5.2f}: {e0[best] / st:.1f}x stock, {e0[best] / tu:.1f}x tuned")
             out.append("  targets: edge0 >= 6x llama.cpp stock and >= 3x tuned at both caps")
     if 'profile' in d:
-        out += ['', f"usage profile: cold starts of {d['checkpoints'][-1]} under {d['profile_cap']} MB, `off`, direct "
+        out += ['', f"usage profile{kept('profile')}: cold starts of {d['checkpoints'][-1]} under {d['profile_cap']} MB, `off`, direct "
                 f"reads, {d['tokens']} tokens; the profile made by one run on another prompt; medians of {d['rounds']}"]
         for name in ('without', 'with'):
             rows = [r for r in d['profile'].get(name, []) if 'tps' in r]
@@ -291,6 +301,14 @@ def main():
     print(report(d), flush=True)
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))
     parts = a.parts.split(',')
+    if Path(a.out + '.json').exists():  # a part not run this time is kept from the results there, with its date
+        old = json.loads(Path(a.out + '.json').read_text())
+        for part, extra in (('store', ('store_k', 'draws')), ('capped', ()), ('profile', ('profile_cap',))):
+            if part not in parts and part in old:
+                d.update({key: old[key] for key in (part, *extra) if key in old})
+                d.setdefault('kept', {})[part] = (old.get('kept') or {}).get(part, old['date'])
+                was = (old.get('kept_disk') or {}).get(part) or {k: old[k] for k in ('disk', 'disk_after') if k in old}
+                d.setdefault('kept_disk', {})[part] = was  # its ratios stay those of its own run's disk
     if 'store' in parts:
         from edge0.store import ExpertStore
         st = ExpertStore(model, residency=False)
