@@ -122,17 +122,19 @@ def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, ro
 
 def kl_against(rows:dict, ref:str='off int4'):
     """Each teacher-forced run's KL(`ref` || arm) per token and top-1 agreement with the first run of `ref` under the
-    same cap, into the run's row"""
+    same cap (`kl`, `top1`), and the same against its all-int4 twin (`BASELINE`: `kl_base`, `top1_base`), into its row"""
     import numpy as np
     for key, runs in rows.items():
-        refs = [r for r in rows.get(f"{key.split('/', 1)[0]}/{ref}", []) if 'logits' in r]
-        if not refs: continue
-        p = np.load(refs[0]['logits'])
-        for r in runs:
-            if 'logits' not in r: continue
-            q = np.load(r['logits'])
-            r['kl'] = float(np.mean(np.sum(np.exp(p) * (p - q), -1)))
-            r['top1'] = float(np.mean(p.argmax(-1) == q.argmax(-1)))
+        cap, name = key.split('/', 1)
+        for other, suffix in ((ref, ''), (BASELINE.get(name), '_base')):
+            refs = [r for r in rows.get(f"{cap}/{other}", []) if 'logits' in r]
+            if not refs or other is None: continue
+            p = np.load(refs[0]['logits'])
+            for r in runs:
+                if 'logits' not in r: continue
+                q = np.load(r['logits'])
+                r['kl' + suffix] = float(np.mean(np.sum(np.exp(p) * (p - q), -1)))
+                r['top1' + suffix] = float(np.mean(p.argmax(-1) == q.argmax(-1)))
 
 
 def report(d:dict) -> str:
@@ -145,9 +147,10 @@ def report(d:dict) -> str:
            f"token), page cache dropped, each arm in its own cgroup; medians of {d['rounds']} rounds; per decode step",
            f"  {'cap':>7} {'arm':29} {'tok/s':>7} {'x base':>7} {'MiB':>6} {'x base':>7} {'blocked':>8} {'compute':>8} "
            f"{'MiB/B':>7} {'bound':>7} {'of step':>8} {'pool MiB':>8} {'disk MiB':>9}" +
-           (f" {'KL':>7} {'top-1':>6}" if d.get('kl') else '')]
+           (f" {'KL':>7} {'top-1':>6} {'KL base':>8} {'top-1':>6}" if d.get('kl') else '')]
     if d.get('kl'): out.insert(-1, f"KL and top-1: each edge0 arm fed the same {d['tokens']} random tokens after the "
-                               "prompt, its distributions against off int4's (median over rounds)")
+                               "prompt, its distributions against off int4's; 'KL base', 'top-1': against its all-int4 "
+                               "twin's (the copies' own cost); medians over rounds")
     tps = {}
     for key, runs in d['rows'].items():
         cap, name = key.split('/', 1)
@@ -177,7 +180,9 @@ def report(d:dict) -> str:
         out.append(f"  {cap:>5}MB {name:29} {med(rows, 'tps'):7.3f} {xt} {med(rows, 'mib'):6.0f} {xm} "
                    f"{med(rows, 'blocked_ms'):6.0f}ms {comp:6.0f}ms {io:5.0f}ms {bound:5.0f}ms "
                    f"{bound / med(rows, 'step_ms'):8.0%} {med(rows, 'pool_mib'):8.0f} {med(rows, 'disk_mib'):9.0f}" +
-                   (f" {med(rows, 'kl'):7.4f} {med(rows, 'top1'):6.0%}" if all('kl' in r for r in rows) else ''))
+                   (f" {med(rows, 'kl'):7.4f} {med(rows, 'top1'):6.0%}" if all('kl' in r for r in rows) else '') +
+                   (f" {med(rows, 'kl_base'):8.4f} {med(rows, 'top1_base'):6.0%}"
+                    if all('kl_base' in r for r in rows) else ''))
     out += ['', "targets: edge0's decode >= 0.8x its bound ('of step': bound / step); edge0's best arm >= 3x llama.cpp "
             "stock at both caps"]
     for cap in d['caps']:
