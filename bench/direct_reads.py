@@ -205,9 +205,9 @@ def report(d:dict) -> str:
         after = f", {med(d['store'][best], 'mib_s') / disk_after['best_mib_s']:.0%} of the probe at the end" \
             if disk_after else ''
         if 'store' in d.get('kept', {}): out.append(f"  (B of that run: {B:.0f} MiB/s)")
-        B = d['disk']['best_mib_s']
         out.append(f"  target: direct at >= 85% of B: {best} at {med(d['store'][best], 'mib_s') / B:.0%}{after}: "
                    + ('met' if ok else 'NOT met'))
+        B = d['disk']['best_mib_s']
     if 'capped' in d:
         if 'capped' in d.get('kept', {}): B = d['kept_disk']['capped']['disk']['best_mib_s']
         out += ['', f"capped decode{kept('capped')}: the torch step, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
