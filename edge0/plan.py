@@ -178,7 +178,8 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
                     pc[key] = None
                     if len(pc) > cache: pc.popitem(last=False)
             held.get(layer, ids, ls)
-    return dict(layers=layers, misses=miss, cold=cold, **(dict(low=low, low_cold=low_cold) if low_from is not None else {}))
+    copies = dict(low=low, low_cold=low_cold) if low_from is not None else {}
+    return dict(layers=layers, misses=miss, cold=cold, **copies)
 
 # %% ../nbs/06c_plan.ipynb #c0018
 SKEW = 1.3  # Zipf exponent: with reuse 0.3, an LRU of a quarter of the experts hits ~70% (the published figures)
@@ -479,7 +480,8 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mb=pool, budget=None if pool_mb is not None else budget, reader=reader,
+                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mb=pool,
+                budget=None if pool_mb is not None else budget, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
