@@ -12,7 +12,7 @@ from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
 from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint, layer_quant,
                          model_spec, read_header, ExpertStore, StoreError, TensorInfo)
-from .files import InputError, atomic_dir, read_json
+from .files import InputError, atomic_dir, read_json, replace_whole
 from . import lowbit
 
 # %% auto #0
@@ -182,10 +182,8 @@ def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
     ts, data, rows = _expert_rows(infos, data)
     meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}',
                 **lowbit.low_meta(bits, int4_path), **{EXPERTS_META: json.dumps(rows)})
-    out = int4_path.parent / lowbit.low_file(layer, bits)
-    part = out.with_name(f'.{out.name}.part')  # whole or not at all: `add_low_bits` writes beside served files
-    copy_tensors(part, ts, meta, data=data, align=ALIGN)
-    os.replace(part, out)
+    out = int4_path.parent / lowbit.low_file(layer, bits)  # whole or not at all: `add_low_bits` writes beside served files
+    replace_whole(out, lambda tmp: copy_tensors(tmp, ts, meta, data=data, align=ALIGN))
 
 def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
     """The copies of `layer` in `st` (a store opened on a checkpoint packed for another CPU's torch, with its
