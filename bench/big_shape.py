@@ -97,7 +97,7 @@ def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, ro
                                                  timeout=llama_timeout)
                     else:
                         out = logits / f"{cap}-{r}-{name}.npy" if logits else None
-                        res = run_child(f"{Path(__file__).with_name('low_bits.py')}:decode_arm", str(model), mode,
+                        res = run_child(decode_arm, str(model), mode,
                                         *arm[:3], tokens, prompt, stage_ahead=arm[3], cgroup=cg, timeout=3600,
                                         logits_to=str(out) if out else None)
                         res = res.get('result') or res

@@ -111,7 +111,7 @@ def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool
     "One edge0 arm in a child process (`arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
     from edge0.harness import run_child
     t0 = time.time()
-    r = run_child(f"{__file__}:arm", what, n, str(model), step, mode, pool, profile, prompt, cgroup=cap, timeout=3600)
+    r = run_child(arm, what, n, str(model), step, mode, pool, profile, prompt, cgroup=cap, timeout=3600)
     return dict(r.get('result') or r, wall_s=time.time() - t0)
 
 

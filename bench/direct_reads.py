@@ -130,7 +130,7 @@ def capped(models:dict, caps:list, tokens:int, prompt:int, rounds:int, ggufs:dic
                     cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
                     try:
                         res = (llama(*ggufs[name], 'tg', tokens, cg, tuned=reader == 'tuned') if mode == 'llama.cpp'
-                               else run_child(f"{__file__}:decode_arm", str(model), mode, reader, tokens, prompt,
+                               else run_child(decode_arm, str(model), mode, reader, tokens, prompt,
                                               cgroup=cg, timeout=1800))
                     finally: cg.close()
                     if mode == 'llama.cpp':
@@ -158,7 +158,7 @@ def profile_part(model:Path, cap:int, tokens:int, prompt:int, rounds:int) -> dic
     def one(name, usage, seed):
         evict(model)
         cg = Cgroup(memory_cap(int(cap * MiB)), optional=NO_SWAP)
-        try: res = run_child(f"{__file__}:decode_arm", str(model), 'off', 'direct', tokens, prompt, usage, seed,
+        try: res = run_child(decode_arm, str(model), 'off', 'direct', tokens, prompt, usage, seed,
                              cgroup=cg, timeout=1800)
         finally: cg.close()
         res = res.get('result') or res

@@ -132,7 +132,7 @@ def capped(model:Path, conditions:list, tokens:int, prompt:int, rounds:int) -> d
                 evict(model)
                 cg = Cgroup({**memory_cap(int(cap * MiB)), **(read_throttle(model, rate) if rate else {})},
                             optional=NO_SWAP)
-                try: res = run_child(f"{__file__}:decode_arm", str(model), *arm, tokens, prompt, cgroup=cg, timeout=1800)
+                try: res = run_child(decode_arm, str(model), *arm, tokens, prompt, cgroup=cg, timeout=1800)
                 finally: cg.close()
                 res = res.get('result') or res
                 rows.setdefault(f'{where}/{name}', []).append(res)

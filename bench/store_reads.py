@@ -73,7 +73,7 @@ def main():
     for mb_s in a.mb_s:
         throttle = Cgroup(read_throttle(model, mb_s)) if mb_s else None
         try:
-            r = run_child(f"{__file__}:measure", str(model), a.draws, cgroup=throttle, timeout=1800)
+            r = run_child(measure, str(model), a.draws, cgroup=throttle, timeout=1800)
         finally:
             if throttle: throttle.close()
         if r.get('failed'): sys.exit(f"the measurement at {mb_s or 'no'} MB/s failed:\n{r['stderr']}")

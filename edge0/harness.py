@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_harness.ipynb #a4df99db
 from __future__ import annotations
-import importlib, importlib.util, json, os, statistics, subprocess, sys, time, uuid
+import importlib, importlib.util, inspect, json, os, statistics, subprocess, sys, sysconfig, time, uuid
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
 from .memory import io_counters, peak_rss
-from .store import READERS, ExpertStore, drop_cache, model_spec, read_files
+from .store import READERS, ExpertStore, drop_cache, model_spec, read_files, read_rate
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
@@ -21,8 +21,8 @@ from .served import open_served
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
-           'memory_cap', 'read_throttle', 'read_counter', 'conditions', 'last_line', 'run_child', 'child', 'evict',
-           'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence',
+           'memory_cap', 'read_throttle', 'read_counter', 'conditions', 'last_line', 'entry', 'run_child', 'child',
+           'evict', 'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence',
            'routing_report', 'rotations', 'run', 'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth',
            'speedups', 'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench']
 
@@ -175,9 +175,34 @@ def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no outpu
 
 _RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
 
-def run_child(fn:str, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
-    "Call `fn` ('module:function' or 'file.py:function') on JSON arguments in a fresh interpreter (in `cgroup`)"
-    cmd = [sys.executable, '-c', 'from edge0.harness import _child_main; _child_main()', json.dumps([fn, args, kw])]
+def _installed(path) -> bool:
+    "Whether the file `path` lies in the interpreter's own library or its site-packages (importable by name anywhere)"
+    roots = {Path(sysconfig.get_path(p)).resolve() for p in ('stdlib', 'platstdlib', 'purelib', 'platlib')}
+    return any(root in Path(path).resolve().parents for root in roots)
+
+def entry(fn) -> str:
+    """How a fresh interpreter finds the module-level function `fn`: `'module:function'`, or `'file.py:function'` for
+    a script's own (a benchmark's, run as `__main__` or imported by another from its folder); a string is one already"""
+    if isinstance(fn, str): return fn
+    name, module = fn.__qualname__, fn.__module__
+    if '<' in name or '.' in name:
+        raise InputError(f"{module}.{name} is not a module-level function: a child process cannot import it")
+    file = getattr(sys.modules.get(module), '__file__', None)
+    if module == '__main__' and file is None:  # a notebook's own definition: the library's exported copy runs
+        from edge0._modidx import d
+        found = [m for m, syms in d['syms'].items() if f"{m}.{name}" in syms]
+        if len(found) != 1: raise InputError(f"{name} is defined interactively and exported by {len(found)} edge0 "
+                                             "modules, not one: a child process cannot import it")
+        return f"{found[0]}:{name}"
+    if module == '__main__' or (file and '.' not in module and not _installed(file)):
+        return f"{Path(file).resolve()}:{name}"
+    return f"{module}:{name}"
+
+def run_child(fn, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
+    """Call the module-level function `fn` (or its `entry`) on JSON arguments in a fresh interpreter (in `cgroup`):
+    `dict(result=...)`, else `failed` and why"""
+    call = json.dumps([entry(fn), args, kw])
+    cmd = [sys.executable, '-c', 'from edge0.harness import _child_main; _child_main()', call]
     try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             preexec_fn=cgroup.preexec if cgroup else None)
     except subprocess.TimeoutExpired:
@@ -198,7 +223,7 @@ def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
             if kills: return f"killed: out of memory under the memory cap of {limit / 2**20:.0f} MiB"
     return "killed (SIGKILL): out of memory, or stopped from outside"
 
-def child(fn:str, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
+def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
     "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or why it was killed"
     r = run_child(fn, *args, cgroup=cgroup, timeout=timeout, **kw)
     if r.get('failed'): raise BenchError(f"{what} failed: {_why_failed(r, cgroup)}")
@@ -252,7 +277,7 @@ def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float
     "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
     big = max(f.stat().st_size for f in read_files(model))
     size = big // -(-big // (4 << 20)) // 4096 * 4096  # reads of 4 MiB at most that tile the largest file
-    r = child('edge0.store:read_rate', str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
+    r = child(read_rate, str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
               timeout=600, what=f"measuring the read rate of {model}")
     return r['mb_s']
 
@@ -400,13 +425,13 @@ def sequence(model, n:int) -> list:
 
 def routing_report(model, n_tokens:int=256) -> str:
     "The checkpoint's routing statistics (in a child process): degenerate routing makes every I/O figure meaningless"
-    return child('edge0.harness:_routing_text', str(model), n_tokens, what=f"measuring the routing of {model}")
+    return child(_routing_text, str(model), n_tokens, what=f"measuring the routing of {model}")
 
 def _routing_text(model:str, n_tokens:int) -> str:
     return format_routing(checkpoint_routing(model, n_tokens), Path(model).name)
 
 def _spawn(job:dict, cgroup:Cgroup|None, timeout:float) -> dict:
-    r = run_child('edge0.harness:_arm', job, cgroup=cgroup, timeout=timeout)
+    r = run_child(_arm, job, cgroup=cgroup, timeout=timeout)
     return r['result'] if 'result' in r else dict(arm=job['arm']['name'], **r)
 
 # %% ../nbs/05_harness.ipynb #3b7b605a

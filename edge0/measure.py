@@ -138,7 +138,7 @@ def _expert_read_rows(model_dir:str, batches:list, n:int) -> dict:
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
     """`{'cold'|'warm'|'direct': {batch: row}}` of `expert_reads` (through the page cache from the disk and from the
     cache, and past it), measured in a child process in `cgroup`"""
-    rows = child('edge0.measure:_expert_read_rows', str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
+    rows = child(_expert_read_rows, str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
                  what=f"measuring expert reads of {model_dir}")
     return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
 
@@ -282,7 +282,7 @@ def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None
     spec, _, every = _pool_sizes(model_dir)
     arm = Arm(str(model_dir), mode, k, pool_mb=every, kernels=kernels)
     key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
-    return cached('compute', key, lambda: child('edge0.measure:_profile', asdict(arm), prompt, steps,
+    return cached('compute', key, lambda: child(_profile, asdict(arm), prompt, steps,
                                                 what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
@@ -327,7 +327,7 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     def make():
         start, later, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill=False)
         try:
-            return child('edge0.measure:_cold_steps', asdict(arm), prompt, steps, plain,
+            return child(_cold_steps, asdict(arm), prompt, steps, plain,
                          [str(p) for p in later.paths] if later else None, cgroup=start, timeout=3600,
                          what=f"timing cold misses of {model_dir} ({mode}, K={k})")
         finally:

@@ -541,7 +541,7 @@ def model_trace(model_dir, k:int|None=None, tokens:int=256, heaviest_first:bool=
     "`{layer: (tokens, k) ids}`: how the model routes the first `tokens` tokens of the held-out excerpt (cached)"
     k = k or model_spec(model_dir).k
     key = dict(model=fingerprint(model_dir), k=k, tokens=tokens, **({'order': 'weight'} if heaviest_first else {}))
-    t = cached('trace', key, lambda: child('edge0.plan:_trace', str(model_dir), k, tokens, heaviest_first,
+    t = cached('trace', key, lambda: child(_trace, str(model_dir), k, tokens, heaviest_first,
                                            what=f"tracing the routing of {model_dir}"))
     return {int(l): np.array(v) for l, v in t.items()}
 
@@ -562,7 +562,7 @@ def head_recall(model_dir, k:int|None=None, tokens:int=256) -> dict:
         return {spec.next_moe[int(n)]: r['head'] for n, r in json.loads(meta['heldout_recall']).items()}
     heads = heads_fingerprint(heads_file(model_dir, spec, k))
     r = cached('recall', dict(model=fingerprint(model_dir), heads=heads, k=k),
-               lambda: child('edge0.plan:_recall', str(model_dir), k, tokens,
+               lambda: child(_recall, str(model_dir), k, tokens,
                              what=f"measuring the heads' recall of {model_dir}"))
     return {int(l): v for l, v in r.items()}
 
@@ -583,7 +583,7 @@ def served_by_heads(model_dir, k:int|None=None, tokens:int=256, prompt:int=1) ->
     k = k or spec.k
     key = dict(model=fingerprint(model_dir), heads=heads_fingerprint(heads_file(model_dir, spec, k)), k=k,
                tokens=tokens, prompt=prompt, at='decode')
-    t = cached('served', key, lambda: child('edge0.plan:_served', str(model_dir), k, tokens, prompt,
+    t = cached('served', key, lambda: child(_served, str(model_dir), k, tokens, prompt,
                                             what=f"running the heads of {model_dir}"))
     own = model_trace(model_dir, k, tokens)  # the prompt is prefilled: its layers route themselves
     return {int(l): np.concatenate([own[int(l)][:prompt], np.array(v, np.int64).reshape(-1, k)]) for l, v in t.items()}
