@@ -182,7 +182,8 @@ def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
     ts, data, rows = _expert_rows(infos, data)
     meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}',
                 **lowbit.low_meta(bits, int4_path), **{EXPERTS_META: json.dumps(rows)})
-    out = int4_path.parent / lowbit.low_file(layer, bits)  # whole or not at all: `add_low_bits` writes beside served files
+    out = int4_path.parent / lowbit.low_file(layer, bits)
+    # whole or not at all: `add_low_bits` writes beside the files a server may be reading
     replace_whole(out, lambda tmp: copy_tensors(tmp, ts, meta, data=data, align=ALIGN))
 
 def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
