@@ -19,6 +19,8 @@ from .lowbit import LOW_BITS
 from .decode import Sampling
 from .session import Session, format_stats
 from .phase1 import RECIPE, train_heads, train_prerouter
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['CLIError', 'describe', 'generate', 'main']
@@ -371,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/09_cli.ipynb #4a24429c
-def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * 2**20)
+def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * MiB)
 
 def _options(a) -> StreamOptions:
     return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
@@ -423,7 +425,7 @@ def _cmd_generate(a):
     kind = 'resident' if a.resident else 'streamed'
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
           f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "
-          f"peak memory {f['peak_memory_bytes'] / 2**20:.1f} MiB")
+          f"peak memory {f['peak_memory_bytes'] / MiB:.1f} MiB")
 
 def _cmd_chat(a):
     from edge0.chat import repl

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from .files import InputError
 from .plan import replay
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['STYLE', 'ColdLoad', 'measured_points', 'plot_tps', 'plot_bytes', 'cold_load_explorer', 'cold_load_grid', 'cold_loads']
@@ -31,7 +33,7 @@ class ColdLoad:
 
     def predict(self, pool_mb:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
         "Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and prefetch"
-        per = self.expert_bytes / 2**20
+        per = self.expert_bytes / MiB
         m, cold = self.misses(max(int(pool_mb / per), 1), int(cache_mb / per))
         c = cold / m if m else 0.0
         t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
@@ -77,7 +79,7 @@ def plot_tps(ax, cl:ColdLoad, pool_mb:float, recall:float, cache_mb:float=0.0, p
 
 def plot_bytes(ax, cl:ColdLoad, pool_mb:float, points=()):
     "MiB read per token against the pool (the LRU replaying the trace), measured `off` points on top"
-    per = cl.expert_bytes / 2**20
+    per = cl.expert_bytes / MiB
     pools = np.geomspace(per, max(pool_mb * 8, per * 4), 24)
     misses = np.array([cl.misses(max(int(p / per), 1))[0] for p in pools])
     ax.plot(pools, misses * per, color='k', label='LRU on the trace')

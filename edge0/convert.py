@@ -14,6 +14,8 @@ from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, ind
                          model_spec, read_header, ExpertStore, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json, replace_whole
 from . import lowbit
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['LAYOUTS', 'copy_tensors', 'convert', 'conversion_of', 'add_low_bits']
@@ -30,7 +32,7 @@ def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
     h += b' ' * (-(8 + len(h)) % align)  # the JSON may end in spaces: safetensors' own padding
     return len(h).to_bytes(8, 'little') + h
 
-def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * 2**20, data:dict|None=None,
+def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB, data:dict|None=None,
                  align:int=8): # where the data starts: a multiple of this
     "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or given in `data`)"
     data = data or {}

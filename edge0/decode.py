@@ -16,6 +16,7 @@ from .routing import MoESpec, block, route, weigh, router_logits, router_bias, a
 from .streaming import (StreamEngine, StreamOptions, Handle, load as stream_load, load_resident,
                              stats as stream_stats, model_spec)
 from .prerouter import Prerouter, features, find_heads, heads_file, load_prerouter
+from .memory import MiB
 
 
 # %% auto #0
@@ -211,8 +212,8 @@ class Decoder:
             if need <= room:
                 for layer in unplanned: engine.keep_resident(layer)
             else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on demand: the expert "
-                                    f"budget has {room / 2**20:,.0f} MiB beside one token's experts, and keeping them "
-                                    f"resident takes {need / 2**20:,.0f} MiB with the planned slots")
+                                    f"budget has {room / MiB:,.0f} MiB beside one token's experts, and keeping them "
+                                    f"resident takes {need / MiB:,.0f} MiB with the planned slots")
         for layer in self.planned if engine is not None else ():
             engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
         ahead = 1  # planned layers whose reads run at once: what the budget has room for beside the slots

@@ -12,7 +12,7 @@ from .backend import core as B, nn as bnn
 from .calib import calibration, default_documents, read_documents
 from .decode import Sampling, generate_ids, held_bytes, load as decode_load
 from .files import InputError, find_model, read_json
-from .memory import peak_rss
+from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
 from .phase1 import LayerPass, decoder_layers, training_pool
 from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, heads_fingerprint, is_writable,
@@ -101,7 +101,7 @@ def student_windows(d:Path, k:int, heads, prompts:np.ndarray, gen:int, pool:int,
     finally: store.close()
     if show and not hold:
         print(f"the student's own text: the layers no head predicts are read on demand (keeping them, "
-              f"{layers / 2**20:,.0f} MiB, would pass the {pool / 2**20:,.0f} MiB pool); the same tokens, slower")
+              f"{layers / MiB:,.0f} MiB, would pass the {pool / MiB:,.0f} MiB pool); the same tokens, slower")
     out, options = [], StreamOptions(pool_bytes=pool + slots)
     with decode_load(d, 'routing', k, prerouter_path=heads, options=options, exact_top=exact_top, hold=hold) as h:
         for i, p in enumerate(tqdm(prompts, desc="the student's own text", unit='window', disable=not show)):
@@ -235,7 +235,7 @@ def _provenance(d:Path, tdir:Path, k:int, m:int, r:dict, data, windows, teacher_
                      f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, each continued by "
                      f"{r['gen']} tokens the student wrote (routing, K={k}{f', exact top-{m}' if m else ''}, "
                      "sampled at temperature 1)", exact_top=m,
-                pool_mib=round(pool / 2**20), teacher_bytes_read=teacher_bytes,
+                pool_mib=round(pool / MiB), teacher_bytes_read=teacher_bytes,
                 bytes_read_per_step=int(np.median([e['bytes_read'] for e in log])),
                 peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
                 step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')} for e in log]))
@@ -286,11 +286,11 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
             e = dist.step(windows, targets)
             _checkpoint(root, dist)
             bar.update(1)
-            bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / 2**20:,.0f}MiB")
+            bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / MiB:,.0f}MiB")
         bar.close()
         extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log, dist.step_no, t0)
         out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra, path=dst / adapter_file(k, m))
     shutil.rmtree(root, ignore_errors=True)
     if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes read per step "
-                   f"{extra['bytes_read_per_step'] / 2**20:,.0f} MiB, peak RSS {extra['peak_rss'] / 2**20:,.0f} MiB")
+                   f"{extra['bytes_read_per_step'] / MiB:,.0f} MiB, peak RSS {extra['peak_rss'] / MiB:,.0f} MiB")
     return out

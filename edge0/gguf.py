@@ -12,6 +12,8 @@ from tqdm.auto import tqdm
 from .files import InputError, atomic_file, read_json
 from .routing import QuantSpec
 from .store import StoreError, TensorInfo, index_checkpoint
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['QK4_0', 'BLOCK_Q4_0', 'ARCH', 'F32', 'F16', 'Q4_0', 'TOP_NAMES', 'LAYER_NAMES', 'TOKEN_TYPES', 'QWEN2_SPLIT',
@@ -312,7 +314,7 @@ def gguf_header(metadata:dict, tensors:list) -> bytes:
     return head + bytes(-len(head) % ALIGNMENT)
 
 # %% ../nbs/01d_gguf.ipynb #ba067a2b
-CHUNK = 8 * 2**20  # float32 bytes dequantized at a time: the writer's working set, whatever the tensor's size
+CHUNK = 8 * MiB  # float32 bytes dequantized at a time: the writer's working set, whatever the tensor's size
 
 def _read_rows(fds:dict, t:TensorInfo, r0:int, r1:int) -> bytes:
     "Rows `r0:r1` of `t` (its leading axes flattened), read from its shard"

@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
-from .memory import io_counters, peak_rss
+from .memory import io_counters, peak_rss, MiB
 from .store import READERS, ExpertStore, drop_cache, model_spec, read_files, read_rate
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
@@ -156,7 +156,7 @@ def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=T
     limits, notes, rate = {}, [], tier_rate(tier)
     if cap_bytes:
         if sys.platform == 'darwin':
-            notes.append(f"the memory cap ({cap_bytes / 2**20:.0f} MiB) is not enforced on macOS: each arm reports the "
+            notes.append(f"the memory cap ({cap_bytes / MiB:.0f} MiB) is not enforced on macOS: each arm reports the "
                          "memory it used instead")
         else: limits.update(memory_cap(cap_bytes))
     optional = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
@@ -220,7 +220,7 @@ def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
                 kills = int(dict(l.split()[:2] for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
                 limit = int((p / cap).read_text())
             except (OSError, ValueError): continue
-            if kills: return f"killed: out of memory under the memory cap of {limit / 2**20:.0f} MiB"
+            if kills: return f"killed: out of memory under the memory cap of {limit / MiB:.0f} MiB"
     return "killed (SIGKILL): out of memory, or stopped from outside"
 
 def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
@@ -339,7 +339,7 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     auto = arm.pool_mb == 'auto'  # the whole budget, slots and resident layers in it, from the memory left
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
-                      pool_bytes='auto' if auto else int(arm.pool_mb * 2**20) + held, kv_tokens=kv_tokens,
+                      pool_bytes='auto' if auto else int(arm.pool_mb * MiB) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels, reader=arm.reader)
     h = open_served(arm.model, arm.mode, arm.k, arm.heads, arm.adapter, options=o, trace=trace, record_trace=record,
                     exact_top=arm.exact_top)
@@ -352,7 +352,7 @@ def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
     (`prefill_bytes` read for its `prompt` tokens): per step and per token, and `per_step` rows for the load-cost fit"""
     steps = np.diff(np.array(snaps), axis=0)  # per step: loads, bytes, cold, pages, read s, blocked s, hits
     n, tot = len(steps), steps.sum(0)
-    return dict(mb_per_step=tot[1] / n / 2**20, mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / 2**20,
+    return dict(mb_per_step=tot[1] / n / MiB, mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / MiB,
                 loads_per_step=tot[0] / n, hits_per_step=tot[6] / n, blocked_ms_per_step=1e3 * tot[5] / n,
                 cold_fraction=tot[2] / tot[3] if tot[3] else 0.0,
                 per_step=[[int(s[0]), int(s[2]), int(s[3]), float(s[4])] for s in steps])
@@ -393,15 +393,15 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     n, io1 = len(times), io_counters()
     out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s, prefill_warm_tps=len(ids) / warm_s,
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
-               peak_active_mb=B.memory_stats().peak / 2**20,
-               rss_mb=peak_rss() / 2**20, tokens=toks,
-               disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / 2**20,  # this process's reads
+               peak_active_mb=B.memory_stats().peak / MiB,
+               rss_mb=peak_rss() / MiB, tokens=toks,
+               disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / MiB,  # this process's reads
                faults_per_step=(io1[1] - io0[1]) / n)
     if eng is not None and eng.budget is not None:
-        out.update(pool_mb=eng.budget.pool / 2**20 if eng.budget.pool else None, budget=asdict(eng.budget))
+        out.update(pool_mb=eng.budget.pool / MiB if eng.budget.pool else None, budget=asdict(eng.budget))
     if eng is not None:
         out.update(stream_figures(snaps, prefill_bytes, len(ids)),
-                   peak_active_mb=max(out['peak_active_mb'], max(s.peak_active for s in eng.stats.values()) / 2**20))
+                   peak_active_mb=max(out['peak_active_mb'], max(s.peak_active for s in eng.stats.values()) / MiB))
     if dec is not None:
         d = dec.stats
         out.update(syncs_per_step=d.syncs / n, dropped=d.dropped, experts_planned=d.experts_planned,
@@ -475,7 +475,7 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
     routing = routing if isinstance(routing, dict) else {m: routing_report(m) for m in seqs} if routing else {}
     heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads))
                           for a in arms if a.mode in ('routing', 'prefetch'))
-    cgroup, later, notes = conditions(arms[0].model, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill)
+    cgroup, later, notes = conditions(arms[0].model, int(cap_mb * MiB) if cap_mb else None, tier, throttle_prefill)
     notes += [f"prerouter heads: {h}" for h in heads]  # each file once, however many arms it serves
     rate = tier_rate(tier)
     try:
@@ -609,7 +609,7 @@ def speedups(tiers:dict, k:int, compute_ms:float, nvme_mb_s:float) -> dict:
         for m in ('routing', 'prefetch', 'oracle'):
             r = res.get(f"{m}/K{k}")
             if not r or not r.get('rounds'): continue
-            bound = max(compute_ms, r['mb_per_step'] * 2**20 / 1e6 / bw * 1e3)
+            bound = max(compute_ms, r['mb_per_step'] * MiB / 1e6 / bw * 1e3)
             row[m] = dict(speedup=off / r['step_ms'], bound=off / bound, step_ms=r['step_ms'], bound_ms=bound)
         out[name] = row
     return out

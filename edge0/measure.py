@@ -12,7 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file
-from .memory import process_memory
+from .memory import process_memory, MiB
 from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
 from .streaming import StreamOptions, reset_stats, stats
@@ -253,8 +253,8 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
         finally: unshadow(undo)
         plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
-        pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / 2**20 if eng is not None else 0.0
-        rss = process_memory().rss / 2**20  # its current size (the peak where no system tells it)
+        pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / MiB if eng is not None else 0.0
+        rss = process_memory().rss / MiB  # its current size (the peak where no system tells it)
         missing = _missing_steps(h, ids, prompt, steps) if eng is not None else None
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
@@ -272,7 +272,7 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
 def _pool_sizes(model_dir) -> tuple:
     "`(spec, bytes of one expert, MiB of a pool that holds every expert)` of the checkpoint in `model_dir`"
     st = ExpertStore(model_dir, residency=False)
-    try: every = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / 2**20
+    try: every = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / MiB
     finally: st.close()
     return st.spec, st.expert_nbytes, every * 1.05 + 1
 
@@ -308,7 +308,7 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
     return dict(cold_ms=med(cold[0]), warm_ms=med(warm[0]), plain_ms=med(plain_s) if plain else None,
                 loads=cold[1], warm_loads=warm[1], blocked_ms=1e3 * cold[2], warm_blocked_ms=1e3 * warm[2],
                 cold_fraction=tot['cold_fraction'], warm_cold_fraction=warm_cold,
-                mb_per_step=tot['bytes_read'] / steps / 2**20, steps=steps)
+                mb_per_step=tot['bytes_read'] / steps / MiB, steps=steps)
 
 
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
@@ -320,12 +320,12 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     spec, nbytes, every = _pool_sizes(model_dir)
     k = k or spec.k
     plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
-    pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / 2**20 + 1  # two steps' sets
+    pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / MiB + 1  # two steps' sets
     arm = Arm(str(model_dir), mode, k, pool_mb=pool, reader='pread')  # cold against warm: through the page cache
     key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps,
                paired=True, reader='pread')
     def make():
-        start, later, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier, throttle_prefill=False)
+        start, later, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier, throttle_prefill=False)
         try:
             return child(_cold_steps, asdict(arm), prompt, steps, plain,
                          [str(p) for p in later.paths] if later else None, cgroup=start, timeout=3600,

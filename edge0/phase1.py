@@ -15,7 +15,7 @@ from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, d
                          self_prompts)
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, find_model, heldout_ids, teacher_path
-from .memory import ROOM, headroom, peak_rss
+from .memory import ROOM, headroom, peak_rss, MiB
 from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
                              recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
 from .routing import MoESpec, RouterTap, attr_at, block, route
@@ -322,14 +322,14 @@ def training_pool(d:Path, spec:MoESpec, k:int, pool_mib:float|None, what:str='ph
     finally: store.close()
     need = lb + k * expert  # one layer held whole, and the working set of the token that routes past it
     free = headroom().bytes - ROOM  # what this process may still use, less page cache for the reads and its code
-    pool = int(pool_mib * 2**20) if pool_mib else min(max(256 * 2**20, int(1.25 * need)), free)
+    pool = int(pool_mib * MiB) if pool_mib else min(max(256 * MiB, int(1.25 * need)), free)
     if not pool_mib and pool < need:
-        raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds {lb / 2**20:.1f} MiB of "
-                         f"experts, {need / 2**20:.0f} MiB with a token's, and this process may use {free / 2**20:.0f} "
+        raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds {lb / MiB:.1f} MiB of "
+                         f"experts, {need / MiB:.0f} MiB with a token's, and this process may use {free / MiB:.0f} "
                          "MiB more (the page cache's room kept aside)")
     if pool < need:
         raise InputError(f"--pool-mib {pool_mib:g} is below one layer's working set: the largest MoE layer of {d} "
-                         f"holds {lb / 2**20:.1f} MiB of experts; give at least {need / 2**20 + 1:.0f}")
+                         f"holds {lb / MiB:.1f} MiB of experts; give at least {need / MiB + 1:.0f}")
     return pool, lb, kernels
 
 def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dict:
@@ -347,8 +347,8 @@ def _check_disk(root:Path, nbytes:int):
     nbytes -= sum(f.stat().st_size for f in root.glob('*')) if root.is_dir() else 0
     free = shutil.disk_usage(at).free
     if free < nbytes:
-        raise InputError(f"the scratch disk is full: {root} needs about {nbytes / 2**20:.0f} MiB and {at} has "
-                         f"{free / 2**20:.0f} MiB free; pass --work on a disk with room, or fewer --tokens")
+        raise InputError(f"the scratch disk is full: {root} needs about {nbytes / MiB:.0f} MiB and {at} has "
+                         f"{free / MiB:.0f} MiB free; pass --work on a disk with room, or fewer --tokens")
 
 def _owners(spec:MoESpec) -> tuple:
     moe = spec.moe_layers
@@ -408,9 +408,9 @@ def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:di
                 data=json.dumps(windows.record), train_tokens=str(windows.train.size),
                 heldout_tokens=str(windows.heldout.size), heldout_recall=json.dumps(reports),
                 final_kl=f"{np.mean([r['final_kl'] for r in reports.values()]):.4f}",
-                pool_mib=f"{budget['pool'] / 2**20:.0f}", states='memory' if budget['memory'] else 'scratch file',
+                pool_mib=f"{budget['pool'] / MiB:.0f}", states='memory' if budget['memory'] else 'scratch file',
                 expert_bytes_read=str(m['bytes_read']), checkpoint_bytes=str(ckpt),
-                peak_rss_mib=f"{m['peak_rss'] / 2**20:.0f}",
+                peak_rss_mib=f"{m['peak_rss'] / MiB:.0f}",
                 time=json.dumps(dict(read_s=round(m['read_s'], 1), capture_s=round(m['capture_s'], 1),
                                      train_s=round(m['train_s'], 1), last_run_s=round(seconds, 1))),
                 kernels=budget['kernels'], edge0_version=edge0.__version__, blas=blas_in_use())
@@ -423,7 +423,7 @@ def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
     read = int(meta['expert_bytes_read'])
     lines = [f"{path}: {len(reports)} heads at K={k}, {int(meta['train_tokens']):,} training tokens, "
              f"{int(meta['heldout_tokens']):,} held out",
-             f"experts read: {read / 2**20:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x the checkpoint) in "
+             f"experts read: {read / MiB:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x the checkpoint) in "
              f"{t['read_s']:.0f} s; capture {t['capture_s']:.0f} s; training {t['train_s']:.0f} s; "
              f"peak RSS {meta['peak_rss_mib']} MiB; states in {meta['states']}",
              f"{'head':>8}{'recall':>8}{'reuse':>8}{'heaviest':>10}{'final KL':>10}{'chance':>8}"]

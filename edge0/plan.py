@@ -259,7 +259,7 @@ _BIG = 1 << 40  # bundles: memory that never evicts
 
 def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> int:
     "Bundles the page cache holds of `share` of what `dev` leaves after `used_mb`"
-    return max(int(share * (dev.ram_mb - used_mb) * 2**20 / bundle), 0)
+    return max(int(share * (dev.ram_mb - used_mb) * MiB / bundle), 0)
 
 def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None, direct:bool=False) -> tuple:
     """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`
@@ -288,11 +288,11 @@ def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
 # %% ../nbs/06c_plan.ipynb #28e547e2
 def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
     "Page faults on the mapped checkpoint, each reading the read-around window it falls in; an LRU cache of windows"
-    used = dev.runtime_mb + mb['resident'] / 2**20
+    used = dev.runtime_mb + mb['resident'] / MiB
     ra = max(dev.readahead_kb, 4) * 1024
-    r = replay(fault_windows(mb, trace, ra), max(int((dev.ram_mb - used) * 2**20 / ra), 0), 0, prompt)
+    r = replay(fault_windows(mb, trace, ra), max(int((dev.ram_mb - used) * MiB / ra), 0), 0, prompt)
     return dict(read_ms=r['misses'] * ra / (read_mb_s(dev, ra) * 1e6) * 1e3, misses=r['misses'],
-                peak_mb=min(dev.ram_mb, used + sum(mb['experts'].values()) / 2**20),
+                peak_mb=min(dev.ram_mb, used + sum(mb['experts'].values()) / MiB),
                 bytes=r['misses'].sum(1).mean() * ra)
 
 # %% ../nbs/06c_plan.ipynb #67f72011
@@ -300,7 +300,7 @@ def _expert_cache(mb:dict, dev:Device, used:float, direct:bool=False) -> int:
     """Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too);
     none where the experts are read past it (`direct`)"""
     if dev.cold_steps or direct: return 0
-    return _cache_bundles(dev, used + mb['resident'] / 2**20, mb['bundle'], dev.cache_share)
+    return _cache_bundles(dev, used + mb['resident'] / MiB, mb['bundle'], dev.cache_share)
 
 def _cold_cpu(dev:Device, mode:str) -> float:
     "What a cold miss costs a step of `mode` beside its waits, over a warm one: measured in place, else nothing"
@@ -308,8 +308,8 @@ def _cold_cpu(dev:Device, mode:str) -> float:
 
 def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute, direct:bool=False) -> dict:
     "Pool misses, cold where the page cache behind the pool had dropped them (`direct`: all of them)"
-    used = dev.runtime_mb + mb['resident'] / 2**20 + pool_mb
-    r = replay(trace, max(int(pool_mb * 2**20 / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
+    used = dev.runtime_mb + mb['resident'] / MiB + pool_mb
+    r = replay(trace, max(int(pool_mb * MiB / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
                dev.cold_steps, dev.policy)
     warm, cold = _read_ms(mb, dev, r, c.miss_ms, direct)
     cpu = 0 if direct else r['cold'] * _cold_cpu(dev, 'off')  # a direct read's work is in its measured time
@@ -351,15 +351,15 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     spec, E, k = mb['spec'], mb['spec'].num_experts, mb['k']
     held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * k * mb['bundle']
             + (stage_ahead - 1) * k * mb['bundle'])
-    if within: pool_mb = max(pool_mb - held / 2**20, k * mb['bundle'] / 2**20)  # 'auto': one budget holds all
-    used = dev.runtime_mb + (mb['resident'] + held) / 2**20 + pool_mb
+    if within: pool_mb = max(pool_mb - held / MiB, k * mb['bundle'] / MiB)  # 'auto': one budget holds all
+    used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mb
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
     share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0  # a copy's bytes, in bundles
     slots = lambda l: ([row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
                        if low_bits else served[l])  # as `Decoder.plan_next`: a copy is `E + e`
     read = {l: _new_in_slots(slots(l), prompt) for l in sorted(planned)}
     mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0  # the pool holds copies at their size
-    bundles, cache = max(int(pool_mb * 2**20 / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
+    bundles, cache = max(int(pool_mb * MiB / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
     r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy, low_from=E if low_bits else None)
     if low_bits:  # each copy's miss counted as the bundles its bytes are
         r = dict(r, misses=r['misses'] - (1 - share) * r['low'], cold=r['cold'] - (1 - share) * r['low_cold'])
@@ -445,21 +445,21 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     compute = compute or {}
     c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
     budget = auto_budget(mb, dev, kv_tokens)
-    pool = pool_mb if pool_mb is not None else max(budget['pool_mb'], mb['bundle'] * k / 2**20)
+    pool = pool_mb if pool_mb is not None else max(budget['pool_mb'], mb['bundle'] * k / MiB)
     reader = plan_reader(mb, dev, pool)
     if reader == 'direct' and pool_mb is None:  # as a run: the budget made again for direct's smaller room
         budget = auto_budget(mb, dev, kv_tokens, direct=True)
-        pool = max(budget['pool_mb'], mb['bundle'] * k / 2**20)
+        pool = max(budget['pool_mb'], mb['bundle'] * k / MiB)
     if pool_mb is None:  # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
-        T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / 2**20
+        T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / MiB
         kv_free = budget['kv_mb'] * max(1 - T / budget['kv_tokens'], 0)
-        budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / 2**20 + kv_free, every - pool), 0)
+        budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free, every - pool), 0)
         pool += budget['lent_mb']
     direct, rows = reader == 'direct', {}
     for s in strategies:
         c = c_of(s)
         if s == 'ram':
-            peak = dev.runtime_mb + mb['total'] / 2**20
+            peak = dev.runtime_mb + mb['total'] / MiB
             fits = peak <= dev.ram_mb
             rows[s] = dict(tps=1e3 / c.step_ms if fits else None, step_ms=c.step_ms, compute_ms=c.step_ms, wait_ms=0.0,
                            mib_per_token=0.0, peak_mb=peak, fits=fits,
@@ -474,7 +474,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
         step = c.step_ms + wait
         rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
                        wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
-                       mib_per_token=r['bytes'] / 2**20, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
+                       mib_per_token=r['bytes'] / MiB, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
                        binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'),
                        **({'syncs_per_step': r['syncs'], 'copies_per_step': r['copies']} if s == 'routing' else {}))
     views = {'no prediction': mb['per_class']}
@@ -502,7 +502,7 @@ def _budget_note(b:dict) -> str:
 
 def plan_table(p:dict) -> str:
     "A plan as a table"
-    per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / 2**20:.2f}" for c, v in by.items())
+    per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / MiB:.2f}" for c, v in by.items())
                     for view, by in p['per_class'].items())
     how = {'direct': 'past the page cache (direct)', 'pread': 'through the page cache (pread)'}
     lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
@@ -601,14 +601,14 @@ def heads_planned(model_dir, k:int|None=None) -> set:
 def _available_mb() -> float:
     "Memory a process may use here (MiB): what this one may still allocate and what it holds (`00_memory.headroom`)"
     h = headroom()
-    return (h.bytes + h.rss.rss) / 2**20
+    return (h.bytes + h.rss.rss) / MiB
 
 # %% ../nbs/06c_plan.ipynb #c0048
 def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, cold_steps:bool=False,
                  modes=('off', 'routing'), eta:Eta|None=None) -> tuple:
     "`(Device, {mode: Compute})` of this machine for `model_dir` at `k`, measured inside `tier` and `cap_mb`"
     k = k or model_spec(model_dir).k
-    cg, _, _ = conditions(model_dir, int(cap_mb * 2**20) if cap_mb else None, tier)
+    cg, _, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier)
     try: storage, reads = measure_read(model_dir, cg), measure_expert_reads(model_dir, (1, k), cg)
     finally:
         if cg: cg.close()
@@ -616,7 +616,7 @@ def this_machine(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, 
     p = profiles.get('off') or compute_profile(model_dir, k, 'off')
     cold = {m: cold_misses(model_dir, k, tier, cap_mb, m) for m in dict.fromkeys(('off', *modes))}  # as paid
     disk = max(cold['off']['wait_ms'], 0.0)  # what `off` waits for a cold read over a warm one: the disk's part
-    runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / 2**20
+    runtime = p['rss_mb'] - p['pooled_mb'] - model_bytes(model_dir, k)['resident'] / MiB
     name = f"this machine, {tier_name(tier)} ({storage:.0f} MB/s)" + (f", cap {cap_mb:.0f} MiB" if cap_mb else '')
     dev = Device(name, cap_mb or _available_mb(), storage, eta, reads, disk, max(runtime, 0.0),
                  cold_steps=cold_steps,

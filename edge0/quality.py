@@ -17,6 +17,8 @@ from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks,
 from .recovery import StudentPath, log_softmax
 from .files import heldout_ids
 from .teachers import teacher_corpus
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
@@ -64,7 +66,7 @@ class Served:
         if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
         self.resident = pool_mb is None
         options = None if self.resident else StreamOptions(
-            pool_bytes=pool_mb if pool_mb == 'auto' else int(pool_mb * 2**20), prefill_path='exact')
+            pool_bytes=pool_mb if pool_mb == 'auto' else int(pool_mb * MiB), prefill_path='exact')
         # the heads are loaded, not installed: `logits` drives them teacher-forced, `generate` decodes with them
         self.handle = h = open_served(model_dir, mode, k or None, prerouter, adapter, self.resident, options, dtype,
                                       decoder=False)

@@ -8,6 +8,8 @@ import numpy as np
 from .routing import MoESpec, routed_windows
 from .streaming import load
 from .files import heldout_ids, model_corpus
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['routing_trace', 'lru_hits', 'routing_stats', 'checkpoint_routing', 'format_routing']
@@ -46,7 +48,7 @@ def routing_stats(trace:dict, n_experts:int) -> dict:
 # %% ../nbs/04b_routing_stats.ipynb #b5267063
 def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) -> dict:
     "Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used over `n_tokens` tokens"
-    load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * 2**20), **load_kw)
+    load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * MiB), **load_kw)
     with load(model_dir, **load_kw) as h:
         tokens = heldout_ids(h.tokenizer, corpus=model_corpus(model_dir))[:n_tokens + 1]
         trace = routing_trace(h.model, h.spec, tokens, k, seq=n_tokens)

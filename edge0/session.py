@@ -288,22 +288,22 @@ def format_stats(s:dict) -> str:
     head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
             f"{'blocked ms':>10} {'peak MiB':>8}")
     def row(name, r):
-        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / 2**20:>8.2f} "
-                f"{r['cold_fraction']:>5.2f} {r['blocked_ms']:>10.1f} {r['peak_active'] / 2**20:>8.1f}")
+        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / MiB:>8.2f} "
+                f"{r['cold_fraction']:>5.2f} {r['blocked_ms']:>10.1f} {r['peak_active'] / MiB:>8.1f}")
     lines = [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
     p = s['pool']
-    budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / 2**20:.2f} MiB"
-    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / 2**20:.2f} MiB held, {p['evictions']} evictions | "
-                 f"budget {budget}, of it {p['reserved_bytes'] / 2**20:.2f} MiB reserved (resident layers "
+    budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / MiB:.2f} MiB"
+    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, {p['evictions']} evictions | "
+                 f"budget {budget}, of it {p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
                  f"{p['resident_layers']}, slots, hot sets) | "
-                 f"slots {s['slot_bytes'] / 2**20:.2f} MiB | "
-                 f"peak active memory {s['peak_active_bytes'] / 2**20:.1f} MiB")
+                 f"slots {s['slot_bytes'] / MiB:.2f} MiB | "
+                 f"peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
     if s.get('reads'):
         r, u = s['reads'], s['reads']['usage_fill']
         how = 'past the page cache' if r['direct'] else 'through the page cache'
         ahead = f" | {r['stage_ahead']} planned layers read at once" if s.get('mode', 'off') != 'off' else ''
         lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy {r['policy']}"
-                     + (f" | filled from the usage profile: {u['bundles']} experts, {u['bytes'] / 2**20:.1f} MiB in "
+                     + (f" | filled from the usage profile: {u['bundles']} experts, {u['bytes'] / MiB:.1f} MiB in "
                         f"{u['seconds']:.2f} s" if u['bundles'] else ''))
     if 'decoder' in s:
         d = s['decoder']

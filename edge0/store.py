@@ -13,6 +13,8 @@ from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 from . import lowbit
+from .memory import MiB
+
 
 # %% auto #0
 __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo',
@@ -43,7 +45,7 @@ class TensorInfo:
         return self.start + (self.shape[0] - 1) * self.stride + self.nbytes // self.shape[0]
 
 # %% ../nbs/01a_store.ipynb #33fda6fe
-_MAX_HEADER = 100 * 2**20
+_MAX_HEADER = 100 * MiB
 
 def _is_count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 

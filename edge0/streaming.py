@@ -136,7 +136,7 @@ class ExpertPool:
         self.reserved = 0                           # bundles' worth held outside the LRU (slots, resident layers)
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
         if self.max_bundles < self.k:
-            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / 2**20:.2f} MiB) is smaller "
+            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} MiB) is smaller "
                              f"than one token's working set: {self.k} experts x {store.expert_nbytes} bytes")
 
     @property
@@ -151,8 +151,8 @@ class ExpertPool:
         n = -(-nbytes // self.store.expert_nbytes)
         with self.lock:
             if self.max_bundles - n < self.k:
-                raise StoreError(f"pool budget of {self.budget_bytes / 2**20:.2f} MiB cannot hold {what} "
-                                 f"({nbytes / 2**20:.2f} MiB) and one token's working set ({self.k} experts x "
+                raise StoreError(f"pool budget of {self.budget_bytes / MiB:.2f} MiB cannot hold {what} "
+                                 f"({nbytes / MiB:.2f} MiB) and one token's working set ({self.k} experts x "
                                  f"{self.store.expert_nbytes} bytes); raise the pool budget")
             self.reserved += n
             self._trim()
@@ -164,8 +164,8 @@ class ExpertPool:
         with self.lock:
             budget = None if budget_bytes is None else budget_bytes // self.store.expert_nbytes
             if budget is not None and budget - self.reserved < self.k:
-                raise StoreError(f"pool budget of {budget_bytes / 2**20:.2f} MiB cannot hold what is reserved "
-                                 f"({self.bytes_reserved / 2**20:.2f} MiB) and one token's working set ({self.k} "
+                raise StoreError(f"pool budget of {budget_bytes / MiB:.2f} MiB cannot hold what is reserved "
+                                 f"({self.bytes_reserved / MiB:.2f} MiB) and one token's working set ({self.k} "
                                  f"experts x {self.store.expert_nbytes} bytes)")
             self.budget_bytes, self.budget = budget_bytes, budget
             self._trim()
