@@ -12,8 +12,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .backend import core as B
 from .calib import CODE_CORPUS, HELDOUT, code_split
-from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut
-from .prerouter import replace_whole
+from .files import CODE_EXCERPT, InputError, atomic_dir, code_excerpt, line_cut, replace_whole
 from .routing import model_class
 from .teachers import TeacherSpec, encode, export_checkpoints, train_tokenizer, windows_at
 from fastcore.basics import patch

@@ -11,15 +11,14 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .calib import calibration, default_documents, read_documents
 from .decode import Sampling, generate_ids, held_bytes, load as decode_load
-from .files import InputError, find_model, read_json
+from .files import InputError, edge0_home, find_model, is_writable, read_json, replace_whole
 from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
 from .phase1 import LayerPass, decoder_layers, training_pool
-from .prerouter import (edge0_home, fingerprint, heads_dir_for, heads_file, heads_fingerprint, is_writable,
-                             load_prerouter, replace_whole)
+from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerouter
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block
-from .store import ExpertStore, model_spec
+from .store import ExpertStore, fingerprint, model_spec
 from .streaming import StreamOptions, expert_mlp, load as stream_load, open_tokenizer
 from .teachers import lr_schedule
 

@@ -13,8 +13,9 @@ import edge0
 
 # %% auto #0
 __all__ = ['PKG', 'MODELS', 'DATA', 'REPO', 'HUB_FILES', 'REPO_ID', 'PARTS', 'CODE_EXCERPT', 'LOCK', 'InputError', 'teachers',
-           'teacher_path', 'edge0_home', 'hub_snapshot', 'find_model', 'line_cut', 'heldout_excerpt', 'code_excerpt',
-           'read_json', 'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir', 'atomic_file', 'replace_whole']
+           'teacher_path', 'edge0_home', 'cache_dir', 'is_writable', 'hub_snapshot', 'find_model', 'line_cut',
+           'heldout_excerpt', 'code_excerpt', 'read_json', 'heldout_ids', 'model_corpus', 'clear_stale', 'atomic_dir',
+           'atomic_file', 'replace_whole']
 
 # %% ../nbs/00_files.ipynb #4ef6297e
 class InputError(ValueError):
@@ -48,6 +49,16 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True,
 def edge0_home() -> Path:
     "Where edge0 keeps what it makes outside a model's folder: `$EDGE0_HOME`, else `~/.cache/edge0`"
     return Path(os.environ.get('EDGE0_HOME') or Path.home() / '.cache' / 'edge0').expanduser()
+
+def cache_dir() -> Path:
+    "Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else `~/.cache/edge0`)"
+    return Path(os.environ.get('EDGE0_CACHE') or edge0_home())
+
+def is_writable(d:Path) -> bool:
+    "Whether a file can be made in `d` (or, where `d` does not exist yet, in the nearest folder above it that does)"
+    d = Path(d).absolute()
+    while not d.exists(): d = d.parent
+    return d.is_dir() and os.access(d, os.W_OK)
 
 # %% ../nbs/00_files.ipynb #9a1c0002
 HUB_FILES = ['*.json', '*.safetensors', '*.py', '*.txt', '*.jsonl', '*.jinja', 'tokenizer.model', '*.tiktoken']

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_harness.ipynb #a4df99db
 from __future__ import annotations
-import importlib, importlib.util, inspect, json, os, statistics, subprocess, sys, sysconfig, time, uuid
+import importlib, importlib.util, json, os, statistics, subprocess, sys, sysconfig, time, uuid
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np

@@ -11,19 +11,17 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B
-from .files import InputError, atomic_file
+from .files import InputError, atomic_file, cache_dir
 from .memory import process_memory, MiB
 from .routing import attr_at
-from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, read_files, read_rate
+from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, fingerprint, read_files, read_rate
 from .streaming import StreamOptions, reset_stats, stats
-from .prerouter import edge0_home, fingerprint
 from .decode import generate_ids, shadow, unshadow
 from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
 
 # %% auto #0
-__all__ = ['DEPTHS', 'ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'cache_dir', 'host_id', 'code_version', 'cached',
-           'expert_reads', 'measure_expert_reads', 'read_ahead_kb', 'expert_grain', 'disk_rates', 'compute_profile',
-           'cold_misses']
+__all__ = ['DEPTHS', 'ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'host_id', 'code_version', 'cached', 'expert_reads',
+           'measure_expert_reads', 'read_ahead_kb', 'expert_grain', 'disk_rates', 'compute_profile', 'cold_misses']
 
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
@@ -71,10 +69,6 @@ def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
     return ax
 
 # %% ../nbs/06b_measure.ipynb #c0019
-def cache_dir() -> Path:
-    "Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else `~/.cache/edge0`)"
-    return Path(os.environ.get('EDGE0_CACHE') or edge0_home())
-
 def host_id() -> dict:
     "What a compute or disk measurement depends on besides the model: the machine and the library versions"
     vers = {p: version(p) for p in ('mlx', 'mlx-lm', 'torch') if _installed(p)}

@@ -14,12 +14,12 @@ from .backend import core as B, nn as bnn
 from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents,
                          self_prompts)
 from .decode import Sampling, generate_ids, load as decode_load
-from .files import InputError, find_model, heldout_ids, teacher_path
+from .files import InputError, edge0_home, find_model, heldout_ids, is_writable, replace_whole, teacher_path
 from .memory import ROOM, headroom, peak_rss, MiB
-from .prerouter import (Prerouter, edge0_home, fingerprint, heads_dir_for, init_prerouter, is_writable,
-                             recall_report, replace_whole, router_bias_of, save_prerouter, train_head)
+from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report, router_bias_of, save_prerouter,
+                             train_head)
 from .routing import MoESpec, RouterTap, attr_at, block, route
-from .store import ExpertStore, index_checkpoint, model_spec, read_header
+from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
 from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import numpy as np
 from .backend import core as B
-from .files import InputError, atomic_file, find_model, read_json
+from .files import InputError, atomic_file, cache_dir, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .routing import spec_for
 from types import SimpleNamespace
@@ -25,7 +25,7 @@ from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
-from .measure import (Eta, cache_dir, cached, cold_misses, compute_profile, eta_curve, host_id, measure_expert_reads,
+from .measure import (Eta, cached, cold_misses, compute_profile, eta_curve, host_id, measure_expert_reads,
                           read_ahead_kb)
 
 # %% auto #0

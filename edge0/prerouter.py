@@ -11,14 +11,14 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn, quant as bq
 from .routing import MoESpec, Routing, block, route, router_bias, routed_windows, weigh, attr_at
 from .store import fingerprint, read_header, index_checkpoint, model_spec
-from .files import InputError, edge0_home, read_json, replace_whole
+from .files import InputError, edge0_home, is_writable, read_json, replace_whole
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
-           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'is_writable', 'heads_dir_for',
-           'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter', 'load_prerouter']
+           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'heads_dir_for', 'heads_places',
+           'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -212,12 +212,6 @@ def _in_hf_cache(d:Path) -> bool:
         if any(a.startswith('models--') and b == 'snapshots' for a, b in zip(p.parts, p.parts[1:])): return True
         if p.is_relative_to(Path(HF_HUB_CACHE).resolve()): return True
     return False
-
-def is_writable(d:Path) -> bool:
-    "Whether a file can be made in `d` (or, where `d` does not exist yet, in the nearest folder above it that does)"
-    d = Path(d).absolute()
-    while not d.exists(): d = d.parent
-    return d.is_dir() and os.access(d, os.W_OK)
 
 def heads_dir_for(model_dir) -> Path:
     "The folder new heads of the model in `model_dir` go to: the model's own, else `edge0_home()/heads/<fingerprint>`"
