@@ -125,9 +125,7 @@ class Scratch:
     def commit(self, **updates):
         "Update the manifest and write it atomically"
         self.m.update(updates)
-        tmp = self.dir / 'manifest.partial.json'
-        tmp.write_text(json.dumps(self.m, indent=1))
-        os.replace(tmp, self.dir / 'manifest.json')
+        replace_whole(self.dir / 'manifest.json', lambda tmp: tmp.write_text(json.dumps(self.m, indent=1)))
 
     def new(self, name:str, shape:tuple, dtype) -> np.ndarray:
         "A zeroed array `name` to fill: in memory, or a memory-mapped file in the folder; `keep` makes it permanent"
