@@ -20,7 +20,7 @@ from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fing
                              recall_report)
 from .routing_stats import lru_hits, routing_trace
 from .lowbit import check_low_bits, code_bytes
-from .decode import generate_ids
+from .decode import check_exact_top, generate_ids
 from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
@@ -433,7 +433,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     _check_device(dev)
     mb = model_bytes(model, k)
     spec, k = mb['spec'], mb['k']
-    if not 0 <= exact_top <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {exact_top}")
+    check_exact_top('routing', exact_top, k)
     if low_bits is not None:
         check_low_bits(low_bits, 'low bits')
         if not 0 < exact_top < k: raise InputError(f"low bits {low_bits} are read for the K-M slots beside exact "
