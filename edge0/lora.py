@@ -11,8 +11,8 @@ import numpy as np
 from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError, atomic_dir, atomic_file, clear_stale, read_json
 from .routing import MoESpec, attr_at
-from .store import read_header, model_spec
-from .prerouter import fingerprint, base_fingerprints, heads_fingerprint
+from .store import fingerprint, read_header, model_spec
+from .prerouter import base_fingerprints, heads_fingerprint
 
 # %% auto #0
 __all__ = ['TARGETS', 'PROJECTIONS', 'FORMAT', 'LoRALinear', 'target_modules', 'Adapter', 'attach', 'adapter_file',

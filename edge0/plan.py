@@ -14,10 +14,9 @@ from .files import InputError, atomic_file, cache_dir, find_model, read_json
 from .memory import KV_TOKENS, MiB, headroom, pool_budget, step_and_room
 from .routing import spec_for
 from types import SimpleNamespace
-from .store import ExpertStore, LoadStats, model_spec, read_header
+from .store import ExpertStore, LoadStats, fingerprint, model_spec, read_header
 from .streaming import POLICIES, ExpertPool, LayerStats, StreamOptions, load_resident, open_tokenizer
-from .prerouter import (capture, find_heads, fingerprint, heads_file, heads_fingerprint, load_prerouter,
-                             recall_report)
+from .prerouter import capture, find_heads, heads_file, heads_fingerprint, load_prerouter, recall_report
 from .routing_stats import lru_hits, routing_trace
 from .lowbit import check_low_bits, code_bytes
 from .decode import check_exact_top, generate_ids

@@ -10,9 +10,9 @@ import numpy as np
 from .backend import core as B, nn as bnn
 from .files import InputError
 from .routing import MoESpec, attr_at, check_moe_layer, block, route, route_block
-from .prerouter import Head, Prerouter, score_probs, base_fingerprints, capture, fingerprint, pair_positions
+from .prerouter import Head, Prerouter, score_probs, base_fingerprints, capture, pair_positions
 from .prerouter import recall, recall_report, router_bias_of, router_weight
-from .store import model_spec, read_header
+from .store import fingerprint, model_spec, read_header
 from fastcore.basics import patch
 
 # %% auto #0

@@ -76,3 +76,25 @@ def test_each_chapter_imports_only_those_below_it():
               for line, t in _imports(name, ast.parse(p.read_text()))
               if t != name and chapters.get(t) and _rank(chapters[t]) >= _rank(chapters[name])]
     assert breaks == []
+
+HOMES = {'edge0_home': 'files', 'cache_dir': 'files', 'is_writable': 'files', 'replace_whole': 'files',
+         'atomic_file': 'files', 'atomic_dir': 'files', 'MiB': 'memory', 'fingerprint': 'store'}
+
+def test_each_concept_has_one_home():
+    "Paths and atomic writes come from files, MiB from memory; a child process's entry point is a function, not a string"
+    import ast
+    wrong, strings, mib = [], [], []
+    for p in PKG.rglob('*.py'):
+        if p.name.startswith('_'): continue
+        text = p.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                wrong += [f"{p.name}:{node.lineno} imports {a.name} from {node.module}, not {HOMES[a.name]}"
+                          for a in node.names if HOMES.get(a.name, node.module) != node.module]
+            if (isinstance(node, ast.Call) and getattr(node.func, 'id', None) in ('run_child', 'child') and node.args
+                    and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+                strings.append(f"{p.name}:{node.lineno}")
+        if p.name != 'memory.py':
+            mib += [f"{p.name}:{i}" for i, line in enumerate(text.splitlines(), 1)
+                    if re.search(r'\b2\s*\*\*\s*20\b(?! bytes)', line)]
+    assert wrong == [] and strings == [] and mib == [], (wrong[:5], strings[:5], mib[:5])
