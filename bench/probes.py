@@ -6,7 +6,7 @@
 A probe per MoE layer l reads l's pre-attention hidden state (the output of its input_layernorm) and predicts l's own
 router logits; they are routed through l's own routing function (edge0.probes). The probes are trained by phase 1's KL
 to l's router distribution on windows of the corpus's training split (edge0.teachers.prepare,
-edge0.phase1.sample_windows). K does not enter that loss, so each base gets one set of probes, scored at every K.
+edge0.calib.sample_windows). K does not enter that loss, so each base gets one set of probes, scored at every K.
 Scored on the held-out excerpt (edge0/data): top-K recall of layer l's own top-K at a token by the probe, by its
 untrained warm start (l's router applied to the pre-attention state), by temporal locality (l's experts at the
 previous token) and, where a committed phase-1 head predicts l (from layer l-1, one token ahead), by that head.
@@ -32,7 +32,7 @@ def bench_model(name, ks, tokens, a, say):
     "Train one base's probes on corpus windows; score them, the warm start, temporal locality and the heads at each K"
     import numpy as np
     from edge0.files import teacher_path
-    from edge0.phase1 import sample_windows
+    from edge0.calib import sample_windows, windows
     from edge0.prerouter import load_prerouter
     from edge0.probes import capture_pre, init_probes, probe_recall, train_probes
     from edge0.streaming import load_resident
@@ -40,7 +40,7 @@ def bench_model(name, ks, tokens, a, say):
     base = teacher_path(name)
     h = load_resident(base)  # as served: the backend's dtype, the cast_predicate's parameters float32
     model, tokenizer, spec = h.model, h.tokenizer, h.spec
-    ids = sample_windows(tokens, a.tokens, a.seq, a.seed)
+    ids = sample_windows(windows(tokens, a.seq), a.tokens, a.seed).ravel()
     t0 = time.time()
     cap = capture_pre(spec, model, ids, spec.k, a.seq)
     say(f"\n=== {name} ({spec.model_type}, MoE layers {list(spec.moe_layers)}, {spec.num_experts} experts, native K={spec.k})")

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 import edge0
 from .backend import core as B, nn as bnn
 from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents,
-                         self_prompts)
+                         sample_windows, self_prompts, windows as cut_windows)
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, edge0_home, find_model, heldout_ids, is_writable, replace_whole, teacher_path
 from .memory import ROOM, headroom, peak_rss, MiB
@@ -27,8 +27,8 @@ from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 # %% auto #0
 __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer',
            'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
-           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'sample_windows',
-           'teacher_windows', 'train_prerouter']
+           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows',
+           'train_prerouter']
 
 # %% ../nbs/04c_phase1.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -478,13 +478,6 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     return out
 
 
-# %% ../nbs/04c_phase1.ipynb #f6959426
-def sample_windows(tokens:np.ndarray, n_tokens:int, seq:int, seed:int) -> np.ndarray:
-    "`n_tokens // seq` distinct windows of `seq` tokens drawn from `tokens` (at multiples of `seq`), concatenated"
-    rng = np.random.default_rng(seed)
-    starts = np.sort(rng.choice(len(tokens) // seq, n_tokens // seq, replace=False)) * seq
-    return np.concatenate([tokens[start:start + seq] for start in starts])
-
 # %% ../nbs/04c_phase1.ipynb #b53903b3
 PHASE1 = dict(RECIPE, tokens=120_000, steps=1500, weighted=0.0)  # the prose teachers' committed heads: KL alone
 CODE_PHASE1 = dict(PHASE1, weighted=1.0)  # the code teacher's heads: with the routing-weighted term
@@ -492,7 +485,7 @@ CODE_PHASE1 = dict(PHASE1, weighted=1.0)  # the code teacher's heads: with the r
 def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> Calibration:
     "Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in whole windows"
     tokens, seq = teacher_tokens(name, corpus_dir, work, show), params['seq']
-    train = sample_windows(tokens, params['tokens'], seq, params['seed']).reshape(-1, seq)
+    train = sample_windows(cut_windows(tokens, seq), params['tokens'], params['seed'])
     held = heldout_ids(open_tokenizer(teacher_path(name)), corpus=teacher_corpus(name))
     held = held[:len(held) // seq * seq].reshape(-1, seq)
     code = teacher_corpus(name) == 'code'
