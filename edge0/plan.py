@@ -100,13 +100,17 @@ def model_bytes(model, k:int|None=None, predicted=()) -> dict:
                 total=resident + sum(experts.values()), per_class=bytes_by_class(groups),
                 ranges=_ranges(spec, d, bundle))
 
+def _codes_part(bundle:float) -> float:
+    "Bytes of a 4-bit g64 bundle that are its weights' codes: the rest is a 2-byte scale and bias per 64 weights"
+    return bundle / (1 + 2 * 2 / (64 * 0.5))
+
 def _ranges(spec, d, bundle:float) -> list:
     "Byte lengths of one expert's ranges (from the checkpoint; for a config, nine ranges of 4-bit g64 shapes)"
     if d is not None:
         st = ExpertStore(d, spec, residency=False)
         try: return [n for *_, n in st.ranges(spec.moe_layers[0], 0)]
         finally: st.close()
-    w = bundle / (1 + 2 * 2 / (64 * 0.5))  # weight part of a 4-bit g64 bundle: 2-byte scale and bias per 64 weights
+    w = _codes_part(bundle)
     return [w / 3] * 3 + [(bundle - w) / 6] * 6
 
 # %% ../nbs/06c_plan.ipynb #c0012
@@ -319,7 +323,7 @@ def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute, 
 def copy_bytes(mb:dict, bits:int) -> float:
     """Bytes of one expert's `bits`-bit copy (`edge0 convert --low-bits`): the int4 codes' planes at `bits`, the scales
     and biases as they are (int4 in groups of 64 with 2-byte scales and biases, as the copies require)"""
-    w = mb['bundle'] / (1 + 2 * 2 / (64 * 0.5))  # the codes' part of a bundle
+    w = _codes_part(mb['bundle'])
     return code_bytes(int(w), check_low_bits(bits)) + mb['bundle'] - w
 
 def _new_in_slots(ids, prompt:int) -> list:
@@ -354,9 +358,9 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mb
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
     share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0  # a copy's bytes, in bundles
-    slots = lambda l: ([row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
-                       if low_bits else served[l])  # as `Decoder.plan_next`: a copy is `E + e`
-    read = {l: _new_in_slots(slots(l), prompt) for l in sorted(planned)}
+    slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
+             if low_bits else served[l] for l in sorted(planned)}  # as `Decoder.plan_next`: a copy is `E + e`
+    read = {l: _new_in_slots(rows, prompt) for l, rows in slots.items()}
     mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0  # the pool holds copies at their size
     bundles, cache = max(int(pool_mb * MiB / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
     r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy, low_from=E if low_bits else None)
@@ -370,7 +374,7 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
     exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
-        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), slots(l))]
+        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), slots[l])]
               for l in sorted(planned)}  # a heaviest expert staged as its copy is read at int4 too
         f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
         warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
