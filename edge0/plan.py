@@ -491,8 +491,9 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
 
 # %% ../nbs/06c_plan.ipynb #c0034
 def stage_ahead_of(mb:dict) -> int:
-    "Planned layers a run of `mb` (`model_bytes`) reads at once by default: 2 where its experts are packed for torch"
-    return 2 if ((mb.get('config') or {}).get('edge0_layout') or {}).get('experts') == 'torch-cpu' else 1
+    "Planned layers a run of `mb` (`model_bytes`) reads at once by default: as the engine decides from its layout"
+    layout = ((mb.get('config') or {}).get('edge0_layout') or {}).get('experts')
+    return StreamOptions().stage_ahead_for(packed=layout == 'torch-cpu')
 
 def _budget_note(b:dict) -> str:
     head = "pool: what --pool-mib auto gives a run on this device" + (" (below one token's experts: a run is refused)"

@@ -316,6 +316,9 @@ class StreamOptions:
     def auto_reader(pool:int|None, experts:int) -> str:
         "What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every expert, else `pread`"
         return 'direct' if pool is not None and pool < experts else 'pread'
+    def stage_ahead_for(self, packed:bool) -> int:
+        "Planned layers read at once: `stage_ahead`, else 2 where the experts are `packed` for torch, else 1"
+        return self.stage_ahead or (2 if packed else 1)
     def read_threads(self, reader:str|None=None) -> int:
         "Reads in flight with `reader` (default: the one asked): `threads`, else enough past the page cache, or 2"
         return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
@@ -336,7 +339,7 @@ class StreamEngine:
         self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
         self.low_bits, self.low_below = store.low_bits, self.options.low_below  # the copies served, and `off`'s rule
         packed = all(torch_quant(self.quant[layer]) is not None for layer in self.spec.moe_layers)
-        self.stage_ahead = self.options.stage_ahead or (2 if packed else 1)  # planned layers read at once (`stage`)
+        self.stage_ahead = self.options.stage_ahead_for(packed)  # planned layers read at once (`stage`)
         self.ahead_held = False  # whether the budget keeps what they hold (`hold_stage_ahead`)
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
