@@ -190,9 +190,9 @@ def report(d:dict) -> str:
            f"{d['disk_after']['best_mib_s']:.0f} MiB/s" if 'disk_after' in d else f"  B = {B:.0f} MiB/s"]
     kept = lambda part: (f" (kept from the run of {d['kept'][part]}: not run again)"
                          if part in d.get('kept', {}) else '')
+    disk_of = lambda part: d['kept_disk'][part] if part in d.get('kept', {}) else d  # the probes of the part's own run
     if 'store' in d:
-        B, disk_after = ((d['kept_disk']['store']['disk']['best_mib_s'], d['kept_disk']['store'].get('disk_after'))
-                         if 'store' in d.get('kept', {}) else (B, d.get('disk_after')))
+        B, disk_after = disk_of('store')['disk']['best_mib_s'], disk_of('store').get('disk_after')
         out += ['', f"store{kept('store')}: {d['store_k']} random experts of a random layer at a time, {d['draws']} draws, page cache "
                 "dropped before each arm; medians of " + f"{d['rounds']} rounds",
                 f"  {'arm':26} {'MiB/s':>7} {'of B':>6} {'CPU ms/MiB':>11} {'left in page cache':>19}"]
@@ -207,9 +207,8 @@ def report(d:dict) -> str:
         if 'store' in d.get('kept', {}): out.append(f"  (B of that run: {B:.0f} MiB/s)")
         out.append(f"  target: direct at >= 85% of B: {best} at {med(d['store'][best], 'mib_s') / B:.0%}{after}: "
                    + ('met' if ok else 'NOT met'))
-        B = d['disk']['best_mib_s']
     if 'capped' in d:
-        if 'capped' in d.get('kept', {}): B = d['kept_disk']['capped']['disk']['best_mib_s']
+        B = disk_of('capped')['disk']['best_mib_s']
         out += ['', f"capped decode{kept('capped')}: the torch step, default budget, {d['tokens']} tokens after a {d['prompt']}-token "
                 f"prompt, page cache dropped; medians of {d['rounds']} rounds; per step",
                 f"  {'checkpoint/cap/mode/reader':44} {'tok/s':>6} {'MiB':>6} {'blocked':>8} {'compute':>8} "
