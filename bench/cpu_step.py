@@ -131,7 +131,7 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     st = torchstep.TorchStep(h) if step else None
     def run(tokens:int, pr=None):
         "`(seconds to the first token, seconds of the decode steps after it)`; `pr` profiles the decode steps"
-        gen = (torchstep.generate_ids(st, prompt, tokens) if step else
+        gen = (decode.generate_ids(st, prompt, tokens) if step else
                decode.generate_ids(h.model, prompt, tokens, decoder=h.decoder))
         t0 = time.perf_counter()
         next(gen)

@@ -96,7 +96,7 @@ def decode_arm(model:str, mode:str, reader:str, tokens:int, prompt_len:int, usag
     vocab = h.model.args.vocab_size
     prompt = np.random.default_rng(seed).integers(10, vocab, prompt_len).tolist()
     st = torchstep.TorchStep(h)
-    gen = torchstep.generate_ids(st, prompt, tokens + 1)
+    gen = decode.generate_ids(st, prompt, tokens + 1)
     t0 = time.perf_counter()
     next(gen)
     first = time.perf_counter() - t0

@@ -79,7 +79,7 @@ def decode_arm(model:str, mode:str, exact_top:int, low_bits, low_below, tokens:i
         step = torchstep.TorchStep(h)
         if logits_to: step = Logits(step)
         force = rng.integers(10, h.model.args.vocab_size, tokens).tolist() if logits_to else None
-        gen = torchstep.generate_ids(step, prompt, tokens + 1, force=force)
+        gen = decode.generate_ids(step, prompt, tokens + 1, force=force)
         next(gen)
         reset_stats(h.engine)
         h.decoder.stats.low_asked = 0

@@ -22,7 +22,8 @@ from .memory import MiB
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
            'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype', 'DecodeStats', 'Decoder',
-           'Sampling', 'generate_batch', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
+           'Executor', 'GraphExecutor', 'exact_top_sets', 'Sampling', 'generate_batch', 'Step', 'GraphStep',
+           'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -224,6 +225,7 @@ class Decoder:
                 self.notes.append(f"planned layers are staged one at a time: beside the slots, the expert budget has "
                                   f"no room for the {(asked - 1) * self.k} experts staging {asked} at once holds")
         self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
+        self.graph = GraphExecutor(self)  # the MLX graph computes the policy; the torch step brings its own executor
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def reset(self):
@@ -248,47 +250,86 @@ class Decoder:
 
 
 # %% ../nbs/02b_decode.ipynb #d0000014
+class Executor:
+    "What a decoder's policy asks of whoever computes a step: arrays in, arrays out, no decisions"
+    on_device = 0  # 1 where reading an array on the host waits for the device (counted as `DecodeStats.syncs`)
+    def logits(self, blk, x): "The router logits of block `blk` for `x`"
+    def bias(self, layer:int): "`layer`'s routing correction bias (None where the family has none)"
+    def experts(self, blk, x, inds): "The outputs (..., K, D) of the experts `inds` on `x`"
+    def planned(self, layer:int, x, ids) -> tuple: "`(y, exact)` of the staged planned set `ids`"
+    def combine(self, blk, x, y, w): "The block's output from its experts' outputs `y` and weights `w`"
+    def head(self, layer:int, h, now, prev): "Head `layer`'s logits for the next MoE layer at the next token"
+    def host(self, a) -> np.ndarray: "`a` on the host, flat (bfloat16 as float32)"
+    def token_ids(self, ids:np.ndarray): "Host expert ids `ids` (K,) as one token's routing"
+    def like(self, ids:np.ndarray, inds): "Host expert ids `ids` shaped and typed as `inds`"
+    def finish(self, *arrays): "Compute `arrays` now (the flush)"
+
+class GraphExecutor(Executor):
+    "The MLX graph computes what `dec` decides: the block's own modules, the engine's streamed `switch_mlp`"
+    on_device = 1
+    def __init__(self, dec): self.dec = dec
+    def logits(self, blk, x): return router_logits(self.dec.spec, blk, x)
+    def bias(self, layer): return self.dec.bias[layer]
+    def experts(self, blk, x, inds): return blk['switch_mlp'](x, inds)
+    def planned(self, layer, x, ids): return self.dec.engine.compute_planned(layer, x, ids)
+    def combine(self, blk, x, y, w): return combine(self.dec.spec, blk, x, y, w)
+    def head(self, layer, h, now, prev):
+        d = self.dec
+        return d.prerouter(layer, features(h.astype(d.head_dtype), now, prev, d.spec.num_experts))
+    def host(self, a): return np.array(a.astype(B.float32) if a.dtype == B.bfloat16 else a).ravel()
+    def token_ids(self, ids): return B.array(ids.astype(np.uint32).reshape(1, 1, -1))
+    def like(self, ids, inds): return B.array(np.asarray(ids).astype(np.uint32).reshape(inds.shape))
+    def finish(self, *arrays): B.eval(*arrays)
+
+# %% ../nbs/02b_decode.ipynb #d0000014b
 from fastcore.basics import patch
 
 @patch
-def moe_block(self:Decoder, layer:int, blk, x):
+def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
+    "Block `layer` (`blk`) on `x` (..., L, D) under this decoder's mode, computed by the executor `ex`"
     spec, decode = self.spec, x.shape[-2] == 1
-    if decode and x.size // x.shape[-1] != 1:
-        raise InputError("prerouted decoding serves one sequence at a time (batch 1)")
-    logits = router_logits(spec, blk, x)
+    logits = ex.logits(blk, x)
     if decode and layer in self.plan:
         ids = self.plan[layer]  # with lower-bit slots, `E + e` is expert e read as its copy
-        if self.exact_top: ids = self._exact_top(layer, logits, ids)
-        inds = B.array((ids % spec.num_experts).astype(np.uint32).reshape(1, 1, -1))
+        if self.exact_top: ids = self._exact_top(ex, layer, logits, ids)
+        inds = ex.token_ids(ids % spec.num_experts)
         w = weigh(spec.routing, logits, inds)
-        y = self._planned(layer, blk, x, ids, inds)
+        y = self._planned(ex, layer, blk, x, ids, inds)
     else:
         if decode and self.beyond:
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step {self.step} has none "
                              "(record a longer 'off' run)")
-        inds, w = route(spec.routing, logits, self.k, self.bias[layer])
-        y = self._own(layer, blk, x, inds, w) if decode else blk['switch_mlp'](x, inds)  # prefill: the engine's path
-    out = combine(spec, blk, x, y, w)
-    if layer in self.owners:
-        now = inds[..., -1, :].reshape(1, -1)
-        if decode: prev = self.prev.get(layer, now)
-        else: prev = inds[..., -2, :].reshape(1, -1) if x.shape[-2] > 1 else now
-        self.prev[layer] = now
-        h = x[..., -1, :].reshape(1, -1).astype(self.head_dtype)
-        nxt = self.owners[layer]
-        predicted = self.prerouter(layer, features(h, now, prev, spec.num_experts))
-        self.preds[nxt], w = route(spec.routing, predicted, self.k, self.bias[nxt])
-        if self.exact_top: self.pred_w[nxt] = w  # the flush ranks the prediction by it
+        inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
+        y = self._own(ex, layer, blk, x, inds, w) if decode else ex.experts(blk, x, inds)  # prefill: whole layers
+    out = ex.combine(blk, x, y, w)
+    if layer in self.owners: self.predict(ex, layer, x, inds, decode)
     return out
 
+@patch
+def predict(self:Decoder, ex:Executor, layer:int, x, inds, decode:bool):
+    "Owner `layer`'s head predicts the next MoE layer's experts at the next token, from `x`'s last position"
+    now = inds[..., -1, :].reshape(1, -1)
+    if decode: prev = self.prev.get(layer, now)
+    else: prev = inds[..., -2, :].reshape(1, -1) if x.shape[-2] > 1 else now
+    self.prev[layer] = now
+    nxt = self.owners[layer]
+    predicted = ex.head(layer, x[..., -1, :].reshape(1, -1), now, prev)
+    self.preds[nxt], w = route(self.spec.routing, predicted, self.k, ex.bias(nxt))
+    if self.exact_top: self.pred_w[nxt] = w  # the flush ranks the prediction by it
+
+@patch
+def moe_block(self:Decoder, layer:int, blk, x):
+    "What the MLX graph calls in place of block `layer`: the policy, computed by the graph"
+    if x.shape[-2] == 1 and x.size // x.shape[-1] != 1:
+        raise InputError("prerouted decoding serves one sequence at a time (batch 1)")
+    return self.block_step(self.graph, layer, blk, x)
 
 # %% ../nbs/02b_decode.ipynb #d0000016
 @patch
-def _planned(self:Decoder, layer:int, blk, x, ids, inds):
-    engine = self.engine
-    if engine is None: return blk['switch_mlp'](x, inds)  # resident model: every expert is at hand
+def _planned(self:Decoder, ex:Executor, layer:int, blk, x, ids, inds):
+    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)  # every expert at hand
     self.stage_planned(layer, ids)
-    y, exact = engine.compute_planned(layer, x, ids)
+    y, exact = ex.planned(layer, x, ids)
     self.count_planned(ids, exact)
     return y
 
@@ -325,14 +366,12 @@ def _wait(self:Decoder, layer:int) -> bool:
 
 # %% ../nbs/02b_decode.ipynb #c6915e99
 @patch
-def _own(self:Decoder, layer:int, blk, x, inds, w=None):
-    if self.engine is None or layer in self.engine.resident: return blk['switch_mlp'](x, inds)  # routed on the device
-    self.stats.syncs += 1  # the streaming path reads the routing on the host
+def _own(self:Decoder, ex:Executor, layer:int, blk, x, inds, w):
+    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)  # nothing to read
+    self.stats.syncs += ex.on_device  # the streaming path reads the routing on the host
     served = inds
-    if self.low_below is not None:
-        ids = self.low_ids(np.array(inds), np.array(w.astype(B.float32)))
-        served = B.array(ids.astype(np.uint32).reshape(inds.shape))
-    return self.serve_own(layer, inds, lambda: blk['switch_mlp'](x, served))
+    if self.low_below is not None: served = ex.like(self.low_ids(ex.host(inds), ex.host(w)), inds)
+    return self.serve_own(layer, inds, lambda: ex.experts(blk, x, served))
 
 @patch
 def low_ids(self:Decoder, inds, w) -> np.ndarray:
@@ -357,12 +396,11 @@ def serve_own(self:Decoder, layer:int, inds, compute):
 
 # %% ../nbs/02b_decode.ipynb #38bafd9d
 @patch
-def _exact_top(self:Decoder, layer:int, logits, planned):
+def _exact_top(self:Decoder, ex:Executor, layer:int, logits, planned):
     "The set planned layer `layer` computes: its own M heaviest experts, then the best predicted others, K in all"
-    own, w = route(self.spec.routing, logits, self.k, self.bias[layer])
-    own, w = np.array(own).ravel(), np.array(w.astype(B.float32)).ravel()  # the host read this costs
-    self.stats.syncs += 1
-    return self.pick_exact_top(layer, own, w, planned)
+    own, w = route(self.spec.routing, logits, self.k, ex.bias(layer))
+    self.stats.syncs += ex.on_device  # the host read this costs
+    return self.pick_exact_top(layer, ex.host(own), ex.host(w), planned)
 
 @patch
 def pick_exact_top(self:Decoder, layer:int, own, w, planned):
@@ -376,9 +414,19 @@ def pick_exact_top(self:Decoder, layer:int, own, w, planned):
         elif self.engine is not None and layer not in self.engine.resident and not self.engine.pooled(layer, e):
             d.exact_read += 1
     d.exact_checked += len(heaviest)
-    E = self.spec.num_experts  # a planned `E + e` (e's lower-bit copy) is e: one of the heaviest is computed at int4
-    rest = [e for e in planned.tolist() if e % E not in heaviest][:self.k - len(heaviest)]
-    return np.array([e for e in own.tolist() if e in heaviest] + rest, np.int64)  # own order: M = K is `off`'s set
+    return exact_top_sets(own, w, planned, self.exact_top, self.spec.num_experts)
+
+def exact_top_sets(own, w, planned, m:int, E:int) -> np.ndarray:
+    """Exact top-`m` sets (..., K) of host arrays: each row's `m` heaviest own experts (ids `own`, weights `w`) in the
+    router's order (M = K is `off`'s set, bit for bit), then the ranked `planned` row's others, K in all; a planned
+    `E + e` (e's lower-bit copy) is e, so one of the heaviest is computed at int4. The student path uses it too"""
+    own, planned = np.asarray(own).astype(np.int64), np.asarray(planned).astype(np.int64)
+    heavy = np.zeros(own.shape, bool)
+    np.put_along_axis(heavy, np.argsort(-np.asarray(w), axis=-1, kind='stable')[..., :m], True, axis=-1)
+    kept = np.take_along_axis(own, np.argsort(~heavy, axis=-1, kind='stable')[..., :m], axis=-1)
+    taken = (planned[..., :, None] % E == kept[..., None, :]).any(-1)
+    rest = np.take_along_axis(planned, np.argsort(taken, axis=-1, kind='stable'), axis=-1)
+    return np.concatenate([kept, rest[..., :planned.shape[-1] - m]], axis=-1)
 
 @patch
 def _unstaged(self:Decoder, layer:int, ids) -> bool:
@@ -388,17 +436,17 @@ def _unstaged(self:Decoder, layer:int, ids) -> bool:
 
 # %% ../nbs/02b_decode.ipynb #d0000018
 @patch
-def flush(self:Decoder, *arrays):
-    "Evaluate `arrays` with this step's predictions; plan the next step and start its reads"
+def flush(self:Decoder, *arrays, ex:Executor|None=None):
+    "End a step: compute `arrays` with its predictions (`ex`, default the graph); plan the next step, start its reads"
+    ex = ex or self.graph
     for fn in self.before_flush: fn()  # a measurement's own work between steps (`edge0.harness.run_arm`)
     t0 = time.perf_counter()
     preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
     self.preds, self.own_routed, self.pred_w = {}, {}, {}
-    B.eval(*arrays, *preds.values(), *own_routed.values(), *pred_w.values())
+    ex.finish(*arrays, *preds.values(), *own_routed.values(), *pred_w.values())
     self.stats.flush_s += time.perf_counter() - t0
-    self.stats.syncs += self.step >= 0
-    host = lambda d: {layer: np.array(v.astype(B.float32) if v.dtype == B.bfloat16 else v).ravel()
-                      for layer, v in d.items()}
+    self.stats.syncs += ex.on_device * (self.step >= 0)
+    host = lambda d: {layer: ex.host(v) for layer, v in d.items()}
     self.plan_next(host(preds), host(own_routed), host(pred_w))
     for fn in self.after_flush: fn()
 
@@ -489,26 +537,53 @@ def _check_prompt(prompt:list, vocab_size:int|None):
         bad = next(t for t in prompt if not 0 <= t < vocab_size)
         raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
 
-def generate_ids(model, prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
+class Step:
+    "A model's forward pass one step at a time, its KV cache kept: the MLX graph (`GraphStep`) or the torch step"
+    def begin(self, history:list|None):
+        "Start a generation after `history`, the tokens the cache holds (None or empty: a new sequence)"
+    def logits(self, ids:list): "The logits (1, V) after feeding `ids`"
+    def argmax(self, logits): "The most likely token where this step picks it itself (None: the sampler picks it)"
+    def to_sampler(self, logits): "`logits` as an MLX array for mlx-lm's sampler"
+    def flush(self, tok): "End the step: its decoder plans the next"
+
+class GraphStep(Step):
+    "The MLX graph's step: `model` with its prompt cache `cache` (default: a new one) and its decoder"
+    def __init__(self, model, decoder:Decoder|None=None, cache:list|None=None):
+        self.model, self.decoder, self.cache = model, decoder, cache
+    def begin(self, history):
+        from mlx_lm.models.cache import make_prompt_cache
+        if self.cache is None: self.cache = make_prompt_cache(self.model)
+    def logits(self, ids): return self.model(B.array([ids], B.int32), cache=self.cache)[:, -1, :]
+    def argmax(self, logits): return None  # mlx-lm's sampler picks the greedy token too, in the graph
+    def to_sampler(self, logits): return logits
+    def flush(self, tok):
+        if self.decoder is not None: self.decoder.flush(tok)  # one evaluation: the token and the heads' predictions
+        else: B.eval(tok)
+
+def generate_ids(model, # an mlx-lm model (the MLX graph), or a `Step` (the torch step)
+                 prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
                  force:list|None=None, vocab_size:int|None=None,
                  sampling:Sampling|None=None, # how tokens are drawn (default: greedy)
-                 cache:list|None=None, # a prompt cache holding `history` (default: a new one)
-                 history:list|None=None): # the tokens `cache` already holds
+                 cache:list|None=None, # the graph's prompt cache holding `history` (default: a new one)
+                 history:list|None=None): # the tokens the cache already holds
     "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
-    from mlx_lm.models.cache import make_prompt_cache
+    step = model if isinstance(model, Step) else GraphStep(model, decoder, cache)
     sampling = sampling or Sampling()
     if sampling.seed is not None: B.seed(sampling.seed)
-    sampler, logits_processors = sampling.sampler(), sampling.processors()
-    cache = make_prompt_cache(model) if cache is None else cache
+    sampler, processors = sampling.sampler(), sampling.processors()
+    greedy = sampling.temp == 0 and not processors
     seen = B.array(np.array(history or (), np.int32))  # what the logits processors look back on
+    step.begin(history)
     def next_token(ids:list) -> int:
         nonlocal seen
-        if logits_processors: seen = B.concatenate([seen, B.array(ids, B.int32)])
-        logits = model(B.array([ids], B.int32), cache=cache)[:, -1, :]
-        for process in logits_processors: logits = process(seen, logits)
-        tok = sampler(logits - B.logsumexp(logits, keepdims=True))  # log-probabilities, as mlx-lm samples them
-        if decoder is not None: decoder.flush(tok)
-        else: B.eval(tok)
+        logits = step.logits(ids)
+        tok = step.argmax(logits) if greedy else None
+        if tok is None:
+            if processors: seen = B.concatenate([seen, B.array(ids, B.int32)])
+            logits = step.to_sampler(logits)
+            for process in processors: logits = process(seen, logits)
+            tok = sampler(logits - B.logsumexp(logits, keepdims=True))  # log-probabilities, as mlx-lm samples them
+        step.flush(tok)
         return int(tok.item())
     yield from token_loop(next_token, prompt, max_tokens, eos, force, vocab_size)
 

@@ -35,11 +35,13 @@ class Head(B.Module):
 
 # %% ../nbs/02a_prerouter.ipynb #3cd74cd7
 def features(h, routed, routed_prev, E:int):
-    "`[h; multi-hot(routed); multi-hot(routed_prev)]` for hidden states (..., D) and expert ids (..., K)"
+    """`[h; multi-hot(routed); multi-hot(routed_prev)]` for hidden states (..., D) and expert ids (..., K), MLX arrays
+    or torch tensors (the torch step's heads)"""
+    xp = B.ops_of(h)
     def hot(r):
-        rows = (B.arange(E)[None] == r.reshape(-1, r.shape[-1])[..., None]).any(axis=-2)
-        return rows.astype(h.dtype).reshape(*r.shape[:-1], E)
-    return B.concatenate([h, hot(routed), hot(routed_prev)], axis=-1)
+        rows = (xp.arange(E)[None] == r.reshape(-1, r.shape[-1])[..., None]).any(axis=-2)
+        return xp.astype(rows, h.dtype).reshape(*r.shape[:-1], E)
+    return xp.concatenate([h, hot(routed), hot(routed_prev)], axis=-1)
 
 # %% ../nbs/02a_prerouter.ipynb #f46cac0b
 def router_weight(spec:MoESpec, model, layer:int):

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, atomic_file, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
-from .decode import Sampling, combine, generate_batch, shadow_blocks, unshadow
+from .decode import Sampling, combine, exact_top_sets, generate_batch, shadow_blocks, unshadow
 from mlx_lm.models.cache import make_prompt_cache
 from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_prerouter
 from .lora import (TARGETS, Adapter, attach, adapter_file, load_checkpoint, save_adapter,
@@ -23,10 +23,10 @@ from .calib import CODE_CORPUS
 from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'StudentPath', 'low_slots', 'copies_of',
-           'low_experts', 'keep_heaviest', 'student_generate', 'grouped_experts', 'load_teacher', 'sample_prompts',
-           'teacher_rows', 'rows_for', 'sft_loss', 'log_softmax', 'teacher_topk', 'reverse_kl_stored',
-           'reverse_kl_topk', 'recipe_for', 'sources', 'dequantized_base', 'stage_file', 'Recovery', 'train_adapter']
+__all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'StudentPath', 'copies_of', 'low_experts',
+           'keep_heaviest', 'student_generate', 'grouped_experts', 'load_teacher', 'sample_prompts', 'teacher_rows',
+           'rows_for', 'sft_loss', 'log_softmax', 'teacher_topk', 'reverse_kl_stored', 'reverse_kl_topk', 'recipe_for',
+           'sources', 'dequantized_base', 'stage_file', 'Recovery', 'train_adapter']
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b
 class StudentPath:
@@ -72,12 +72,6 @@ class StudentPath:
 # %% ../nbs/04d_recovery.ipynb #e0b6175d
 from fastcore.basics import patch
 
-def low_slots(kept, pred, m:int) -> np.ndarray:
-    """Which slots of exact top-`m` sets `kept` (..., K) are served as lower-bit copies: those past the first `m`
-    that are not among the ranked prediction `pred`'s first `m` (staged at int4 by the decoder's flush)"""
-    staged4 = (kept[..., :, None] == pred[..., None, :m]).any(-1)
-    return (np.arange(kept.shape[-1]) >= m) & ~staged4
-
 def copies_of(switch, copies:dict, x, inds):
     "`switch(x, inds)` (an mlx-lm int4 `SwitchGLU`) computed with `copies` `{proj: (weight, scales, biases)}` instead"
     saved = {p: (getattr(switch, p).weight, getattr(switch, p).scales, getattr(switch, p).biases) for p in copies}
@@ -106,13 +100,14 @@ def low_experts(model_dir, bits:int) -> dict:
     finally: st.close()
     return out
 
-def keep_heaviest(pred, inds, w, m:int):
-    "`pred` (..., K) with the `m` experts of `inds` (..., K) weighing most in `w` in its first slots, then its own"
-    pred, inds, w = np.array(pred), np.array(inds), np.array(w.astype(B.float32))
-    kept = np.take_along_axis(inds, np.argsort(-w, axis=-1, kind='stable')[..., :m], axis=-1)
-    taken = (pred[..., :, None] == kept[..., None, :]).any(-1)  # predicted experts already kept
-    rest = np.take_along_axis(pred, np.argsort(taken, axis=-1, kind='stable'), axis=-1)[..., :pred.shape[-1] - m]
-    return B.array(np.concatenate([kept, rest], axis=-1))
+def keep_heaviest(pred, inds, w, m:int, E:int, copies:bool=False) -> tuple:
+    """Exact top-`m` on the student's rows, as the decoder chooses it (`decode.exact_top_sets`): `(ids, low)`, the
+    ranked prediction `pred` (..., K) with the `m` experts of `inds` weighing most in `w` first, and which slots are
+    lower-bit copies (`copies`: the prediction's slots past `m`, as the decoder's flush stages them, unless kept)"""
+    planned = np.array(pred).astype(np.int64)
+    if copies: planned[..., m:] += E
+    kept = exact_top_sets(np.array(inds), np.array(w.astype(B.float32)), planned, m, E)
+    return B.array((kept % E).astype(np.uint32)), kept >= E
 
 @patch
 def moe_block(self:StudentPath, layer:int, blk, x):
@@ -125,10 +120,10 @@ def moe_block(self:StudentPath, layer:int, blk, x):
         after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
         pred = self.preds.pop(layer)
         if self.keep:
-            kept = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep)
-            if self.low is not None and self.low_below is None:
-                low = after_prompt & B.array(low_slots(np.array(kept), np.array(pred), self.keep))
-            pred = kept
+            copies = self.low is not None and self.low_below is None
+            pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep, spec.num_experts,
+                                        copies)
+            if copies: low = after_prompt & B.array(slots)
         inds = B.where(after_prompt, pred, inds)
     self.used[layer] = inds
     y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)

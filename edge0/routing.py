@@ -48,19 +48,21 @@ class Routing:
 # %% ../nbs/00_routing.ipynb #50eb5662
 def _select(s, k:int, how:str):
     "Indices of the K largest entries of `s`, in the order the model's own `argpartition` form gives"
-    if how == 'head': i = B.argpartition(-s, kth=k - 1, axis=-1)[..., :k]
-    elif how == 'tail': i = B.argpartition(s, kth=-k, axis=-1)[..., -k:]
+    xp = B.ops_of(s)  # MLX arrays, or torch tensors in the torch step
+    if how == 'head': i = xp.argpartition(-s, kth=k - 1, axis=-1)[..., :k]
+    elif how == 'tail': i = xp.argpartition(s, kth=-k, axis=-1)[..., -k:]
     else: raise ValueError(f"Routing.select must be 'head' or 'tail', got {how!r}")
-    return B.stop_gradient(i)
+    return xp.stop_gradient(i)
 
 def _drop_groups(s, n_group:int, topk_group:int, how:str, fill:float):
     "Fill every expert of the `n_group - topk_group` weakest groups with `fill`"
-    g = B.unflatten(s, -1, (n_group, -1))
-    gs = B.topk(g, 2, axis=-1).sum(axis=-1, keepdims=True) if how == 'top2' else g.max(axis=-1, keepdims=True)
+    xp = B.ops_of(s)
+    g = xp.unflatten(s, -1, (n_group, -1))
+    gs = xp.topk(g, 2, axis=-1).sum(axis=-1, keepdims=True) if how == 'top2' else xp.amax(g, -1, keepdims=True)
     n_drop = n_group - topk_group
-    drop = B.argpartition(gs, kth=n_drop - 1, axis=-2)[..., :n_drop, :]
-    g = B.put_along_axis(g, B.stop_gradient(drop), B.array(fill, g.dtype), axis=-2)
-    return B.flatten(g, -2, -1)
+    drop = xp.argpartition(gs, kth=n_drop - 1, axis=-2)[..., :n_drop, :]
+    g = xp.put_along_axis(g, xp.stop_gradient(drop), xp.array(fill, g.dtype), axis=-2)
+    return xp.flatten(g, -2, -1)
 
 def _normalize(w, k:int, norm:bool, eps:float, k1:bool):
     if not norm or (k == 1 and not k1): return w
@@ -73,14 +75,15 @@ def softmax_topk(logits, # (..., E) router logits
                  select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True, scale:float=1.0,
                  topk_first:bool=False, n_group:int=1, topk_group:int=1):
     "Softmax routing: `(indices, weights)`, each (..., k)"
+    xp = B.ops_of(logits)
     if topk_first:
         inds = _select(logits, k, select)
-        w = B.softmax(B.take_along_axis(logits, inds, axis=-1), axis=-1, precise=True)
+        w = xp.softmax(xp.take_along_axis(logits, inds, axis=-1), axis=-1, precise=True)
     else:
-        s = B.softmax(logits, axis=-1, precise=True)
+        s = xp.softmax(logits, axis=-1, precise=True)
         if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max', 0.0)
         inds = _select(s, k, select)
-        w = B.take_along_axis(s, inds, axis=-1)
+        w = xp.take_along_axis(s, inds, axis=-1)
     w = _normalize(w, k, norm, norm_eps, norm_k1)
     return inds, (w * scale if scale != 1.0 else w)
 
@@ -92,13 +95,14 @@ def sigmoid_group(logits, # (..., E) router logits
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
                   scale:float=1.0, cast_back:bool=False):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
-    x = logits.astype(B.float32)
-    s = B.sigmoid(x) if score == 'sigmoid' else B.softmax(x, axis=-1)
+    xp = B.ops_of(logits)
+    x = xp.astype(logits, xp.float32)
+    s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1)
     sel = s + bias if bias is not None else s
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2', group_fill)
     inds = _select(sel, k, select)
-    w = _normalize(B.take_along_axis(s, inds, axis=-1), k, norm, norm_eps, norm_k1) * scale
-    return inds, (w.astype(logits.dtype) if cast_back else w)
+    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, norm, norm_eps, norm_k1) * scale
+    return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
 # %% ../nbs/00_routing.ipynb #36513331
 def route(r:Routing, logits, k:int, bias=None):
@@ -489,16 +493,16 @@ def same_routing(a, b) -> dict:
 # %% ../nbs/00_routing.ipynb #c0a1e002
 def weigh(r:Routing, logits, inds):
     "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
-    k = inds.shape[-1]
+    k, xp = inds.shape[-1], B.ops_of(logits)
     if r.kind == RouterKind.softmax_topk:
-        s = B.take_along_axis(logits, inds, axis=-1) if r.topk_first else B.softmax(logits, axis=-1, precise=True)
-        w = B.softmax(s, axis=-1, precise=True) if r.topk_first else B.take_along_axis(s, inds, axis=-1)
+        s = xp.take_along_axis(logits, inds, axis=-1) if r.topk_first else xp.softmax(logits, axis=-1, precise=True)
+        w = xp.softmax(s, axis=-1, precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1)
         return w * r.scale if r.scale != 1.0 else w
-    x = logits.astype(B.float32)
-    s = B.sigmoid(x) if r.score == 'sigmoid' else B.softmax(x, axis=-1)
-    w = _normalize(B.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1) * r.scale
-    return w.astype(logits.dtype) if r.cast_back else w
+    x = xp.astype(logits, xp.float32)
+    s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1)
+    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1) * r.scale
+    return xp.astype(w, logits.dtype) if r.cast_back else w
 
 # %% ../nbs/00_routing.ipynb #c0a1e006
 class RouterTap:

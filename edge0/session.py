@@ -185,12 +185,8 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     if h.decoder is not None: h.decoder.reset()
     detok, hold = self.tokenizer.detokenizer, max((len(s) for s in stop), default=1) - 1
     detok.reset()
-    if self.step is not None:
-        from edge0.torchstep import generate_ids as step_ids
-        gen = step_ids(self.step, todo, max_tokens, eos=self.eos, vocab_size=self.vocab_size, sampling=sampling,
-                       history=self.tokens if n else None)
-    else: gen = generate_ids(h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder, vocab_size=self.vocab_size,
-                             sampling=sampling, cache=self.cache, history=self.tokens)
+    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,  # torch step, or graph
+                       vocab_size=self.vocab_size, sampling=sampling, cache=self.cache, history=self.tokens)
     times, ok, paused = [], False, False  # paused: at a yield, where a consumer that stops leaves the cache whole
     try:
         for t, dt in gen:

@@ -4,7 +4,6 @@
 
 # %% ../nbs/02c_torch_step.ipynb #e47719b0
 from __future__ import annotations
-import time
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -12,14 +11,14 @@ import torch.nn.functional as F
 from .backend import core as B, quant as bq
 from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from .files import InputError
-from .routing import MoESpec, RouterKind, Routing, attr_at, block
+from .routing import MoESpec, Routing, attr_at, block, route
+from .prerouter import features
 from .streaming import torch_quant
-from .decode import Sampling, token_loop, trace_len
+from .decode import Executor, Step
 
 # %% auto #0
-__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 't_route', 't_weigh', 'MLP', 'Experts', 'MoE',
-           'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 't_features', 'StepCounts', 'TorchStep',
-           'generate_ids']
+__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 'MLP', 'Experts', 'MoE', 'Layer',
+           'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts', 'TorchStep', 'TorchExecutor']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
 TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')  # attention it computes
@@ -199,42 +198,6 @@ def _check_routing(r:Routing, spec:MoESpec):
     if r.topk_first and r.grouped:
         raise InputError(f"the torch step does not route top-K-first within groups; {spec.model_type} routes {r}")
 
-def _t_drop(s, r:Routing, how:str, fill:float):
-    "`routing._drop_groups` in torch: every expert of the `n_group - topk_group` weakest groups set to `fill`"
-    g = s.unflatten(-1, (r.n_group, -1))
-    gs = torch.topk(g, 2, dim=-1).values.sum(-1) if how == 'top2' else g.amax(-1)
-    drop = torch.topk(gs, r.n_group - r.topk_group, dim=-1, largest=False).indices
-    return g.scatter(-2, drop[..., None].expand(*drop.shape, g.shape[-1]), fill).flatten(-2)
-
-def _t_scores(r:Routing, logits):
-    "The scores whose top-K a router picks and whose entries weigh the picked experts"
-    if r.kind == RouterKind.softmax_topk or r.score != 'sigmoid': return torch.softmax(logits, -1)
-    return torch.sigmoid(logits)
-
-def t_route(r:Routing, logits, k:int, bias=None) -> tuple:
-    "`(indices, weights)` (T, k) of float32 router logits (T, E), as `routing.route`; `bias`: the correction bias"
-    if r.topk_first:
-        top, inds = torch.topk(logits, k, dim=-1)
-        return inds, _t_norm(r, torch.softmax(top, -1))
-    s = _t_scores(r, logits)
-    if r.kind == RouterKind.softmax_topk:
-        if r.grouped: s = _t_drop(s, r, 'max', 0.0)
-        w, inds = torch.topk(s, k, dim=-1)
-        return inds, _t_norm(r, w)
-    sel = s + bias if r.bias else s
-    if r.grouped: sel = _t_drop(sel, r, 'top2', r.group_fill)
-    inds = torch.topk(sel, k, dim=-1).indices
-    return inds, _t_norm(r, s.gather(-1, inds))
-
-def t_weigh(r:Routing, logits, inds):
-    "Weights that router `r` gives the experts `inds` (T, k), as `routing.weigh`"
-    if r.topk_first: return _t_norm(r, torch.softmax(logits.gather(-1, inds), -1))
-    return _t_norm(r, _t_scores(r, logits).gather(-1, inds))
-
-def _t_norm(r:Routing, w):
-    if r.norm and (w.shape[-1] > 1 or r.norm_k1): w = w / (w.sum(-1, keepdim=True) + r.norm_eps)
-    return w * r.scale if r.scale != 1.0 else w
-
 # %% ../nbs/02c_torch_step.ipynb #bbbfae7a
 class MLP:
     "A dense SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) in torch"
@@ -362,11 +325,6 @@ class Head:
         self.w2, self.b2, self.skip = _f32(h.fc2['weight']), _f32(h.fc2['bias']), _f32(h.skip['weight'])
     def __call__(self, f): return F.gelu(f @ self.w1.T + self.b1) @ self.w2.T + self.b2 + f @ self.skip.T
 
-def t_features(h, routed, routed_prev, E:int):
-    "`prerouter.features` in torch: `[h; multi-hot(routed); multi-hot(routed_prev)]` for one token"
-    hot = lambda r: torch.zeros(1, E).index_fill_(1, r.reshape(-1), 1.0)
-    return torch.cat([h, hot(routed), hot(routed_prev)], -1)
-
 
 def _embedding(m) -> tuple:
     "`(lookup(ids) -> (L, D) float32, the tied output projection or None)` of an mlx-lm embedding"
@@ -394,8 +352,8 @@ class StepCounts:
     steps:int = 0
     crossings:int = 0     # arrays passed between torch and MLX (sampling through mlx-lm's sampler: one per step)
 
-class TorchStep:
-    "The whole forward pass of a streamed model in torch, its experts from the engine, the decoder's plan kept"
+class TorchStep(Step):
+    "The whole forward pass of a streamed model in torch, its experts from the engine, its decoder's policy kept"
     def __init__(self, handle):
         why = check_torch_step(handle)
         if why: raise InputError(f"the torch step cannot serve this model: {why}")
@@ -412,6 +370,7 @@ class TorchStep:
         dec = self.dec
         self.heads = {n: Head(dec.prerouter.heads[f'layer{n}']) for n in dec.owners} if dec is not None else {}
         self.counts = StepCounts()
+        self.ex = TorchExecutor(self)  # what the decoder's policy asks of this step
         self.reset()
 
     def reset(self):
@@ -442,95 +401,56 @@ class TorchStep:
 # %% ../nbs/02c_torch_step.ipynb #49095552
 from fastcore.basics import patch
 
+class TorchExecutor(Executor):
+    "The torch step computes what its decoder decides (`decode.Executor`): a block is the step's `MoE` of that layer"
+    def __init__(self, step): self.step = step
+    def logits(self, m, x): return m.router(x)
+    def bias(self, layer): return self.step.layers[layer].moe.bias
+    def experts(self, m, x, inds): return m.experts(x, inds if isinstance(inds, np.ndarray) else inds.numpy())
+    def planned(self, layer, x, ids):
+        eng = self.step.engine
+        at, exact = eng.planned_at(layer, ids)
+        stack = eng.planned[layer].stacks[0]
+        bundles = {j: {key: bq.torch_view(stack[key][s]) for key in stack} for j, s in enumerate(at.tolist())}
+        return self.step.layers[layer].moe.experts(x, np.arange(len(ids))[None], bundles), exact
+    def combine(self, m, x, y, w): return m.combine(x, y, w)
+    def head(self, layer, h, now, prev):
+        return self.step.heads[layer](features(h, now, prev, self.step.spec.num_experts))
+    def host(self, a): return np.asarray(a).ravel()  # on the CPU already: no copy
+    def token_ids(self, ids): return torch.from_numpy(np.asarray(ids, np.int64)).view(1, -1)
+    def like(self, ids, inds): return np.asarray(ids).reshape(tuple(inds.shape))
+    def finish(self, *arrays): pass  # torch computed them when they were made
+
 @patch
 def _moe(self:TorchStep, m:MoE, x):
-    "`decode.Decoder.moe_block` in torch: planned sets where the plan has one, else own routing; the heads predict"
-    dec, layer, decode = self.dec, m.layer, x.shape[0] == 1
-    logits = m.router(x)
-    if decode and dec is not None and layer in dec.plan:
-        ids = dec.plan[layer]
-        if dec.exact_top:
-            own, w = t_route(m.routing, logits, self.k, m.bias)
-            ids = dec.pick_exact_top(layer, own.numpy().ravel(), w.numpy().ravel(), ids)
-        inds = torch.from_numpy(ids % self.spec.num_experts).view(1, -1)  # `E + e`: e's lower-bit copy
-        y = self._planned(m, x, ids)
-        w = t_weigh(m.routing, logits, inds)
-    else:
-        if decode and dec is not None and dec.beyond:
-            raise InputError(f"the oracle trace has {trace_len(dec.trace_in)} steps; decode step {dec.step} has none "
-                             "(record a longer 'off' run)")
-        inds, w = t_route(m.routing, logits, self.k, m.bias)
-        y = self._own(m, x, inds.numpy(), w)
-    out = m.combine(x, y, w)
-    if dec is not None and layer in dec.owners:
-        now = inds[-1:]
-        prev = dec.prev.get(layer, now) if decode else (inds[-2:-1] if len(x) > 1 else now)
-        dec.prev[layer] = now
-        nxt = dec.owners[layer]
-        f = t_features(x[-1:], now, prev, self.spec.num_experts)
-        dec.preds[nxt], pw = t_route(self.spec.routing, self.heads[layer](f), self.k, self.layers[nxt].moe.bias)
-        if dec.exact_top: dec.pred_w[nxt] = pw
-    return out
+    "Block `m` on `x` (L, D): the decoder's policy, else (no decoder) the block's own routing"
+    if self.dec is not None: return self.dec.block_step(self.ex, m.layer, m, x)
+    inds, w = route(self.spec.routing, m.router(x), self.k, m.bias)
+    return m.combine(x, self.ex.experts(m, x, inds), w)
 
 # %% ../nbs/02c_torch_step.ipynb #73340335
 @patch
-def _planned(self:TorchStep, m:MoE, x, ids):
-    "The planned set `ids` computed from the layer's staged slots (staged now where the background read has not)"
-    dec, eng, layer = self.dec, self.engine, m.layer
-    if layer in eng.resident: return m.experts(x, ids[None] % self.spec.num_experts)
-    dec.stage_planned(layer, ids)
-    at, exact = eng.planned_at(layer, ids)
-    stack = eng.planned[layer].stacks[0]
-    bundles = {j: {key: bq.torch_view(stack[key][s]) for key in stack} for j, s in enumerate(at.tolist())}
-    y = m.experts(x, np.arange(len(ids))[None], bundles)
-    dec.count_planned(ids, exact)
-    return y
-
-@patch
-def _own(self:TorchStep, m:MoE, x, inds:np.ndarray, w=None):
-    """Experts the layer's own router chose, from the pool (prefetch: counting what the prediction read ahead; 'off'
-    with `low_below`: those weighing less read as their lower-bit copies)"""
-    dec, layer = self.dec, m.layer
-    if dec is None or len(x) > 1 or layer in self.engine.resident: return m.experts(x, inds)
-    served = inds if dec.low_below is None else dec.low_ids(inds, w.float().numpy())
-    return dec.serve_own(layer, inds, lambda: m.experts(x, served))
+def flush(self:TorchStep, tok=None):
+    "End a step: the decoder plans the next one from this step's predictions and starts its reads"
+    self.counts.steps += 1
+    if self.dec is not None: self.dec.flush(ex=self.ex)
 
 # %% ../nbs/02c_torch_step.ipynb #55645f29
 @patch
-def flush(self:TorchStep):
-    "End a step: the decoder plans the next one from this step's predictions and starts its reads"
-    self.counts.steps += 1
-    if self.dec is None: return
-    dec = self.dec
-    preds, own_routed, pred_w = dec.preds, dec.own_routed, dec.pred_w
-    dec.preds, dec.own_routed, dec.pred_w = {}, {}, {}
-    host = lambda d: {layer: np.asarray(v).ravel() for layer, v in d.items()}  # torch tensors on the CPU: no copy
-    dec.plan_next(host(preds), host(own_routed), host(pred_w))
+def begin(self:TorchStep, history:list|None):
+    "Start a generation after `history`, the tokens the step's KV cache holds (None or empty: a new sequence)"
+    if not history: self.reset()
+    elif self.offset != len(history):
+        raise ValueError(f"the step's cache holds {self.offset} tokens, the history {len(history)}")
 
-# %% ../nbs/02c_torch_step.ipynb #fb9f52d0
-def generate_ids(step:TorchStep, prompt:list, max_tokens:int, eos=(), force:list|None=None,
-                 vocab_size:int|None=None, sampling=None,
-                 history:list|None=None): # the tokens the step's KV cache holds (None: start a new sequence)
-    """`decode.generate_ids` on the torch step: `(token, seconds)` for up to `max_tokens` tokens after `prompt`.
-    Greedy picks in torch; any other sampling passes the logits to mlx-lm's sampler once a step (one crossing)"""
-    sampling = sampling or Sampling()
-    greedy = sampling.temp == 0 and not sampling.processors()
-    if sampling.seed is not None: B.seed(sampling.seed)
-    sampler, processors = (None, []) if greedy else (sampling.sampler(), sampling.processors())
-    seen = B.array(np.array(history or (), np.int32))  # what the logits processors look back on
-    if history is None: step.reset()
-    elif step.offset != len(history):
-        raise ValueError(f"the step's cache holds {step.offset} tokens, the history {len(history)}")
-    def next_token(ids:list) -> int:
-        nonlocal seen
-        logits = step(ids)
-        if greedy: t = int(torch.argmax(logits))
-        else:
-            if processors: seen = B.concatenate([seen, B.array(ids, B.int32)])
-            lg = bq.from_torch(logits[None])
-            step.counts.crossings += 1
-            for process in processors: lg = process(seen, lg)
-            t = int(sampler(lg - B.logsumexp(lg, keepdims=True)).item())
-        step.flush()
-        return t
-    yield from token_loop(next_token, prompt, max_tokens, eos, force, vocab_size)
+@patch
+def logits(self:TorchStep, ids:list): return self(ids)
+
+@patch
+def argmax(self:TorchStep, logits): return torch.argmax(logits)  # greedy picks in torch: nothing crosses
+
+@patch
+def to_sampler(self:TorchStep, logits):
+    "The logits for mlx-lm's sampler: the one crossing of a step that samples"
+    self.counts.crossings += 1
+    return bq.from_torch(logits[None])

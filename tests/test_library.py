@@ -40,7 +40,7 @@ def test_zoo_loads_with_mlx_lm(tiny_qwen):
     assert model(B.array([tok.encode('hello world')])).shape[-1] == 512
 
 # the foundation chapters bottom-up, as the architecture page draws them; every other chapter ranks by its number
-FOUNDATION = ('00_backend_core', '00_backend_io', '00_backend_nn', '00_backend_quant', '00_files', '00_lowbit', '00_memory',
+FOUNDATION = ('00_backend_torch', '00_backend_core', '00_backend_io', '00_backend_nn', '00_backend_quant', '00_files', '00_lowbit', '00_memory',
               '00_calib', '00_routing', '00_zoo')
 
 def _chapter(p:Path) -> str|None:

@@ -19,7 +19,8 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'end_thread', 'seed', 'normal', 'categorical',
            'tree_flatten', 'tree_unflatten', 'load_arrays', 'lazy_arrays', 'save_safetensors', 'to_numpy',
-           'MemoryStats', 'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit', 'working_set_limit']
+           'MemoryStats', 'memory_stats', 'reset_peak_memory', 'clear_cache', 'set_cache_limit', 'working_set_limit',
+           'amax', 'astype', 'ops_of']
 
 # %% ../../nbs/00_backend_core.ipynb #35633311
 def device_kind() -> str:
@@ -107,3 +108,23 @@ def working_set_limit() -> int|None:
     "Metal's recommended working set (bytes) when MLX runs on a GPU (its buffers should stay within it), else None"
     return mx.device_info().get('max_recommended_working_set_size') if device_kind() == 'gpu' else None
 
+
+# %% ../../nbs/00_backend_core.ipynb #bc470002
+def amax(a, axis:int, keepdims:bool=False):
+    "The largest entry of `a` along `axis`"
+    return a.max(axis=axis, keepdims=keepdims)
+
+def astype(a, dtype):
+    "`a` in `dtype`"
+    return a.astype(dtype)
+
+import importlib
+_OPS = {}  # 'mlx' | 'torch' -> module, imported once (torch only where a tensor is routed)
+
+def ops_of(a):
+    "The array functions for `a`: this module for an MLX array, `backend.torch_core` for a torch tensor"
+    kind = 'mlx' if isinstance(a, mx.array) else 'torch'
+    ops = _OPS.get(kind)
+    if ops is None:
+        ops = _OPS[kind] = importlib.import_module('edge0.backend.' + ('core' if kind == 'mlx' else 'torch_core'))
+    return ops
