@@ -31,10 +31,10 @@ test: setup chromium
 
 # the code teacher completes a Python function, its experts streamed and predicted one token ahead, each layer's own two
 # heaviest always computed; no recovery LoRA (none is trained at exact top-2: a note says so) (the prose teacher:
-# edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --prerouter routing --k 4)
+# edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --mode routing --k 4)
 demo: setup
 	$(BIN)/edge0 spec edge0-tiny-code
-	printf 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n' | $(BIN)/edge0 generate -m edge0-tiny-code -p - --ignore-chat-template --max-tokens 64 --prerouter routing --exact-top 2 --stats
+	printf 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n' | $(BIN)/edge0 generate -m edge0-tiny-code -p - --ignore-chat-template --max-tokens 64 --mode routing --exact-top 2 --stats
 
 # Reproduce the committed tiny teachers from ../shared/data/corpus (the prose ones about 40 min on 2 cores, the code teacher
 # about 70 min in torch; each resumes where it stopped). The mlx[cpu] wheel links the reference BLAS; Debian's OpenBLAS,

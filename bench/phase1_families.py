@@ -1,4 +1,4 @@
-"""Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --prerouter routing` with its heads.
+"""Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --mode routing` with its heads.
 
     python bench/phase1_families.py                    # all 13 families (about 10 min)
     python bench/phase1_families.py --families qwen3_next deepseek_v3
@@ -7,7 +7,7 @@ Each family's checkpoint is `edge0.zoo.build_tiny` with 4 layers (the DeepSeek, 
 dense, so they have 3 MoE layers and one head; the others 4 and two) and unit-RMS embedding rows (`embed_rms=1.0`: drawn
 like every other matrix, three families route degenerately, each token nearly as the last); its routing statistics are
 printed first; trained by `edge0 train DIR --phase 1` on the
-bundled calibration set, then served by `edge0 generate --prerouter routing --stats`. Per family: the heads' held-out
+bundled calibration set, then served by `edge0 generate --mode routing --stats`. Per family: the heads' held-out
 recall against the temporal-locality baseline, and the decoder's host syncs per step and dropped experts.
 Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline.
 Writes bench/results/phase1_families.txt and .json.
@@ -32,7 +32,7 @@ def family(name:str, root:Path, tokens:int, steps:int) -> dict:
     heads = d / 'prerouter.safetensors'
     recall = {int(n): r for n, r in json.loads(read_header(heads)[1]['heldout_recall']).items()}
     gen = subprocess.run([*EDGE0, 'generate', '-m', str(d), '-p', 'The expert weights stay on the disk',
-                          '--ignore-chat-template', '--max-tokens', '24', '--prerouter', 'routing', '--stats'],
+                          '--ignore-chat-template', '--max-tokens', '24', '--mode', 'routing', '--stats'],
                          capture_output=True, text=True, env=env)
     if gen.returncode: return dict(family=name, error=gen.stderr.strip().splitlines()[-1])
     line = next(l for l in gen.stdout.splitlines() if l.startswith('prerouter routing'))

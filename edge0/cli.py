@@ -18,6 +18,8 @@ from .convert import LAYOUTS
 from .lowbit import LOW_BITS
 from .decode import Sampling
 from .session import Session, format_stats
+from .served import Serving
+from dataclasses import replace
 from .phase1 import RECIPE, train_heads, train_prerouter
 from .memory import MiB
 
@@ -48,19 +50,20 @@ def describe(spec:MoESpec) -> str:
 
 # %% ../nbs/09_cli.ipynb #52b6e7c5
 def generate(model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-             prompt:str, max_tokens:int=100, sampling:Sampling|None=None, resident:bool=False,
-             options:StreamOptions|None=None, out=None, prerouter:str|None=None, k:int|None=None,
-             trace=None, record_trace=None, adapter=None, no_adapter:bool=False,
+             prompt:str, max_tokens:int=100, sampling:Sampling|None=None,
+             serving:Serving|None=None, # how it is served (default: streamed, the model's own routing)
+             out=None, record_trace=None, # a file for the routing trace of an 'off' run
              chat:bool|None=None, # through the chat template (default: when the tokenizer has one)
-             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=(),
-             exact_top:int=0) -> dict: # with prerouter 'routing': the own M heaviest experts always computed
+             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=()) -> dict:
     "Generate from `model`, writing the text to `out` as it comes; returns the figures"
     from edge0.decode import save_trace
     out = out or sys.stdout
     if max_tokens < 1: raise CLIError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt: raise CLIError("--prompt is empty: give the text to continue")
-    with Session(model, prerouter, k, adapter, no_adapter, resident, options, max_kv_size, extra_eos, trace,
-                 record_trace is not None, exact_top=exact_top) as s:
+    serving = serving or Serving(adapter='auto', record_trace=record_trace is not None)
+    if record_trace is not None and not serving.record_trace:
+        raise CLIError("a trace file to write needs a serving configuration that records one (record_trace=True)")
+    with Session(model, serving, max_kv_size, extra_eos) as s:
         ids = s.prompt_ids(prompt, chat, system_prompt)
         B.reset_peak_memory()
         for piece in s.stream(ids, max_tokens, sampling, keep=False):
@@ -123,6 +126,16 @@ def _budget(text):
     if not v > 0: raise argparse.ArgumentTypeError(f"must be above 0 (or auto), got {text}")
     return v
 
+class _Renamed(argparse.Action):
+    "A flag's old spelling: it sets the new flag's value, and a note says the new name (`new`)"
+    def __init__(self, option_strings, dest, new:str='', **kw):
+        super().__init__(option_strings, dest, **kw)
+        self.new = new
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is the old name of {self.new}; it still works, but use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
 def _bool(text):
     if text.lower() in ('true', 'yes', '1'): return True
     if text.lower() in ('false', 'no', '0'): return False
@@ -140,19 +153,23 @@ def _model_arguments(g):
     g.add_argument('--resident', action='store_true',
                    help="every expert in memory, none read after load: mlx-lm's resident model (a torch-cpu "
                    "checkpoint: its experts kept by edge0's streaming layer), under the same dtype policy as streaming")
-    g.add_argument('--prerouter', choices=(*MODES, AUTO), help="decode mode: off (own router), routing (the "
+    g.add_argument('--mode', choices=(*MODES, AUTO), help="decode mode: off (own router), routing (the "
                    "prediction is the routing), prefetch (predictions warm the pool), oracle (replay --trace), auto "
                    "(off or routing, whichever `edge0 plan` predicted faster on this machine at about this budget)")
-    g.add_argument('--exact-top', type=int, default=0, metavar='M', help="with --prerouter routing: the layer's "
+    g.add_argument('--prerouter', dest='mode', choices=(*MODES, AUTO), action=_Renamed, new='--mode',
+                   help=argparse.SUPPRESS)
+    g.add_argument('--exact-top', type=int, default=0, metavar='M', help="with --mode routing: the layer's "
                    "own M heaviest experts are always computed, the other K-M are the prediction (default 0)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
     g.add_argument('--max-kv-size', type=int, help='a rotating KV cache of this many tokens (default: it grows)')
     g.add_argument('--extra-eos-token', nargs='+', default=(), help='more tokens (strings or ids) that end the text')
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='auto')
-    g.add_argument('--pool-mib', '--pool-mb', dest='pool_mib', type=_budget, default='auto', metavar='MIB|auto',
+    g.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
                    help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot sets, resident layers '
                    '(auto: from the memory this process may use; --stats shows how)')
+    g.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
+                   help=argparse.SUPPRESS)
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
     g.add_argument('--reader', choices=('auto', *READERS), default='auto', help="how experts are read: pread (through "
@@ -166,7 +183,7 @@ def _model_arguments(g):
                    "runs requested most, and add this run's requests to that profile ($EDGE0_HOME/usage)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
     g.add_argument('--low-bits', type=int, choices=LOW_BITS, help="in decode steps, read the experts that matter least "
-                   "as their copy at this bit width (edge0 convert --low-bits): with --prerouter routing --exact-top M "
+                   "as their copy at this bit width (edge0 convert --low-bits): with --mode routing --exact-top M "
                    "the K-M predicted slots, in off mode those weighing below --low-below")
     g.add_argument('--low-below', type=_positive(float), metavar='W', help="with --low-bits in off mode: the routing "
                    "weight below which an expert is read as its lower-bit copy")
@@ -207,7 +224,7 @@ def _generate_parser(sub):
     _sampling_arguments(g)
     g.add_argument('--verbose', type=_bool, default=True, help='print the figures after the text (default True)')
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
-    g.add_argument('--trace', help="routing trace for --prerouter oracle")
+    g.add_argument('--trace', help="routing trace for --mode oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
 
 # %% ../nbs/09_cli.ipynb #17a9c96c
@@ -241,8 +258,10 @@ def _plan_parser(sub):
     p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
     p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
                    help=f"comma-separated: {', '.join(STRATEGIES)}")
-    p.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
+    p.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
                    help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a run on the device)")
+    p.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
+                   help=argparse.SUPPRESS)
     p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: measured inside "
                    "the tier's read throttle)")
     p.add_argument('--cap-mb', type=_positive(float), help='memory the model may use (MiB); here: measured under this '
@@ -254,7 +273,7 @@ def _plan_parser(sub):
     p.add_argument('--recall', type=float, help="the heads' recall (default: the model's heads' measured recall; a "
                    "config or a shape assumes 0.9; a model without heads is planned without routing)")
     p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
-                   "experts always computed (--prerouter routing --exact-top M)")
+                   "experts always computed (--mode routing --exact-top M)")
     p.add_argument('--low-bits', type=int, metavar='B', help="plan routing at --exact-top M with the other K-M "
                    "predicted slots read as B-bit copies (2 or 3; `edge0 convert --low-bits`)")
     p.add_argument('--reader', choices=('auto', 'pread', 'direct'), help="how edge0 reads experts (default auto: "
@@ -283,9 +302,11 @@ def _bench_parser(sub):
     b.add_argument('--rounds', type=_positive(int), default=3)
     b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
     b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
-    b.add_argument('--pool-mb', '--pool-mib', dest='pool_mb', type=_budget, default='auto', metavar='MIB|auto',
+    b.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
                    help="expert budget of every arm, MiB (auto: each arm's from the memory it may use)")
-    b.add_argument('--total-budget', action='store_true', help='--pool-mb bounds resident layers and slots too')
+    b.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
+                   help=argparse.SUPPRESS)
+    b.add_argument('--total-budget', action='store_true', help='--pool-mib bounds resident layers and slots too')
     b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     b.add_argument('--kernels', choices=KERNELS)
     b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
@@ -331,7 +352,7 @@ def _train_parser(sub):
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
     t.add_argument('--exact-top', type=int, default=0, metavar='M', help="phases 2 and 3: train the adapter on the "
-                   "path --prerouter routing --exact-top M serves (saved as lora-k{K}-top{M}, which that path loads)")
+                   "path --mode routing --exact-top M serves (saved as lora-k{K}-top{M}, which that path loads)")
     t.add_argument('--teacher', metavar='DIR', help="phase 3 of any model: a bf16 checkpoint of it to distil from "
                    "(default: the served checkpoint under its own routing), streamed like it")
 
@@ -388,11 +409,13 @@ def _session_kw(a) -> dict:
     if a.k is not None and a.k < 1: raise CLIError(f"--k must be at least 1, got {a.k}")
     if a.max_kv_size is not None and a.max_kv_size < 1:
         raise CLIError(f"--max-kv-size must be at least 1, got {a.max_kv_size}")
-    if a.exact_top and a.prerouter not in ('routing', AUTO):
-        raise CLIError(f"--exact-top {a.exact_top} needs --prerouter routing (or auto)")
-    return dict(mode=a.prerouter, k=a.k, exact_top=a.exact_top, adapter=a.adapter, no_adapter=a.no_adapter,
-                resident=a.resident,
-                options=_options(a), max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
+    if a.exact_top and a.mode not in ('routing', AUTO):
+        raise CLIError(f"--exact-top {a.exact_top} needs --mode routing (or auto)")
+    if a.adapter is not None and a.no_adapter: raise CLIError("--adapter-path and --no-adapter exclude each other")
+    serving = Serving(a.mode, a.k, a.exact_top, adapter=None if a.no_adapter else a.adapter or 'auto',
+                      resident=a.resident, options=_options(a), trace=getattr(a, 'trace', None),
+                      record_trace=getattr(a, 'record_trace', None) is not None)
+    return dict(serving=serving, max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
 
 def _sampling(a) -> Sampling:
     "The sampler flags as `Sampling`; a value out of range is named by its flag"
@@ -409,10 +432,10 @@ def _prompt(text:str) -> str:
 # %% ../nbs/09_cli.ipynb #88a9192b
 def _cmd_generate(a):
     kw, prompt = _session_kw(a), _prompt(a.prompt)
-    if kw['options'].kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
-        kw['options'].kv_tokens = len(prompt.encode()) + 256 + max(a.max_tokens, 1)
-    f = generate(a.model, prompt, a.max_tokens, _sampling(a), kw.pop('resident'), kw.pop('options'),
-                 prerouter=kw.pop('mode'), trace=a.trace, record_trace=a.record_trace,
+    s = kw.pop('serving')
+    if s.options.kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
+        s = replace(s, options=replace(s.options, kv_tokens=len(prompt.encode()) + 256 + max(a.max_tokens, 1)))
+    f = generate(a.model, prompt, a.max_tokens, _sampling(a), s, record_trace=a.record_trace,
                  chat=False if a.ignore_chat_template else None, system_prompt=a.system_prompt, **kw)
     for note in f['notes']: print(f"note: {note}", file=sys.stderr)
     if a.stats and f['stats']: print(format_stats(f['stats']))
@@ -460,7 +483,7 @@ def _exact_top_arms(arms:list, ms:list) -> list:
 def _cmd_bench(a):
     from edge0.harness import arms_for, bench, tier_rate
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
-    arms = arms_for(a.model, a.modes, a.k, a.pool_mb, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
+    arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
     if a.exact_top != [0]: arms = _exact_top_arms(arms, a.exact_top)
     bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, cache=a.cache,
@@ -472,8 +495,7 @@ def _cmd_plan(a):
     from edge0.plan import plan_for, plan_table
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
-    pool = None if a.pool_mb == 'auto' else a.pool_mb  # None: the planner's auto_budget
-    p = plan_for(a.model, a.device, a.k, pool, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
+    p = plan_for(a.model, a.device, a.k, a.pool_mib, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
                  a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew, reader=a.reader,
                  low_bits=a.low_bits)
     print(plan_table(p))

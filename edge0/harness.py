@@ -17,7 +17,7 @@ from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
-from .served import open_served
+from .served import Serving, open_served
 
 # %% auto #0
 __all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
@@ -334,15 +334,15 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
         if arm.mode == 'resident' and arm.k not in (None, model_spec(arm.model).k):
             raise InputError(f"a resident arm decodes at the model's own K; use mode 'compute' for K={arm.k}")
         compute = arm.mode == 'compute'
-        return open_served(arm.model, 'off' if compute else None, arm.k if compute else None, arm.heads, arm.adapter,
-                           resident=True)
+        return open_served(arm.model, Serving('off' if compute else None, arm.k if compute else None,
+                                              heads=arm.heads, adapter=arm.adapter, resident=True))
     auto = arm.pool_mb == 'auto'  # the whole budget, slots and resident layers in it, from the memory left
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
                       pool_bytes='auto' if auto else int(arm.pool_mb * MiB) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels, reader=arm.reader)
-    h = open_served(arm.model, arm.mode, arm.k, arm.heads, arm.adapter, options=o, trace=trace, record_trace=record,
-                    exact_top=arm.exact_top)
+    h = open_served(arm.model, Serving(arm.mode, arm.k, arm.exact_top, heads=arm.heads, adapter=arm.adapter,
+                                       options=o, trace=trace, record_trace=record))
     B.clear_cache()
     return h
 

@@ -19,7 +19,7 @@ from .streaming import POLICIES, ExpertPool, LayerStats, StreamOptions, load_res
 from .prerouter import capture, find_heads, heads_file, heads_fingerprint, load_prerouter, recall_report
 from .routing_stats import lru_hits, routing_trace
 from .lowbit import check_low_bits, code_bytes
-from .decode import check_exact_top, generate_ids
+from .decode import AUTO, check_exact_top, generate_ids
 from .served import open_served
 from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
@@ -426,7 +426,7 @@ def _check_device(dev:Device):
     if dev.policy not in POLICIES:
         raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
 
-def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, trace:dict|None=None,
+def plan(model, dev:Device, k:int|None=None, pool_mb:float|str=AUTO, strategies=STRATEGIES, trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
          kv_tokens:int=KV_TOKENS, exact_top:int=0,
          low_bits:int|None=None, # routing: exact top-M's K-M other slots read as copies at these bits
@@ -448,12 +448,12 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     compute = compute or {}
     c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
     budget = auto_budget(mb, dev, kv_tokens)
-    pool = pool_mb if pool_mb is not None else max(budget['pool_mb'], mb['bundle'] * k / MiB)
+    pool = pool_mb if pool_mb != AUTO else max(budget['pool_mb'], mb['bundle'] * k / MiB)
     reader = plan_reader(mb, dev, pool)
-    if reader == 'direct' and pool_mb is None:  # as a run: the budget made again for direct's smaller room
+    if reader == 'direct' and pool_mb == AUTO:  # as a run: the budget made again for direct's smaller room
         budget = auto_budget(mb, dev, kv_tokens, direct=True)
         pool = max(budget['pool_mb'], mb['bundle'] * k / MiB)
-    if pool_mb is None:  # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
+    if pool_mb == AUTO:  # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
         T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / MiB
         kv_free = budget['kv_mb'] * max(1 - T / budget['kv_tokens'], 0)
         budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free, every - pool), 0)
@@ -471,7 +471,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
         r = (_static(mb, dev, trace, prompt) if s == 'static' else
              _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
              _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                      within=pool_mb is None, exact_top=exact_top, direct=direct, low_bits=low_bits,
+                      within=pool_mb == AUTO, exact_top=exact_top, direct=direct, low_bits=low_bits,
                       stage_ahead=ahead))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
@@ -484,7 +484,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|None=None, strategies
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
                 exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mb=pool,
-                budget=None if pool_mb is not None else budget, reader=reader,
+                budget=budget if pool_mb == AUTO else None, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
@@ -778,7 +778,7 @@ def _measured_eta(model_dir) -> Eta:
                lambda: asdict(eta_curve(model_dir, seconds=0.5, max_mb=128)))
     return Eta(**e)
 
-def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|None=None, strategies=STRATEGIES, tier=None,
+def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|str=AUTO, strategies=STRATEGIES, tier=None,
              cap_mb:float|None=None, ram_mb:float|None=None, storage_mb_s:float|None=None,
              mem_gb_s:float|None=None, recall:float|None=None, reuse:float=0.3, exact_top:int=0,
              skew:float=SKEW, # a config's synthetic routing: previous-token reuse and popularity skew

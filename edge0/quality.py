@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
 from .streaming import StreamOptions
-from .served import open_served
+from .served import Serving, open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
 from .files import heldout_ids
@@ -68,8 +68,9 @@ class Served:
         options = None if self.resident else StreamOptions(
             pool_bytes=pool_mb if pool_mb == 'auto' else int(pool_mb * MiB), prefill_path='exact')
         # the heads are loaded, not installed: `logits` drives them teacher-forced, `generate` decodes with them
-        self.handle = h = open_served(model_dir, mode, k or None, prerouter, adapter, self.resident, options, dtype,
-                                      decoder=False)
+        serving = Serving(mode, k or None, heads=prerouter, adapter=adapter, resident=self.resident, options=options,
+                          dtype=dtype)
+        self.handle = h = open_served(model_dir, serving, decoder=False)
         self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, mode, h.k
         self.heads_path, self.heads = h.heads, h.prerouter  # in the dtype the decoder runs them in (`decode.load`)
         self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter

@@ -4,6 +4,7 @@
 
 # %% ../nbs/03b_served.ipynb #1b18f666
 from __future__ import annotations
+from dataclasses import dataclass
 from .files import InputError, find_model
 from .store import model_spec
 from .streaming import StreamOptions, Handle
@@ -11,47 +12,71 @@ from .decode import AUTO, check_exact_top, check_mode, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
-__all__ = ['open_served']
+__all__ = ['Serving', 'open_served']
+
+# %% ../nbs/03b_served.ipynb #sv000002
+@dataclass(frozen=True)
+class Serving:
+    "How a model is served, whichever model: checked once, where it is made, and passed whole"
+    mode:str|None = None        # decode mode (`decode.MODES`) or 'auto' (the planner picks); None: own routing
+    k:int|None = None           # experts per token (None: the model's own)
+    exact_top:int = 0           # mode 'routing': the own router's M heaviest experts are always computed
+    heads:object = None         # prerouter heads file for 'routing' and 'prefetch' (None: `find_heads`)
+    adapter:object = None       # recovery LoRA file; 'auto': the one beside the base for this K, if any
+    resident:bool = False       # every expert in memory, nothing read after load
+    options:StreamOptions|None = None  # how the experts stream: budget, slots, reader, kernels, low bits
+    dtype:object = None         # compute dtype (None: the checkpoint's on Metal, float32 on a CPU)
+    trace:object = None         # a routing trace (a file or `{layer: (steps, K) ids}`) mode 'oracle' replays
+    record_trace:bool = False   # record the routing of an 'off' run (`handle.decoder.trace`)
+    hold:bool = True            # 'routing': keep the layers no head predicts resident where the budget allows
+
+    def __post_init__(self):
+        mode, low = self.mode, self.options is not None and bool(self.options.low_bits)
+        if self.exact_top < 0: raise InputError(f"exact top-M must be at least 0, got {self.exact_top}")
+        if self.exact_top and mode not in ('routing', AUTO):
+            raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode or 'the own routing'!r}")
+        if mode is None and (self.k is not None or self.trace is not None or self.record_trace or low):
+            object.__setattr__(self, 'mode', mode := 'off')  # a decoder serves them
+        if mode not in (None, AUTO): check_mode(mode)
+        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: expected at least 1")
+        if self.record_trace and mode != 'off':
+            raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
+        if self.trace is not None and mode != 'oracle':
+            raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
+        if mode == 'oracle' and self.trace is None:
+            raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
+        if self.resident and low:
+            raise InputError("a resident model reads nothing: low_bits serves the lower-bit copies of streamed experts")
+        if self.resident and mode == 'prefetch':
+            raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one reads nothing "
+                             "(use 'off' or 'routing')")
 
 # %% ../nbs/03b_served.ipynb #ed2a5157
 def open_served(model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-                mode:str|None=None, # decode mode (edge0.decode.MODES); None: the model routes itself, no decoder
-                k:int|None=None, # experts per token (default: the model's own)
-                heads=None, # prerouter heads file for 'routing' and 'prefetch' (default: `find_heads`)
-                adapter=None, # recovery LoRA file; 'auto': the one beside the base for this K, if any; None: none
-                resident:bool=False, # every expert in memory, nothing read after load
-                options:StreamOptions|None=None, # how the experts stream: pool, slots, reader, kernels
-                dtype=None, # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
-                trace=None, # a routing trace (a file or `{layer: (steps, K) ids}`) that mode 'oracle' replays
-                record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
-                exact_top:int=0, # mode 'routing': the own router's M heaviest experts are always computed
+                serving:Serving|str|None=None, # the configuration; or its `mode`, the other fields as keywords
+                k:int|None=None, # with a mode: experts per token (default: the model's own)
                 decoder:bool=True, # False: heads loaded (`handle.prerouter`), the model routes itself
-                hold:bool=True, # 'routing': keep the layers no head predicts resident
-                choose=None) -> Handle: # mode 'auto': what picks off or routing once loaded (edge0.plan.auto_mode)
+                choose=None, # mode 'auto': what picks off or routing once loaded (edge0.plan.auto_mode)
+                **fields) -> Handle: # with a mode: the other fields of `Serving`
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
+    if isinstance(serving, Serving):
+        if k is not None or fields: raise TypeError("open_served takes a Serving or its fields, not both")
+        s = serving
+    else: s = Serving(serving, k, **fields)
     d = find_model(model)
     spec = model_spec(d)
-    check_exact_top('routing' if mode == AUTO else mode or 'the own routing', exact_top, k or spec.k)
-    if mode is None and (k is not None or trace is not None or record_trace): mode = 'off'  # a decoder serves them
-    if mode not in (None, AUTO): check_mode(mode)
-    if k is not None and not 1 <= k <= spec.num_experts:
-        raise InputError(f"k={k} is out of range: expected 1 to {spec.num_experts}, "
+    if s.k is not None and s.k > spec.num_experts:
+        raise InputError(f"k={s.k} is out of range: expected 1 to {spec.num_experts}, "
                          f"the experts per MoE layer of {d.name}")
-    if record_trace and mode != 'off': raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
-    if trace is not None and mode != 'oracle': raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
-    if mode == 'oracle' and trace is None:
-        raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
-    if resident and options is not None and options.low_bits:
-        raise InputError("a resident model reads nothing: low_bits serves the lower-bit copies of streamed experts")
-    if mode is None and options is not None and options.low_bits: mode = 'off'  # a decoder picks the copies
-    if resident and mode == 'prefetch': raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident "
-                                                         "one reads nothing (use 'off' or 'routing')")
-    if mode is None: h = decode_load(d, 'off', spec=spec, resident=resident, options=None if resident else options,
-                                     dtype=dtype, decoder=False)
-    else: h = decode_load(d, mode, k, heads, trace, record_trace, None if resident else options, spec, exact_top,
-                          hold, resident=resident, decoder=decoder, dtype=dtype, choose=choose)
+    check_exact_top('routing' if s.mode == AUTO else s.mode or 'the own routing', s.exact_top, s.k or spec.k)
+    options = None if s.resident else s.options
+    if s.mode is None: h = decode_load(d, 'off', spec=spec, resident=s.resident, options=options, dtype=s.dtype,
+                                       decoder=False)
+    else: h = decode_load(d, s.mode, k=s.k, prerouter_path=s.heads, trace=s.trace, record_trace=s.record_trace,
+                          options=options, spec=spec, exact_top=s.exact_top, hold=s.hold, resident=s.resident,
+                          decoder=decoder, dtype=s.dtype, choose=choose)
     try:
-        if adapter is not None: use_adapter(h, d, None if adapter == 'auto' else adapter)
+        if s.adapter is not None: use_adapter(h, d, None if s.adapter == 'auto' else s.adapter)
     except BaseException:
         h.close()
         raise

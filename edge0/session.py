@@ -11,7 +11,7 @@ from jinja2 import TemplateError
 from .files import InputError, find_model
 from .streaming import StreamOptions, stats as stream_stats
 from .decode import AUTO, Sampling, generate_ids, decode_stats
-from .served import open_served
+from .served import Serving, open_served
 from .plan import auto_mode
 from .memory import Budget, MiB, ThrashWatch
 
@@ -44,29 +44,24 @@ def _add_eos(tokenizer, token):
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
     def __init__(self, model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-                 mode:str|None=None, # decode mode (edge0.decode.MODES, or 'auto': what the plan says is faster); None:
-                                     # the streaming layer's own routing
-                 k:int|None=None, # experts per token (default: the model's)
-                 adapter=None, # recovery LoRA file (default: `lora-k{K}.safetensors` beside the base, if any)
-                 no_adapter:bool=False, # serve the base alone
-                 resident:bool=False, # every expert in memory instead of streamed (a mode computes from memory)
-                 options:StreamOptions|None=None, # pool, slots, reader, kernels
+                 serving:Serving|None=None, # how it is served (default: made from `fields`)
                  max_kv_size:int|None=None, # a rotating KV cache of this many tokens (None: it grows)
                  extra_eos=(), # more tokens (strings or ids) that end a generation
-                 trace=None, # routing trace replayed by mode 'oracle'
-                 record_trace:bool=False, # record the routing of an 'off' run (`handle.decoder.trace`)
-                 dtype=None, # compute dtype (default: the checkpoint's on Metal, float32 on a CPU)
-                 exact_top:int=0): # mode 'routing': the own router's M heaviest experts are always computed
+                 no_adapter:bool=False, # with `fields`: serve the base alone
+                 **fields): # `Serving`'s fields (mode, k, exact_top, adapter, resident, options, dtype, trace, ...);
+                            # the adapter beside the base for this K is served unless one is named or `no_adapter`
         if max_kv_size is not None and max_kv_size < 1:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
-        if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
+        if serving is None:
+            adapter = fields.pop('adapter', None)
+            if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
+            serving = Serving(adapter=None if no_adapter else adapter or 'auto', **fields)
+        elif fields or no_adapter: raise TypeError("Session takes a Serving or its fields, not both")
         self.name, self.model_dir = str(model), find_model(model)
-        options = options or StreamOptions()
+        options = serving.options or StreamOptions()
         if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
-        self.handle = open_served(self.model_dir, mode, k, adapter=None if no_adapter else adapter or 'auto',
-                                  resident=resident, options=options, dtype=dtype, trace=trace,
-                                  record_trace=record_trace, exact_top=exact_top,
-                                  choose=auto_mode if mode == AUTO else None)
+        self.serving = serving = replace(serving, options=options)
+        self.handle = open_served(self.model_dir, serving, choose=auto_mode if serving.mode == AUTO else None)
         self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
         try:
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
@@ -303,7 +298,7 @@ def format_stats(s:dict) -> str:
                         f"{u['seconds']:.2f} s" if u['bundles'] else ''))
     if 'decoder' in s:
         d = s['decoder']
-        lines.append(f"prerouter {s['mode']} K={s['k']}: {d['steps']} steps, "
+        lines.append(f"mode {s['mode']} K={s['k']}: {d['steps']} steps, "
                      f"{s['syncs_per_step']:.1f} host syncs/step, "
                      f"{d['planned']} planned layer-steps, "
                      f"{d['experts_computed']}/{d['experts_planned']} planned experts "

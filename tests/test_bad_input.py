@@ -249,7 +249,7 @@ PREROUTER = {
 def test_bad_prerouter_file(edge0_cmd, base, case):
     damage, want = PREROUTER[case]
     damage(base / 'prerouter.safetensors')
-    refused(generate(edge0_cmd, base, '--prerouter', 'routing'), want)
+    refused(generate(edge0_cmd, base, '--mode', 'routing'), want)
 
 def test_bad_prerouter_file_in_the_library(base):
     from edge0.prerouter import load_prerouter

@@ -38,11 +38,11 @@ def test_errors_name_the_fault(edge0_cmd, tmp_path, tiny_qwen):
 def test_exact_top_as_a_user_runs_it(edge0_cmd):
     "--exact-top M on the bundled teacher: the counters in --stats; out of range or without routing: one line, exit 2"
     r = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'The history of the city', '--ignore-chat-template',
-            '--max-tokens', 8, '--prerouter', 'routing', '--exact-top', 1, '--stats')
+            '--max-tokens', 8, '--mode', 'routing', '--exact-top', 1, '--stats')
     assert r.returncode == 0, r.stderr
     assert '0 dropped' in r.stdout and '5.0 host syncs/step' in r.stdout and 'exact top-1: the own heaviest' in r.stdout
-    for flags, says in ((('--prerouter', 'prefetch', '--exact-top', 1), '--exact-top 1 needs --prerouter routing'),
-                        (('--prerouter', 'routing', '--k', 4, '--exact-top', 5),
+    for flags, says in ((('--mode', 'prefetch', '--exact-top', 1), '--exact-top 1 needs --mode routing'),
+                        (('--mode', 'routing', '--k', 4, '--exact-top', 5),
                          'exact top-M must be between 0 and K=4, got 5')):
         r = run(edge0_cmd, 'generate', '-m', 'edge0-tiny', '-p', 'x', *flags)
         assert r.returncode == 2 and says in r.stderr and 'Traceback' not in r.stderr, (flags, r.stderr)
@@ -95,9 +95,9 @@ def test_generate_flags_as_mlx_lm_names_them(edge0_cmd):
     sampled = [run(edge0_cmd, *base, '-p', 'Hello', '--temp', '1.0', '--top-p', '0.9', '--min-p', '0.05',
                    '--top-k', '50').stdout for _ in range(3)]
     assert len(set(sampled)) > 1  # no seed: the draw differs run to run
-    r = run(edge0_cmd, *base, '-p', 'Hello', '--prerouter', 'routing', '--k', '4', '--temp', '3', '--top-k', '1',
+    r = run(edge0_cmd, *base, '-p', 'Hello', '--mode', 'routing', '--k', '4', '--temp', '3', '--top-k', '1',
             '--extra-eos-token', '<|im_start|>', '--max-kv-size', '64', '--system-prompt', 'Be brief.')
-    greedy = run(edge0_cmd, *base, '-p', 'Hello', '--prerouter', 'routing', '--k', '4', '--system-prompt', 'Be brief.')
+    greedy = run(edge0_cmd, *base, '-p', 'Hello', '--mode', 'routing', '--k', '4', '--system-prompt', 'Be brief.')
     assert r.returncode == 0 and r.stdout == greedy.stdout, r.stderr  # top-k 1 is greedy on the prerouted path
     for args, word in ((('--min-p', '2'), '--min-p must be in [0, 1]'), (('--top-k', '-1'), '--top-k must be'),
                        (('--verbose', 'maybe'), 'expected True or False'), (('--temp', 'hot'), 'invalid float')):
@@ -133,17 +133,17 @@ def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
     assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in teacher_path('edge0-tiny').iterdir()
                                                              if not p.name.startswith('lora'))  # nothing written
 
-def test_prerouter_auto_as_a_user_runs_it(edge0_cmd, tiny_qwen, tmp_path):
-    "--prerouter auto: routing with a note naming `edge0 plan` where no plan was made; off where the model has no heads"
+def test_mode_auto_as_a_user_runs_it(edge0_cmd, tiny_qwen, tmp_path):
+    "--mode auto: routing with a note naming `edge0 plan` where no plan was made; off where the model has no heads"
     import os
     env = dict(os.environ, EDGE0_CACHE=str(tmp_path / 'cache'))
-    args = ('-p', 'The history of the city', '--ignore-chat-template', '--max-tokens', '6', '--prerouter', 'auto')
+    args = ('-p', 'The history of the city', '--ignore-chat-template', '--max-tokens', '6', '--mode', 'auto')
     r = subprocess.run([edge0_cmd, 'generate', '-m', 'edge0-tiny', '--k', '8', *args, '--stats'], capture_output=True,
                        text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert 'auto: no plan of this machine' in r.stderr + r.stdout and 'edge0 plan' in r.stderr + r.stdout
-    assert 'prerouter routing K=8' in r.stdout, r.stdout
+    assert 'mode routing K=8' in r.stdout, r.stdout
     r = subprocess.run([edge0_cmd, 'generate', '-m', str(tiny_qwen), *args, '--stats'], capture_output=True, text=True,
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
-    assert 'auto: no prerouter heads' in r.stderr + r.stdout and 'prerouter off' in r.stdout, r.stdout
+    assert 'auto: no prerouter heads' in r.stderr + r.stdout and 'mode off' in r.stdout, r.stdout

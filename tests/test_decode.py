@@ -36,14 +36,14 @@ def test_prefetch_and_oracle_reproduce_off(k):
 def test_routing_computes_exactly_the_predicted_set(k, monkeypatch):
     seen, plans = [], []
     orig_planned, orig_flush = D.Decoder._planned, D.Decoder.flush
-    def planned(self, layer, blk, x, ids, inds):
-        y = orig_planned(self, layer, blk, x, ids, inds)
+    def planned(self, ex, layer, blk, x, ids, inds):
+        y = orig_planned(self, ex, layer, blk, x, ids, inds)
         slots = self.engine.planned[layer]  # prerouted slots: one stack per layer
         snapshot = {p: B.to_numpy(a) for p, a in slots.stacks[0].items()}  # the stack is rewritten later
         seen.append((self.step, layer, ids.copy(), slots.table[ids].copy(), snapshot))
         return y
-    def flush(self, *xs):
-        orig_flush(self, *xs); plans.append((self.step, {l: v.copy() for l, v in self.plan.items()}))
+    def flush(self, *xs, **kw):
+        orig_flush(self, *xs, **kw); plans.append((self.step, {l: v.copy() for l, v in self.plan.items()}))
     monkeypatch.setattr(D.Decoder, '_planned', planned); monkeypatch.setattr(D.Decoder, 'flush', flush)
     ids, dec = run('routing', k)
     d = dec.stats
@@ -73,19 +73,19 @@ def test_mode_errors_name_the_fault(tmp_path):
 def test_cli_prerouter(edge0_cmd, tmp_path):
     m, t = teacher_path('edge0-tiny'), tmp_path / 'trace.json'
     base = [edge0_cmd, 'generate', '--model', str(m), '--prompt', 'The history of the city', '--max-tokens', '12']
-    r = subprocess.run(base + ['--prerouter', 'off', '--k', '4', '--record-trace', str(t)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(base + ['--mode', 'off', '--k', '4', '--record-trace', str(t)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(t.read_text())['k'] == 4
-    o = subprocess.run(base + ['--prerouter', 'oracle', '--k', '4', '--trace', str(t), '--stats'], capture_output=True, text=True, timeout=300)
+    o = subprocess.run(base + ['--mode', 'oracle', '--k', '4', '--trace', str(t), '--stats'], capture_output=True, text=True, timeout=300)
     assert o.returncode == 0, o.stderr
-    assert o.stdout.splitlines()[0] == r.stdout.splitlines()[0] and 'prerouter oracle K=4' in o.stdout
+    assert o.stdout.splitlines()[0] == r.stdout.splitlines()[0] and 'mode oracle K=4' in o.stdout
     for mode in ('routing', 'prefetch'):
-        g = subprocess.run(base + ['--prerouter', mode, '--k', '4', '--stats'], capture_output=True, text=True, timeout=300)
+        g = subprocess.run(base + ['--mode', mode, '--k', '4', '--stats'], capture_output=True, text=True, timeout=300)
         assert g.returncode == 0 and ' 0 dropped' in g.stdout, g.stderr
         assert g.stderr.count('note: prerouter heads: ') == 1 and f"{m / 'prerouter-k4.safetensors'}\n" in g.stderr, g.stderr
-    e = subprocess.run(base + ['--prerouter', 'oracle', '--trace', str(t)], capture_output=True, text=True, timeout=300)
+    e = subprocess.run(base + ['--mode', 'oracle', '--trace', str(t)], capture_output=True, text=True, timeout=300)
     assert e.returncode == 2 and 'recorded at K=4' in e.stderr and 'K=8' in e.stderr
-    e = subprocess.run(base + ['--prerouter', 'routing', '--k', '3'], capture_output=True, text=True, timeout=300)
+    e = subprocess.run(base + ['--mode', 'routing', '--k', '3'], capture_output=True, text=True, timeout=300)
     assert e.returncode == 2 and 'no prerouter heads for K=3' in e.stderr and '--phase 1 --k 3' in e.stderr
 
 def test_cli_finds_heads_in_the_home(edge0_cmd, tmp_path):
@@ -97,6 +97,6 @@ def test_cli_finds_heads_in_the_home(edge0_cmd, tmp_path):
     heads.parent.mkdir(parents=True)
     shutil.copy(teacher_path('edge0-tiny') / 'prerouter-k4.safetensors', heads)
     r = subprocess.run([edge0_cmd, 'generate', '--model', str(m), '--prompt', 'The city', '--max-tokens', '4',
-                        '--prerouter', 'routing', '--k', '4'], capture_output=True, text=True, timeout=300,
+                        '--mode', 'routing', '--k', '4'], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, EDGE0_HOME=str(tmp_path / 'home')))
     assert r.returncode == 0 and f"note: prerouter heads: {heads}\n" in r.stderr, r.stderr

@@ -101,7 +101,7 @@ def test_cli_input_errors(edge0_cmd, tmp_path):
     gen = ('generate', '--model', base, '--prompt', 'hi', '--max-tokens', 2)
     cases = [(('generate', '--model', notok, '--prompt', 'hi'), 'has no tokenizer'),
              (('generate', '--model', base, '--prompt', ''), '--prompt is empty'),
-             ((*gen, '--prerouter', 'oracle', '--trace', trace), "has no 'layers' field"),
+             ((*gen, '--mode', 'oracle', '--trace', trace), "has no 'layers' field"),
              ((*gen, '--k', 0), '--k must be at least 1'),
              ((*gen, '--k', 65), 'k=65 is out of range'),
              ((*gen, '--pool-mib', 0), 'must be above 0'),

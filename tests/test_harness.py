@@ -14,7 +14,7 @@ ROOT_CGROUPS = sys.platform.startswith('linux') and os.geteuid() == 0 and 'blkio
 def test_bench_runs_the_protocol(edge0_cmd, tmp_path):
     out = tmp_path / 'r.json'
     r = run(edge0_cmd, 'bench', '--model', 'edge0-tiny', '--modes', 'off,compute,oracle', '--k', 8, '--rounds', 2,
-            '--tokens', 3, '--pool-mb', 0.6, '--cold-steps', '--out', tmp_path, '--json', out)
+            '--tokens', 3, '--pool-mib', 0.6, '--cold-steps', '--out', tmp_path, '--json', out)
     assert r.returncode == 0, r.stderr
     assert 'off/K8' in r.stdout and 'oracle/K8' in r.stdout and 'measured' in r.stdout
     rep = json.loads(out.read_text())['tiers']['nvme']

@@ -13,7 +13,7 @@ def run(cmd, *args):
 
 def gen(edge0_cmd, model, *extra):
     return run(edge0_cmd, 'generate', '--model', model, '--prompt', 'The history of the city', '--max-tokens', 12,
-               '--prerouter', 'routing', '--k', 4, *extra)
+               '--mode', 'routing', '--k', 4, *extra)
 
 @pytest.fixture(scope='module')
 def base(tmp_path_factory):
