@@ -84,7 +84,7 @@ def run(model:Path, bench:Path, gguf:Path, caps:list, tokens:int, prompt:int, ro
     """Every arm of `arms` under every cap into `rows`, each in its own cgroup that caps memory and counts disk reads,
     page cache dropped first; `save()` after each. `logits`: edge0's arms are teacher-forced and save their
     log-probabilities in that folder"""
-    from edge0.harness import Cgroup, evict, memory_cap, read_counter, run_child
+    from edge0.conditions import Cgroup, evict, memory_cap, read_counter, run_child
     from edge0.store import drop_cache
     for cap in caps:
         for r in range(rounds):

@@ -109,14 +109,14 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False, ti
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,
           prompt:int=SHORT) -> dict:
     "One edge0 arm in a child process (`arm`): tok/s of prefill (`pp`, n prompt tokens) or decode (`tg`, n tokens)"
-    from edge0.harness import run_child
+    from edge0.conditions import run_child
     t0 = time.time()
     r = run_child(arm, what, n, str(model), step, mode, pool, profile, prompt, cgroup=cap, timeout=3600)
     return dict(r.get('result') or r, wall_s=time.time() - t0)
 
 
 def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool, prompt_len:int=SHORT):
-    """Child (`edge0.harness.run_child`): load, run one prefill or one decode, return its figures; a decode's `steps` are
+    """Child (`edge0.conditions.run_child`): load, run one prefill or one decode, return its figures; a decode's `steps` are
     the streaming counters of its decode steps alone (reset after the first token), per step"""
     import numpy as np
     from edge0 import decode, torchstep
@@ -202,7 +202,7 @@ def warm_heads(mlx_model:Path, model:Path, k:int=8):
 
 
 def capped(a, model, mlx_model, bench, gguf) -> dict:
-    from edge0.harness import Cgroup, evict, memory_cap
+    from edge0.conditions import Cgroup, evict, memory_cap
     from edge0.store import drop_cache
     if not (model / 'prerouter.safetensors').exists(): warm_heads(mlx_model, model)
     arms = {'llama.cpp stock': lambda cap: llama(bench, gguf, 'tg', a.cap_tokens, cap),
@@ -227,7 +227,8 @@ def capped(a, model, mlx_model, bench, gguf) -> dict:
 def big(a) -> dict:
     """The 30B shape under a memory cap: the torch step `off` and `routing` (heads warm-started), decode after a short
     prompt, page cache dropped before each arm"""
-    from edge0.harness import Cgroup, evict, memory_cap, routing_report
+    from edge0.conditions import Cgroup, evict, memory_cap
+    from edge0.harness import routing_report
     mlx_model = Path(a.big_model)
     model = checkpoint(mlx_model, SHAPE_30B)
     d = dict(routing=routing_report(model), cap_mb=a.big_cap, tokens=a.big_tokens, prompt=a.big_prompt,

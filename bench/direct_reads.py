@@ -67,7 +67,7 @@ def disk(model:Path) -> dict:
 
 def store_arm(model:Path, reader:str, depth:int, draws:int, seed:int) -> dict:
     "`draws` reads of K random experts of a random layer through the store, page cache dropped first"
-    from edge0.harness import evict
+    from edge0.conditions import evict
     from edge0.store import ExpertStore, cold_share
     st = ExpertStore(model, reader=reader, threads=depth, residency=False)
     rng, k = np.random.default_rng(seed), st.spec.k
@@ -86,7 +86,7 @@ def store_arm(model:Path, reader:str, depth:int, draws:int, seed:int) -> dict:
 
 
 def decode_arm(model:str, mode:str, reader:str, tokens:int, prompt_len:int, usage:bool=False, seed:int=0):
-    """Child (`edge0.harness.run_child`): the torch step decoding in `mode` with the default budget; per decode step the
+    """Child (`edge0.conditions.run_child`): the torch step decoding in `mode` with the default budget; per decode step the
     streaming counters (reset after the first token); `usage`: the pool filled from the usage profile at load"""
     from edge0 import decode, torchstep
     from edge0.memory import peak_rss
@@ -117,7 +117,7 @@ def decode_arm(model:str, mode:str, reader:str, tokens:int, prompt_len:int, usag
 
 def capped(models:dict, caps:list, tokens:int, prompt:int, rounds:int, ggufs:dict|None=None) -> dict:
     "Each checkpoint under each cap: edge0's arms and, given its GGUF (`ggufs[name] = (llama-bench, gguf)`), llama.cpp's"
-    from edge0.harness import Cgroup, evict, memory_cap, run_child
+    from edge0.conditions import Cgroup, evict, memory_cap, run_child
     from edge0.store import drop_cache
     rows = {}
     for name, model in models.items():
@@ -152,7 +152,7 @@ def profile_part(model:Path, cap:int, tokens:int, prompt:int, rounds:int) -> dic
     """Cold starts (a fresh process, page cache dropped) with and without a usage profile made by one earlier run on
     another prompt, `off`, `direct`, under `cap` MB"""
     import tempfile
-    from edge0.harness import Cgroup, evict, memory_cap, run_child
+    from edge0.conditions import Cgroup, evict, memory_cap, run_child
     home, os.environ['EDGE0_HOME'] = os.environ.get('EDGE0_HOME'), tempfile.mkdtemp(prefix='edge0-usage-')
     rows = {}
     def one(name, usage, seed):

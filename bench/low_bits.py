@@ -123,7 +123,7 @@ def tiny(model:Path, tokens:int, rounds:int) -> dict:
 
 def capped(model:Path, conditions:list, tokens:int, prompt:int, rounds:int) -> dict:
     "Every arm under each `(cap MB, disk MB/s or None)`, in its own process, page cache dropped first"
-    from edge0.harness import Cgroup, evict, memory_cap, read_throttle, run_child
+    from edge0.conditions import Cgroup, evict, memory_cap, read_throttle, run_child
     rows = {}
     for cap, rate in conditions:
         where = f"{cap} MB" + (f", {rate:g} MB/s" if rate else '')
@@ -198,7 +198,7 @@ def main():
     ap.add_argument('--parts', default='quality,tiny,capped')
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--conditions', default='600,1200,1200@277', help='memory caps, MB (MiB), comma-separated; CAP@RATE '
-                    'also holds the disk to RATE MB/s (277: an eMMC, edge0.harness.TIERS)')
+                    'also holds the disk to RATE MB/s (277: an eMMC, edge0.conditions.TIERS)')
     ap.add_argument('--tokens', type=int, default=24)
     ap.add_argument('--tokens-tiny', type=int, default=64)
     ap.add_argument('--prompt', type=int, default=5)

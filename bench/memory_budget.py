@@ -19,7 +19,8 @@ Targets: every `auto` arm decodes under every cap, and none reads from storage m
 """
 import argparse, json, subprocess, sys, threading, time
 from pathlib import Path
-from edge0.harness import Arm, Cgroup, evict, memory_cap, routing_report, run
+from edge0.conditions import Cgroup, evict, memory_cap
+from edge0.harness import Arm, routing_report, run
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20

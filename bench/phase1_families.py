@@ -6,7 +6,7 @@
 Each family's checkpoint is `edge0.zoo.build_tiny` with 4 layers (the DeepSeek, GLM and Ling families' first layer is
 dense, so they have 3 MoE layers and one head; the others 4 and two) and unit-RMS embedding rows (`embed_rms=1.0`: drawn
 like every other matrix, three families route degenerately, each token nearly as the last); its routing statistics are
-printed first; trained by `edge0 train DIR --phase 1` on the
+printed first; trained by `edge0 train DIR --phase heads` on the
 bundled calibration set, then served by `edge0 generate --mode routing --stats`. Per family: the heads' held-out
 recall against the temporal-locality baseline, and the decoder's host syncs per step and dropped experts.
 Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline.

@@ -1,4 +1,4 @@
-"""Phase 1 (`edge0 train MODEL --phase 1`) end to end on a synthetic checkpoint of >= 1.5 GB, under a memory cap of half its size.
+"""Phase 1 (`edge0 train MODEL --phase heads`) end to end on a synthetic checkpoint of >= 1.5 GB, under a memory cap of half its size.
 
     python bench/phase1_stream.py                         # build the checkpoint if missing, run everything (about 25 min on 2 CPUs)
     python bench/phase1_stream.py --tokens 16384 --steps 300 --heldout-windows 16          # longer, closer to the recipe
@@ -10,7 +10,7 @@ documents whose held-out tail is --heldout-windows windows (the committed run wa
 was 16,384 tokens whatever --tokens; it is a quarter of --tokens now, or --heldout-tokens). Then, each in a child process in a child memory cgroup
 capped at half the checkpoint's bytes (no swap), with the checkpoint dropped from the page cache before it:
   1. mlx_lm.load of the checkpoint (the mlx layout), which should be OOM-killed (its exit status, the cgroup's oom_kill count);
-  2. `edge0 train CKPT --phase 1 --k 8 --tokens N --steps S --pool-mib P --work W --dst D`, measured from outside: the
+  2. `edge0 train CKPT --phase heads --k 8 --tokens N --steps S --pool-mib P --work W --dst D`, measured from outside: the
      bytes the cgroup read from the checkpoint's disk (blkio on cgroup v1, io.stat on v2) and the child's read blocks,
      the cgroup's peak memory (page cache included) and the sampled peak of its resident anonymous memory against the
      cap, the wall time; beside them the run's own figures from the heads file's metadata (expert bytes read, peak RSS,
@@ -21,7 +21,8 @@ Writes bench/results/phase1_stream.txt and .json.
 """
 import argparse, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
-from edge0.harness import Cgroup, _own_cgroups, disk_of, evict, memory_cap, read_counter, routing_report
+from edge0.conditions import Cgroup, _own_cgroups, disk_of, evict, memory_cap, read_counter
+from edge0.harness import routing_report
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
@@ -177,7 +178,7 @@ def main():
             convert(src, model, layout=a.layout)
         size = sum(f.stat().st_size for f in model.glob('*.safetensors'))
         a.model = str(model)
-    from edge0.phase1 import layer_bytes
+    from edge0.heads import layer_bytes
     from edge0.store import ExpertStore, read_header
     st = ExpertStore(model, residency=False)
     layer, a.spec = layer_bytes(st), st.spec; st.close()

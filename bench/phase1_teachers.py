@@ -6,19 +6,19 @@
                                                          # the code teacher's heads by KL alone vs its committed ones
 
 Each run copies the committed int4 base (without its heads and adapters) to build/phase1-teachers, trains its heads by
-the teacher's own recipe (`edge0.phase1.train_prerouter`: 120,000 corpus tokens, 1,500 steps) through `train_heads`,
+the teacher's own recipe (`edge0.heads.train_prerouter`: 120,000 corpus tokens, 1,500 steps) through `train_heads`,
 and compares the held-out recall of every head with the committed file's provenance. Target: within 0.02 per head.
 With --weighted W the retrained heads take that weight of the loss's routing-weighted term instead of the recipe's
 (0: KL alone; the code teacher's committed heads use 1): the table is then the loss's effect on recall and on the hit
 rate of the layer's heaviest expert, not a reproduction, and the 0.02 target does not apply.
 The committed heads were trained by the first recipe (resident capture, all heads in one loop with one optimizer and one
-generator); the captures are bit-identical (04c_phase1), the optimizer and batches are per head now.
+generator); the captures are bit-identical (04c_heads), the optimizer and batches are per head now.
 Writes bench/results/phase1_teachers.txt and .json.
 """
 import argparse, json, shutil, sys, time
 from pathlib import Path
 from edge0.files import teacher_path
-from edge0.phase1 import train_prerouter
+from edge0.heads import train_prerouter
 from edge0.prerouter import prerouter_file
 from edge0.store import model_spec, read_header
 

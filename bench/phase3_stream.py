@@ -1,4 +1,4 @@
-"""Phase 3 of any model (`edge0 train MODEL --phase 3`, edge0.distil) end to end on a synthetic checkpoint of >= 1.5 GB,
+"""Phase 3 of any model (`edge0 train MODEL --phase distil`, edge0.distil) end to end on a synthetic checkpoint of >= 1.5 GB,
 under a memory cap of half its size: it runs within the budget, and what a step reads.
 
     python bench/phase3_stream.py                # build the checkpoint and its heads if missing, then run (about 30 min on 2 CPUs)
@@ -55,7 +55,7 @@ def main():
     model, scratch = Path(a.model), Path(a.scratch)
     size = build(model, 16, 1024, 512)
     from edge0.harness import routing_report
-    from edge0.phase1 import layer_bytes
+    from edge0.heads import layer_bytes
     from edge0.store import ExpertStore, read_header
     st = ExpertStore(model, residency=False)
     layer, spec = layer_bytes(st), st.spec

@@ -42,7 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.harness import Arm, conditions, routing_report, run, save, summarize, table, tier_name  # noqa: E402
+from edge0.conditions import conditions, tier_name
+from edge0.harness import Arm, routing_report, run, save, summarize, table  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.gguf import write_q4_0  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402

@@ -19,7 +19,8 @@ routing within 1.15x of its bound; routing >= 1.3x faster than off where off's s
 import argparse, json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
-from edge0.harness import Arm, run, table, sequence
+from edge0.conditions import sequence
+from edge0.harness import Arm, run, table
 from edge0.measure import expert_reads
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def synthetic_heads(model, ks):
 def make_heads(model, k):
     "Warm-started heads for the synthetic checkpoint, distilled briefly on its own forward passes over the excerpt"
     import numpy as np
-    from edge0.prerouter import init_prerouter, capture, phase1, save_prerouter
+    from edge0.prerouter import init_prerouter, capture, train_on_capture, save_prerouter
     from edge0.streaming import load_resident
     model = Path(model)
     h = load_resident(model)  # the served dtype rule (`streaming.cast_params`)
@@ -53,7 +54,7 @@ def make_heads(model, k):
     best = (float('inf'), None, None)
     for lr in (1e-4, 1e-5):  # random weights give large hidden states: the teacher's learning rate diverges here
         pr = init_prerouter(spec, m, owners=spec.moe_layers[:-1], k=k)
-        log = phase1(pr, cap, steps=60, batch=128, lr=lr, show=False, weighted=0)  # as its committed run (KL alone)
+        log = train_on_capture(pr, cap, steps=60, batch=128, lr=lr, show=False, weighted=0)  # as its committed run (KL alone)
         print(f'  phase 1 at lr {lr:g}: KL {log[0]:.3f} -> {log[-1]:.3f}', flush=True)
         if log[-1] < min(best[0], log[0]): best = (log[-1], pr, lr)
     pr = best[1] or init_prerouter(spec, m, owners=spec.moe_layers[:-1], k=k)

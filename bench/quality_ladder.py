@@ -10,7 +10,7 @@ converted with `--low-bits 2,3`); each rung's decode speed measured beside it.
 Per rung: held-out perplexity, top-1 agreement with the teacher, mean KL(teacher || served) per token, the share of the
 KL that routing replacement opened (over int4 under its own routing at the same K) that the rung recovers, decode tok/s
 (`edge0.session.Session` serving the rung: greedy, the sample's prompt, median of 3), and a greedy sample with its
-4-gram repetition. The adapters are the stage files `edge0 train --phase 2|3` leaves in the work folder; where a teacher
+4-gram repetition. The adapters are the stage files `edge0 train --phase sft|3` leaves in the work folder; where a teacher
 has none there, its committed adapter (phase 3) stands in for phase 3, beside a phase-2 stage file when there is one (the
 run says whether it is the file the committed adapter started from, by its `from_phase2` hash), else phase 2 is not
 measured. Adapters trained on the

@@ -68,7 +68,7 @@ def main():
         src = model.with_name(model.name.removesuffix('-torch'))
         sys.exit(f"{model}: no config.json (build it: python -c \"from edge0.zoo import build_synthetic; "
                  f"build_synthetic('{src}')\" && edge0 convert {src} {model} --layout torch-cpu)")
-    from edge0.harness import Cgroup, read_throttle, run_child
+    from edge0.conditions import Cgroup, read_throttle, run_child
     results = dict(model=model.name, date=time.strftime('%Y-%m-%d %H:%M'), tiers=[])
     for mb_s in a.mb_s:
         throttle = Cgroup(read_throttle(model, mb_s)) if mb_s else None

@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edge0.harness import Arm, run, sweep, table, speedup_table, speedups, plot_tiers, save, TIERS  # noqa: E402
+from edge0.conditions import TIERS
+from edge0.harness import Arm, run, sweep, table, speedup_table, speedups, plot_tiers, save  # noqa: E402
 from edge0.files import teacher_path  # noqa: E402
 from edge0.store import ExpertStore  # noqa: E402
 
@@ -42,7 +43,7 @@ def checkpoints(a):
 
 def routing_traces(model, ks, n=256):
     "`{k: (n, layers, k) expert ids}` as the model routes the held-out excerpt (the explorer's LRU replays them)"
-    from edge0.harness import sequence
+    from edge0.conditions import sequence
     from edge0.routing_stats import routing_trace
     from edge0.streaming import load_resident
     h = load_resident(model)  # as served: the backend's dtype, the cast_predicate's parameters float32

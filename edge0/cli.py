@@ -20,12 +20,12 @@ from .decode import Sampling
 from .session import Session, format_stats
 from .served import Serving
 from dataclasses import replace
-from .phase1 import RECIPE, train_heads, train_prerouter
+from .heads import RECIPE, train_heads, train_prerouter
 from .memory import MiB
 
 
 # %% auto #0
-__all__ = ['CLIError', 'describe', 'generate', 'main']
+__all__ = ['PHASES', 'PHASE_NAMES', 'CLIError', 'describe', 'generate', 'main']
 
 # %% ../nbs/09_cli.ipynb #af405c68
 class CLIError(InputError):
@@ -125,6 +125,15 @@ def _budget(text):
     except ValueError: raise argparse.ArgumentTypeError(f"expected MiB (a number) or auto, got {text!r}")
     if not v > 0: raise argparse.ArgumentTypeError(f"must be above 0 (or auto), got {text}")
     return v
+
+PHASES = {'teacher': 0, 'heads': 1, 'sft': 2, 'distil': 3}  # `edge0 train --phase`: what each phase trains
+PHASE_NAMES = {n: name for name, n in PHASES.items()}
+
+def _phase(text) -> int:
+    "A training phase by name or number"
+    if text in PHASES: return PHASES[text]
+    if text in {str(n) for n in PHASES.values()}: return int(text)
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(PHASES)} (or 0 to 3), got {text!r}")
 
 class _Renamed(argparse.Action):
     "A flag's old spelling: it sets the new flag's value, and a note says the new name (`new`)"
@@ -247,7 +256,7 @@ def _serve_parser(sub):
 
 # %% ../nbs/09_cli.ipynb #1069406a
 def _plan_parser(sub):
-    from edge0.harness import TIERS
+    from edge0.conditions import TIERS
     from edge0.plan import DEVICES, SHAPES, SKEW, STRATEGIES
     p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy for a model on a '
                        'machine, and say which bytes bind')
@@ -286,7 +295,8 @@ def _plan_parser(sub):
 
 # %% ../nbs/09_cli.ipynb #bfcfc676
 def _bench_parser(sub):
-    from edge0.harness import ARM_MODES, TIERS
+    from edge0.conditions import TIERS
+    from edge0.harness import ARM_MODES
     b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
                        'storage tiers')
     b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
@@ -321,39 +331,40 @@ def _bench_parser(sub):
 
 # %% ../nbs/09_cli.ipynb #3d8c14d8
 def _train_parser(sub):
-    t = sub.add_parser('train', help="prerouter heads for any model (phase 1); a committed tiny teacher (phase 0) "
-                       "or its recovery LoRA (phases 2 and 3)")
-    t.add_argument('model', help='phases 1 and 3: a model directory, bundled model or Hugging Face repo id; phases 0 '
-                   'and 2 (and 3 from its bf16 teacher): edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
-    t.add_argument('--phase', type=int, choices=(0, 1, 2, 3), default=0, help='0: the teacher; 1: prerouter heads; 2, '
-                   "3: the teacher's recovery LoRA (SFT, then on-policy distillation)")
-    t.add_argument('--k', type=_positive(int), help='phases 1-3: the serving K (default: native)')
-    t.add_argument('--data', nargs='+', metavar='PATH', help='phases 1 and 3: calibration text files, folders or JSONL '
-                   '(text '
-                   'or chat messages); default: the calibration set bundled with edge0 (a teacher: its corpus recipe)')
+    t = sub.add_parser('train', help="prerouter heads for any model (--phase heads); a committed tiny teacher "
+                       "(teacher) or its recovery LoRA (sft, distil)")
+    t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging Face repo id; teacher '
+                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
+    t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES), help="what is trained, by name or "
+                   "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the recovery LoRA by SFT, "
+                   "then on-policy distillation)")
+    t.add_argument('--k', type=_positive(int), help='heads, sft, distil: the serving K (default: native)')
+    t.add_argument('--data', nargs='+', metavar='PATH', help='heads and distil: calibration text files, folders or '
+                   'JSONL (text or chat messages); default: the calibration set bundled with edge0 (a teacher: its '
+                   'corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N',
-                   help=f"phase 1: calibration tokens (default {RECIPE['tokens']:,})")
-    t.add_argument('--weighted', type=float, metavar='W', help="phase 1: weight of the loss's routing-weighted term "
+                   help=f"heads: calibration tokens (default {RECIPE['tokens']:,})")
+    t.add_argument('--weighted', type=float, metavar='W', help="heads: weight of the loss's routing-weighted term "
                    f"(the heavy experts count more; 0: KL alone; default {RECIPE['weighted']:g})")
     t.add_argument('--heldout-tokens', type=_positive(int), metavar='N',
-                   help="phase 1: held-out tokens the heads are scored on (default: a quarter of --tokens)")
+                   help="heads: held-out tokens the heads are scored on (default: a quarter of --tokens)")
     t.add_argument('--self-tokens', type=_positive(int), metavar='N',
-                   help="phase 1: add about this many tokens of text the model writes itself from the calibration "
+                   help="heads: add about this many tokens of text the model writes itself from the calibration "
                    "documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
-                   help="phases 1 and 3 of any model: memory for experts (at least one MoE layer's; the states stay in "
-                   "memory when they "
-                   "fit beside it, else in scratch files); default 256, or a layer and a quarter")
+                   help="heads and distil of any model: memory for experts (at least one MoE layer's; the states "
+                   "stay in memory when they fit beside it, else in scratch files); default 256, or a layer and a "
+                   "quarter")
     t.add_argument('--work', metavar='DIR',
-                   help='resumable scratch (phase 1: default $EDGE0_HOME/work; teachers: build/teachers)')
-    t.add_argument('--dst', metavar='DIR', help="phase 1: folder for the heads (default: beside the model if "
+                   help='resumable scratch (heads: default $EDGE0_HOME/work; teachers: build/teachers)')
+    t.add_argument('--dst', metavar='DIR', help="heads: folder for the heads (default: beside the model if "
                    "writable, else $EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default "
                    "build/teachers/out)")
     t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
-    t.add_argument('--exact-top', type=int, default=0, metavar='M', help="phases 2 and 3: train the adapter on the "
+    t.add_argument('--exact-top', type=int, default=0, metavar='M', help="sft and distil: train the adapter on the "
                    "path --mode routing --exact-top M serves (saved as lora-k{K}-top{M}, which that path loads)")
-    t.add_argument('--teacher', metavar='DIR', help="phase 3 of any model: a bf16 checkpoint of it to distil from "
+    t.add_argument('--teacher', metavar='DIR', help="distil of any model: a bf16 checkpoint of it to distil from "
                    "(default: the served checkpoint under its own routing), streamed like it")
 
 
@@ -481,7 +492,8 @@ def _exact_top_arms(arms:list, ms:list) -> list:
     return out
 
 def _cmd_bench(a):
-    from edge0.harness import arms_for, bench, tier_rate
+    from edge0.conditions import tier_rate
+    from edge0.harness import arms_for, bench
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
     arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
@@ -491,7 +503,8 @@ def _cmd_bench(a):
     if a.json: print(f"wrote {a.json}")
 
 def _cmd_plan(a):
-    from edge0.harness import save, tier_rate
+    from edge0.conditions import tier_rate
+    from edge0.harness import save
     from edge0.plan import plan_for, plan_table
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
@@ -532,16 +545,17 @@ def _cmd_distil(a):
     "Phase 3 for any model, streamed: self-distillation (or from --teacher) into the adapter for `routing` at --k"
     from edge0.distil import distil
     for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
-        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for --phase heads")
     distil(a.model, a.k, a.teacher, a.data, a.pool_mib, a.work, a.dst, **_overrides(a))
 
 def _overrides(a) -> dict:
-    "The recipe keys phases 2 and 3 take from the command line"
+    "The recipe keys sft and distil take from the command line"
     return {**({'steps': a.steps} if a.steps else {}), **({'exact_top': a.exact_top} if a.exact_top else {})}
 
 # %% ../nbs/09_cli.ipynb #8d5527f1
 def _cmd_train(a):
-    if a.exact_top and a.phase in (0, 1): raise CLIError(f"--exact-top is for phases 2 and 3, not phase {a.phase}")
+    if a.exact_top and a.phase in (0, 1):
+        raise CLIError(f"--exact-top is for --phase sft and distil, not {PHASE_NAMES[a.phase]}")
     if a.exact_top < 0 or (a.k and a.exact_top > a.k):
         raise CLIError(f"--exact-top {a.exact_top}: expected 0 to K{f'={a.k}' if a.k else ''}")
     if a.phase == 1: return _cmd_heads(a)
@@ -550,12 +564,12 @@ def _cmd_train(a):
     from edge0.code_teacher import CODE_TEACHER, reproduce_code
     known = [*TEACHERS, CODE_TEACHER.name]
     if a.phase == 3 and (a.model not in known or a.teacher or a.pool_mib or a.data): return _cmd_distil(a)
-    if a.teacher: raise CLIError("--teacher is for phase 3")
+    if a.teacher: raise CLIError("--teacher is for --phase distil")
     if a.model not in known:
-        raise CLIError(f"phase {a.phase} trains a committed teacher: {a.model!r} is not one (known: "
-                       f"{', '.join(known)}); phase 1 takes any model")
+        raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is not one (known: "
+                       f"{', '.join(known)}); --phase heads takes any model")
     for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted'):
-        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for phase 1")
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for --phase heads")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'
     if a.phase == 0 and a.model == CODE_TEACHER.name:
@@ -563,7 +577,7 @@ def _cmd_train(a):
         return print(*reproduce_code(a.corpus, Path(work) / a.model, dst, recipe), sep='\n')
     if a.phase == 0: return print(*reproduce(a.model, a.corpus, work, dst, a.steps), sep='\n')
     from edge0.recovery import train_adapter
-    base = _teacher_copy(a.model, dst, ('lora*',))  # phases 2 and 3 use the committed heads
+    base = _teacher_copy(a.model, dst, ('lora*',))  # sft and distil use the committed heads
     print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **_overrides(a)))
 
 # %% ../nbs/09_cli.ipynb #f74fc30b

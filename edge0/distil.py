@@ -14,7 +14,7 @@ from .decode import Sampling, generate_ids, held_bytes, load as decode_load
 from .files import InputError, edge0_home, find_model, is_writable, read_json, replace_whole
 from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
-from .phase1 import LayerPass, decoder_layers, training_pool
+from .heads import LayerPass, decoder_layers, training_pool
 from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerouter
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block
@@ -254,7 +254,7 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
     if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
     heads = heads_file(d, spec, k)
     if not heads.exists():
-        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase 1 "
+        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase heads "
                          f"--k {k}` first")
     tdir = _teacher_for(d, spec, teacher)
     dst = Path(dst) if dst is not None else heads_dir_for(d)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_harness.ipynb #a4df99db
 from __future__ import annotations
-import importlib, importlib.util, json, os, statistics, subprocess, sys, sysconfig, time, uuid
+import importlib, importlib.util, json, os, statistics, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -12,274 +12,19 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
 from .memory import io_counters, peak_rss, MiB
-from .store import READERS, ExpertStore, drop_cache, model_spec, read_files, read_rate
+from .store import READERS, model_spec
 from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
 from .served import Serving, open_served
+from .conditions import (BenchError, Cgroup, child, conditions, evict, evict_experts, last_line, measure_read,
+                              run_child, sequence, tier_name, tier_rate, warm)
 
 # %% auto #0
-__all__ = ['TIERS', 'ARM_MODES', 'METRICS', 'EXACT', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgroup', 'disk_of',
-           'memory_cap', 'read_throttle', 'read_counter', 'conditions', 'last_line', 'entry', 'run_child', 'child',
-           'evict', 'evict_experts', 'warm', 'measure_read', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'sequence',
-           'routing_report', 'rotations', 'run', 'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth',
-           'speedups', 'plot_tiers', 'speedup_table', 'model_dir', 'arms_for', 'bench']
-
-# %% ../nbs/05_harness.ipynb #198990a8
-TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
-
-class CgroupError(InputError):
-    "A condition (memory cap, read throttle) that cannot be set up here"
-
-class BenchError(InputError):
-    "A run that cannot go on (a measurement it depends on failed): one line, the reason"
-
-def tier_rate(tier) -> float|None:
-    "Read rate in MB/s of a tier name or a number of MB/s (None: not throttled)"
-    if tier is None or tier == 'nvme': return None
-    if isinstance(tier, str) and tier in TIERS: return TIERS[tier]
-    try: v = float(tier)
-    except (TypeError, ValueError):
-        raise InputError(f"storage tier {tier!r}: expected one of {', '.join(TIERS)} or a read rate in MB/s") from None
-    if not v > 0: raise InputError(f"storage tier {tier!r}: a read rate must be a positive number of MB/s")
-    return v
-
-def tier_name(tier) -> str:
-    "The tier's name, or `'<rate> MB/s'`"
-    rate = tier_rate(tier)
-    if rate is None: return 'nvme'
-    return next((n for n, r in TIERS.items() if r == rate), f"{rate:g} MB/s")
-
-# %% ../nbs/05_harness.ipynb #c441284b
-def _own_cgroups() -> dict:
-    "`{controller: directory}` of this process's cgroup v1 hierarchies, and its v2 directory under `''`"
-    out = {}
-    for line in Path('/proc/self/cgroup').read_text().splitlines():
-        hid, ctrls, rel = line.split(':', 2)
-        if ctrls:
-            for c in ctrls.split(','): out[c] = Path('/sys/fs/cgroup') / ctrls / rel.lstrip('/')
-        elif hid == '0' and Path('/sys/fs/cgroup/cgroup.controllers').exists():
-            out[''] = Path('/sys/fs/cgroup') / rel.lstrip('/')
-    return out
-
-# %% ../nbs/05_harness.ipynb #f28a84bb
-class Cgroup:
-    "A child of this process's cgroup with `limits` `{controller: (v1 knobs, v2 knobs)}`; `preexec` joins a process"
-    def __init__(self, limits:dict, optional=(), prefix:str='edge0-bench'):
-        if not sys.platform.startswith('linux'):
-            raise CgroupError(f"memory caps and read throttles use Linux cgroups; this is {sys.platform}")
-        self.paths, own, tag = [], _own_cgroups(), uuid.uuid4().hex[:6]
-        if all(c in own for c in limits): groups = [(own[c], v1) for c, (v1, _) in limits.items()]
-        elif '' in own: groups = [(own[''], {k: v for _, v2 in limits.values() for k, v in v2.items()})]
-        else: raise CgroupError(f"no {' or '.join(limits)} cgroup controller is mounted under /sys/fs/cgroup")
-        try:
-            for base, knobs in groups:
-                p = base / f'{prefix}-{tag}'
-                try: p.mkdir()
-                except OSError as e:
-                    raise CgroupError(f"cannot create a cgroup under {base} ({e.strerror}): memory caps and read "
-                                      "throttles need root or a delegated cgroup") from None
-                self.paths.append(p)
-                for knob, value in knobs.items():
-                    if knob in optional and not (p / knob).exists(): continue
-                    try: (p / knob).write_text(str(value))
-                    except OSError as e:
-                        raise CgroupError(f"cannot write {value!r} to {p / knob} ({e.strerror})") from None
-        except BaseException:
-            self.close()
-            raise
-
-    def io_bytes(self, dev:str|None=None) -> dict:
-        "`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every disk); 0: uncounted"
-        out = dict(read=0, write=0)
-        for p in self.paths:
-            if (f := p / 'blkio.throttle.io_service_bytes').exists():  # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
-                for x in map(str.split, f.read_text().splitlines()):
-                    if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
-                return out
-            if (f := p / 'io.stat').exists():  # cgroup v2: 'MAJ:MIN rbytes=n wbytes=n ...'
-                for x in map(str.split, f.read_text().splitlines()):
-                    if x and dev in (None, x[0]):
-                        kv = dict(s.split('=', 1) for s in x[1:])
-                        out['read'] += int(kv.get('rbytes', 0))
-                        out['write'] += int(kv.get('wbytes', 0))
-                return out
-        return out
-
-    def preexec(self):
-        "Join this cgroup (run in the child between fork and exec)"
-        for p in self.paths: (p / 'cgroup.procs').write_text(str(os.getpid()))
-
-    def close(self):
-        "Remove the cgroup (its processes have exited; twice is harmless)"
-        for p in self.paths:
-            for _ in range(50):
-                try:
-                    p.rmdir()
-                    break
-                except FileNotFoundError: break
-                except OSError: time.sleep(0.1)  # the last process is still leaving
-        self.paths = []
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
-
-# %% ../nbs/05_harness.ipynb #4ef10759
-def disk_of(path) -> str:
-    "`MAJ:MIN` of the whole disk that holds `path` (a partition's parent disk)"
-    d = os.stat(path).st_dev
-    dev = Path(f'/sys/dev/block/{os.major(d)}:{os.minor(d)}')
-    if (dev / 'partition').exists(): dev = dev.resolve().parent
-    return (dev / 'dev').read_text().strip() if (dev / 'dev').exists() else f'{os.major(d)}:{os.minor(d)}'
-
-def memory_cap(nbytes:int) -> dict:
-    "Cgroup limits of a hard memory cap without swap"
-    n = int(nbytes)
-    return {'memory': ({'memory.limit_in_bytes': n, 'memory.memsw.limit_in_bytes': n},
-                       {'memory.max': n, 'memory.swap.max': 0})}
-
-def read_throttle(path, mb_s:float) -> dict:
-    "Cgroup limits that hold reads from the disk under `path` to `mb_s` MB/s"
-    dev, bps = disk_of(path), int(mb_s * 1e6)
-    return {'blkio': ({'blkio.throttle.read_bps_device': f'{dev} {bps}'}, {'io.max': f'{dev} rbps={bps}'})}
-
-# %% ../nbs/05_harness.ipynb #b7d3e0a1
-def read_counter(path) -> dict:
-    "Cgroup limits that count the reads from the disk under `path` and hold back none (a rule of 0: no limit)"
-    return {'blkio': ({'blkio.throttle.read_bps_device': f'{disk_of(path)} 0'}, {})}
-
-# %% ../nbs/05_harness.ipynb #3d66eb6e
-def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=True) -> tuple:
-    """`(start, later, notes)`: the cgroup an arm joins at its start (memory cap, storage tier on `path`'s disk),
-    the one it joins after its prefills (`throttle_prefill=False` on cgroup v1: the tier then holds the decode only),
-    and notes on what is not enforced"""
-    limits, notes, rate = {}, [], tier_rate(tier)
-    if cap_bytes:
-        if sys.platform == 'darwin':
-            notes.append(f"the memory cap ({cap_bytes / MiB:.0f} MiB) is not enforced on macOS: each arm reports the "
-                         "memory it used instead")
-        else: limits.update(memory_cap(cap_bytes))
-    optional = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
-    if rate and not throttle_prefill and sys.platform.startswith('linux') and 'blkio' in _own_cgroups():
-        notes.append(f"prefill not throttled: the arms join the {tier_name(tier)} throttle after their prefills")
-        start = Cgroup(limits, optional) if limits else None
-        try: return start, Cgroup(read_throttle(path, rate)), notes
-        except BaseException:
-            if start: start.close()
-            raise
-    if rate: limits.update(read_throttle(path, rate))
-    return (Cgroup(limits, optional) if limits else None), None, notes
-
-# %% ../nbs/05_harness.ipynb #f0b8a9ab
-def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no output)'])[-1]
-
-_RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
-
-def _installed(path) -> bool:
-    "Whether the file `path` lies in the interpreter's own library or its site-packages (importable by name anywhere)"
-    roots = {Path(sysconfig.get_path(p)).resolve() for p in ('stdlib', 'platstdlib', 'purelib', 'platlib')}
-    return any(root in Path(path).resolve().parents for root in roots)
-
-def entry(fn) -> str:
-    """How a fresh interpreter finds the module-level function `fn`: `'module:function'`, or `'file.py:function'` for
-    a script's own (a benchmark's, run as `__main__` or imported by another from its folder); a string is one already"""
-    if isinstance(fn, str): return fn
-    name, module = fn.__qualname__, fn.__module__
-    if '<' in name or '.' in name:
-        raise InputError(f"{module}.{name} is not a module-level function: a child process cannot import it")
-    file = getattr(sys.modules.get(module), '__file__', None)
-    if module == '__main__' and file is None:  # a notebook's own definition: the library's exported copy runs
-        from edge0._modidx import d
-        found = [m for m, syms in d['syms'].items() if f"{m}.{name}" in syms]
-        if len(found) != 1: raise InputError(f"{name} is defined interactively and exported by {len(found)} edge0 "
-                                             "modules, not one: a child process cannot import it")
-        return f"{found[0]}:{name}"
-    if module == '__main__' or (file and '.' not in module and not _installed(file)):
-        return f"{Path(file).resolve()}:{name}"
-    return f"{module}:{name}"
-
-def run_child(fn, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
-    """Call the module-level function `fn` (or its `entry`) on JSON arguments in a fresh interpreter (in `cgroup`):
-    `dict(result=...)`, else `failed` and why"""
-    call = json.dumps([entry(fn), args, kw])
-    cmd = [sys.executable, '-c', 'from edge0.harness import _child_main; _child_main()', call]
-    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                            preexec_fn=cgroup.preexec if cgroup else None)
-    except subprocess.TimeoutExpired:
-        return dict(failed=True, returncode=None, killed=False, stderr=f"timed out after {timeout:g} s")
-    line = next((l for l in reversed(r.stdout.splitlines()) if l.startswith(_RESULT)), None)
-    if line is not None: return dict(result=json.loads(line[len(_RESULT):]))
-    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
-
-def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
-    "A failed child's last line; where it was killed, why: the out-of-memory kills its cgroup counted under the cap"
-    if not r.get('killed'): return last_line(r['stderr'])
-    for p in (cgroup.paths if cgroup else ()):
-        for events, cap in (('memory.events', 'memory.max'), ('memory.oom_control', 'memory.limit_in_bytes')):
-            try:
-                kills = int(dict(l.split()[:2] for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
-                limit = int((p / cap).read_text())
-            except (OSError, ValueError): continue
-            if kills: return f"killed: out of memory under the memory cap of {limit / MiB:.0f} MiB"
-    return "killed (SIGKILL): out of memory, or stopped from outside"
-
-def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
-    "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or why it was killed"
-    r = run_child(fn, *args, cgroup=cgroup, timeout=timeout, **kw)
-    if r.get('failed'): raise BenchError(f"{what} failed: {_why_failed(r, cgroup)}")
-    return r['result']
-
-def _child_main():
-    fn, args, kw = json.loads(sys.argv[1])
-    module, name = fn.rsplit(':', 1)
-    if module.endswith('.py'):  # a script (a benchmark's own child): loaded from its file, its main not run
-        spec = importlib.util.spec_from_file_location(Path(module).stem, module)
-        sys.modules[spec.name] = mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    else: mod = importlib.import_module(module)
-    result = getattr(mod, name)(*args, **kw)
-    print(_RESULT + json.dumps(result), flush=True)
-
-# %% ../nbs/05_harness.ipynb #94dc7fd5
-def evict(model):
-    "Drop the checkpoint in `model` from the page cache"
-    for f in read_files(model): drop_cache(f)
-
-_RANGES = {}  # {(folder, its shards' names, sizes, mtimes): the experts' byte ranges}: rewritten shards read anew
-
-def evict_experts(model):
-    "Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest stays)"
-    shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in read_files(model))
-    key = (str(Path(model).resolve()), shards)
-    new = key not in _RANGES
-    if new:
-        st = ExpertStore(model, residency=False)
-        _RANGES[key] = [(t.path, t.start, t.end - t.start) for ls in st.layers.values() for t in ls.values()]
-        st.close()
-    fds = {}
-    try:
-        for path, start, n in _RANGES[key]:
-            if path not in fds:
-                fds[path] = os.open(path, os.O_RDONLY)
-                if new: os.fsync(fds[path])  # once a version of the shards: a dirty page cannot be dropped
-            if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n, os.POSIX_FADV_DONTNEED)
-    finally:
-        for fd in fds.values(): os.close(fd)
-
-def warm(model):
-    "Read the checkpoint in `model` once (what fits stays in the page cache)"
-    for f in read_files(model):
-        with open(f, 'rb') as fh:
-            while fh.read(64 << 20): pass
-
-# %% ../nbs/05_harness.ipynb #d2dec037
-def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float=64) -> float:
-    "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
-    big = max(f.stat().st_size for f in read_files(model))
-    size = big // -(-big // (4 << 20)) // 4096 * 4096  # reads of 4 MiB at most that tile the largest file
-    r = child(read_rate, str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
-              timeout=600, what=f"measuring the read rate of {model}")
-    return r['mb_s']
+__all__ = ['ARM_MODES', 'METRICS', 'EXACT', 'Arm', 'open_arm', 'stream_figures', 'run_arm', 'routing_report', 'rotations', 'run',
+           'fit_load_cost', 'summarize', 'table', 'save', 'sweep', 'bandwidth', 'speedups', 'plot_tiers',
+           'speedup_table', 'model_dir', 'arms_for', 'bench']
 
 # %% ../nbs/05_harness.ipynb #4f986cce
 ARM_MODES = ('resident', 'compute', *MODES)  # the harness's two resident arms, then the decoder's modes
@@ -417,12 +162,6 @@ def _arm(job:dict) -> dict:
                    job['cache'], job.get('trace'), job.get('record'), job.get('join'))
 
 # %% ../nbs/05_harness.ipynb #d2c83bd9
-def sequence(model, n:int) -> list:
-    "The first `n` held-out token ids of `model` (`files.heldout_ids`: the code for a model trained on code)"
-    ids = heldout_ids(open_tokenizer(model), corpus=model_corpus(model))[:n].tolist()
-    if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
-    return ids
-
 def routing_report(model, n_tokens:int=256) -> str:
     "The checkpoint's routing statistics (in a child process): degenerate routing makes every I/O figure meaningless"
     return child(_routing_text, str(model), n_tokens, what=f"measuring the routing of {model}")

@@ -17,7 +17,8 @@ from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, fingerprint, read_files, read_rate
 from .streaming import StreamOptions, reset_stats, stats
 from .decode import generate_ids, shadow, unshadow
-from .harness import Arm, child, conditions, disk_of, evict_experts, open_arm, sequence
+from .conditions import child, conditions, disk_of, evict_experts, sequence
+from .harness import Arm, open_arm
 
 # %% auto #0
 __all__ = ['DEPTHS', 'ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'host_id', 'code_version', 'cached', 'expert_reads',

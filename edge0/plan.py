@@ -21,7 +21,7 @@ from .routing_stats import lru_hits, routing_trace
 from .lowbit import check_low_bits, code_bytes
 from .decode import AUTO, check_exact_top, generate_ids
 from .served import open_served
-from .harness import child, conditions, measure_read, sequence, tier_name, tier_rate
+from .conditions import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)
 from .measure import (Eta, cached, cold_misses, compute_profile, eta_curve, host_id, measure_expert_reads,
@@ -769,7 +769,7 @@ def _routing_recall(src, k:int|None, recall:float|None, has_weights:bool) -> tup
 def _not_planned(src, k:int|None) -> str:
     k = k or model_spec(src).k
     return (f"routing not planned: {src} has no prerouter heads for K={k} and no --recall was given; train them "
-            f"(`edge0 train {src} --phase 1 --k {k}`) or pass --recall R")
+            f"(`edge0 train {src} --phase heads --k {k}`) or pass --recall R")
 
 # %% ../nbs/06c_plan.ipynb #c0065
 def _measured_eta(model_dir) -> Eta:

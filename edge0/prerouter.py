@@ -17,8 +17,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['FORMAT', 'Head', 'features', 'router_weight', 'router_bias_of', 'Prerouter', 'init_prerouter', 'capture',
            'pair_positions', 'pairs', 'recall', 'heaviest_hit', 'recall_report', 'score_probs', 'weighted_nll',
-           'head_batch', 'train_head', 'phase1', 'base_fingerprints', 'prerouter_file', 'heads_dir_for', 'heads_places',
-           'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter', 'load_prerouter']
+           'head_batch', 'train_head', 'train_on_capture', 'base_fingerprints', 'prerouter_file', 'heads_dir_for',
+           'heads_places', 'find_heads', 'heads_file', 'heads_fingerprint', 'save_prerouter', 'load_prerouter']
 
 # %% ../nbs/02a_prerouter.ipynb #eebac764
 class Head(B.Module):
@@ -184,8 +184,8 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
     return log
 
 # %% ../nbs/02a_prerouter.ipynb #0242159c
-def phase1(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True,
-           seq:int=256, weighted:float=1.0) -> list:
+def train_on_capture(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0,
+                     show:bool=True, seq:int=256, weighted:float=1.0) -> list:
     "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean KL log"
     logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps, batch, lr, seed,
                        seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'], weighted=weighted)
@@ -245,7 +245,7 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
     if (p := find_heads(model_dir, spec, k)) is not None: return p
     raise FileNotFoundError(f"no prerouter heads for K={k or spec.k} of {model_dir}: looked for "
                             f"{', '.join(map(str, heads_places(model_dir, spec, k)))}; train them with "
-                            f"`edge0 train {model_dir} --phase 1 --k {k or spec.k}`")
+                            f"`edge0 train {model_dir} --phase heads --k {k or spec.k}`")
 
 def heads_fingerprint(path) -> str:
     "Hash of a heads file's bytes: what an adapter was trained with, and what a measurement of the heads is keyed on"

@@ -164,7 +164,7 @@ def test_config_mlx_lm_cannot_build_from(edge0_cmd, model):
 
 def test_bad_files_the_model_is_made_from_in_the_library(tiny_qwen, tmp_path):
     "Every case through each loader: streamed, resident, the tokenizer alone (phase 1) and the harness's sequence"
-    from edge0.harness import sequence
+    from edge0.conditions import sequence
     from edge0.streaming import load, load_resident, open_tokenizer
     tokenizer_only = [open_tokenizer, lambda d: sequence(d, 8)]
     for case, (damage, want) in {**TOKENIZER, **BUILD}.items():
@@ -275,7 +275,7 @@ def _gz_damage(case, whole):
 
 @pytest.mark.parametrize('case', ['truncated', 'corrupt middle byte'])
 def test_damaged_gzip_data_refused_before_training(edge0_cmd, base, tmp_path, case):
-    "`train --phase 1 --data notes.txt.gz` on a damaged .gz: one line naming it, nothing trained or written"
+    "`train --phase heads --data notes.txt.gz` on a damaged .gz: one line naming it, nothing trained or written"
     text = ''.join(f"Line {i} of the notes, {i * i} words long.\n" for i in range(4000))
     notes, heads, work = tmp_path / 'notes.txt.gz', tmp_path / 'heads', tmp_path / 'work'
     notes.write_bytes(_gz_damage(case, gzip.compress(text.encode())))

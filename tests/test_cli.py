@@ -113,7 +113,7 @@ def test_chat_over_a_pipe(edge0_cmd):
     assert '2 replies' in r.stdout and 'from the cache' in r.stdout and 'forgotten' in r.stdout
 
 def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
-    "`edge0 train MODEL --phase 3` of a model that is not a bundled teacher: what it needs, said before anything runs"
+    "`edge0 train MODEL --phase distil` of a model that is not a bundled teacher: what it needs, said before anything runs"
     import shutil
     from edge0.files import teacher_path
     model = tmp_path / 'tiny'
@@ -121,9 +121,9 @@ def test_phase3_of_any_model_refuses_in_one_line(edge0_cmd, tmp_path):
     for flags, says in (((model, '--phase', 3, '--k', 2), 'train them with `edge0 train'),
                         ((model, '--phase', 3, '--teacher', teacher_path('edge0-tiny-ds', int4=False)),
                          "is not " + f"{model}'s model"),
-                        ((model, '--phase', 3, '--tokens', 100), '--tokens is for phase 1'),
-                        (('edge0-tiny', '--phase', 2, '--teacher', model), '--teacher is for phase 3'),
-                        ((model, '--phase', 1, '--exact-top', 1), '--exact-top is for phases 2 and 3, not phase 1'),
+                        ((model, '--phase', 3, '--tokens', 100), '--tokens is for --phase heads'),
+                        (('edge0-tiny', '--phase', 2, '--teacher', model), '--teacher is for --phase distil'),
+                        ((model, '--phase', 1, '--exact-top', 1), '--exact-top is for --phase sft and distil, not heads'),
                         ((model, '--phase', 3, '--k', 4, '--exact-top', 5), '--exact-top 5: expected 0 to K=4'),
                         ((model, '--phase', 3, '--exact-top', 9), '--exact-top 9: expected 0 to K=8'),
                         (('edge0-tiny', '--phase', 2, '--exact-top', -1), '--exact-top -1: expected 0 to K')):

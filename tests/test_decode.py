@@ -86,7 +86,7 @@ def test_cli_prerouter(edge0_cmd, tmp_path):
     e = subprocess.run(base + ['--mode', 'oracle', '--trace', str(t)], capture_output=True, text=True, timeout=300)
     assert e.returncode == 2 and 'recorded at K=4' in e.stderr and 'K=8' in e.stderr
     e = subprocess.run(base + ['--mode', 'routing', '--k', '3'], capture_output=True, text=True, timeout=300)
-    assert e.returncode == 2 and 'no prerouter heads for K=3' in e.stderr and '--phase 1 --k 3' in e.stderr
+    assert e.returncode == 2 and 'no prerouter heads for K=3' in e.stderr and '--phase heads --k 3' in e.stderr
 
 def test_cli_finds_heads_in_the_home(edge0_cmd, tmp_path):
     "Heads under EDGE0_HOME (where a read-only model's go) serve `edge0 generate`, which says which file it used"

@@ -78,7 +78,15 @@ def test_each_chapter_imports_only_those_below_it():
     assert breaks == []
 
 HOMES = {'edge0_home': 'files', 'cache_dir': 'files', 'is_writable': 'files', 'replace_whole': 'files',
-         'atomic_file': 'files', 'atomic_dir': 'files', 'MiB': 'memory', 'fingerprint': 'store'}
+         'atomic_file': 'files', 'atomic_dir': 'files', 'MiB': 'memory', 'fingerprint': 'store',
+         # what a measurement runs under, apart from the A/B protocol
+         **{n: 'conditions' for n in ('Cgroup', 'CgroupError', 'BenchError', 'TIERS', 'tier_rate', 'tier_name',
+                                      'conditions', 'memory_cap', 'read_throttle', 'read_counter', 'disk_of',
+                                      'run_child', 'child', 'evict', 'evict_experts', 'warm', 'measure_read',
+                                      'sequence')},
+         # the decoder's policy and the one generation loop
+         **{n: 'decode' for n in ('generate_ids', 'Executor', 'Step', 'exact_top_sets')},
+         'Serving': 'served', 'ops_of': 'backend.core'}
 
 def test_each_concept_has_one_home():
     "Paths and atomic writes come from files, MiB from memory; a child process's entry point is a function, not a string"

@@ -4,7 +4,7 @@ watch speaking once through a session. The cgroup tests need root and a memory c
 does; elsewhere they skip."""
 import logging, os, re, subprocess, sys
 import pytest
-from edge0.harness import Cgroup, CgroupError, memory_cap
+from edge0.conditions import Cgroup, CgroupError, memory_cap
 
 MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')

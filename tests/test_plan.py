@@ -41,7 +41,7 @@ def test_a_model_without_heads(edge0_cmd, tiny_qwen, tmp_path):
     r = plan(edge0_cmd, str(tiny_qwen), '--device', 'mac-16gb', '--json', str(tmp_path / 'p.json'), env=env)
     assert r.returncode == 0, r.stderr
     (line,) = [l for l in r.stdout.splitlines() if 'routing' in l]
-    assert line.startswith('routing not planned') and f'edge0 train {tiny_qwen} --phase 1 --k 4' in line, r.stdout
+    assert line.startswith('routing not planned') and f'edge0 train {tiny_qwen} --phase heads --k 4' in line, r.stdout
     assert list(json.loads((tmp_path / 'p.json').read_text())['rows']) == ['ram', 'static', 'off']
     r = plan(edge0_cmd, str(tiny_qwen), '--device', 'mac-16gb', '--recall', '0.8', env=env)
     assert r.returncode == 0 and "routing's recall: --recall 0.8" in r.stdout, r.stderr
