@@ -264,6 +264,7 @@ class Executor:
     def like(self, ids:np.ndarray, inds): "Host expert ids `ids` shaped and typed as `inds`"
     def finish(self, *arrays): "Compute `arrays` now (the flush)"
 
+# %% ../nbs/02b_decode.ipynb #d0000014d
 class GraphExecutor(Executor):
     "The MLX graph computes what `dec` decides: the block's own modules, the engine's streamed `switch_mlp`"
     on_device = 1
@@ -305,6 +306,7 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
     if layer in self.owners: self.predict(ex, layer, x, inds, decode)
     return out
 
+# %% ../nbs/02b_decode.ipynb #d0000014g
 @patch
 def predict(self:Decoder, ex:Executor, layer:int, x, inds, decode:bool):
     "Owner `layer`'s head predicts the next MoE layer's experts at the next token, from `x`'s last position"
@@ -317,6 +319,7 @@ def predict(self:Decoder, ex:Executor, layer:int, x, inds, decode:bool):
     self.preds[nxt], w = route(self.spec.routing, predicted, self.k, ex.bias(nxt))
     if self.exact_top: self.pred_w[nxt] = w  # the flush ranks the prediction by it
 
+# %% ../nbs/02b_decode.ipynb #d0000014i
 @patch
 def moe_block(self:Decoder, layer:int, blk, x):
     "What the MLX graph calls in place of block `layer`: the policy, computed by the graph"

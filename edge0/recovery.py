@@ -319,11 +319,11 @@ class Recovery:
             return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'], B.float32)
         p = stage_file(self.work, self.name, self.k, 2, self.exact_top)
         if not p.exists():
-            raise InputError(f"phase 3 starts from phase 2's adapter {p}: run phase 2 at K={self.k}"
+            raise InputError(f"distil starts from sft's adapter {p}: run --phase sft at K={self.k}"
                              f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} first")
         weights, meta = read_adapter(p)
         if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
-            raise InputError(f"{p} was trained with other heads than {self.heads}; run phase 2 again")
+            raise InputError(f"{p} was trained with other heads than {self.heads}; run --phase sft again")
         self.recipe.update(rank=meta['rank'], alpha=meta['alpha'], targets=list(meta['targets']))
         return attach(self.model, self.spec, meta['rank'], meta['alpha'], meta['targets'], dtype=B.float32,
                       weights=weights)

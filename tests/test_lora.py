@@ -84,6 +84,6 @@ def test_phase3_needs_phase2(edge0_cmd, tmp_path):
     shutil.copytree(teacher_path('edge0-tiny'), work / 'tokenizer', ignore=shutil.ignore_patterns('*.safetensors', 'config.json'))
     r = run(edge0_cmd, 'train', 'edge0-tiny', '--phase', 3, '--k', 4, '--corpus', corpus, '--work', work,
             '--dst', tmp_path / 'out')
-    assert r.returncode == 2 and 'run phase 2 at K=4 first' in r.stderr, r.stderr
+    assert r.returncode == 2 and 'run --phase sft at K=4 first' in r.stderr, r.stderr
     r = run(edge0_cmd, 'train', 'edge0-tiny', '--phase', 4)
-    assert r.returncode == 2 and 'invalid choice' in r.stderr
+    assert r.returncode == 2 and 'expected one of teacher, heads, sft, distil' in r.stderr
