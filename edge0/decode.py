@@ -53,10 +53,11 @@ def check_mode(mode:str):
     "Refuse a decode mode that is not one of `MODES`"
     if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
 
-def check_exact_top(mode:str, m:int, k:int):
-    "Refuse an exact top-M outside `routing` mode or outside 0..K"
+def check_exact_top(mode:str, m:int, k:int|None):
+    "Refuse an exact top-M outside `routing` mode or outside 0..K (`k` None: K is not known yet, only M >= 0)"
     if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
-    if not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
+    if k is None and m < 0: raise InputError(f"exact top-M must be at least 0, got {m}")
+    if k is not None and not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
 
 # %% ../nbs/02b_decode.ipynb #4f0bb904
 def trace_len(trace:dict) -> int:

@@ -32,13 +32,11 @@ class Serving:
 
     def __post_init__(self):
         mode, low = self.mode, self.options is not None and bool(self.options.low_bits)
-        if self.exact_top < 0: raise InputError(f"exact top-M must be at least 0, got {self.exact_top}")
-        if self.exact_top and mode not in ('routing', AUTO):
-            raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode or 'the own routing'!r}")
+        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: expected at least 1")
+        check_exact_top('routing' if mode == AUTO else mode or 'the own routing', self.exact_top, self.k)
         if mode is None and (self.k is not None or self.trace is not None or self.record_trace or low):
             object.__setattr__(self, 'mode', mode := 'off')  # a decoder serves them
         if mode not in (None, AUTO): check_mode(mode)
-        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: expected at least 1")
         if self.record_trace and mode != 'off':
             raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
         if self.trace is not None and mode != 'oracle':
@@ -68,7 +66,7 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
     if s.k is not None and s.k > spec.num_experts:
         raise InputError(f"k={s.k} is out of range: expected 1 to {spec.num_experts}, "
                          f"the experts per MoE layer of {d.name}")
-    check_exact_top('routing' if s.mode == AUTO else s.mode or 'the own routing', s.exact_top, s.k or spec.k)
+    if s.k is None: check_exact_top('routing' if s.mode == AUTO else s.mode, s.exact_top, spec.k)  # M <= this model's K
     options = None if s.resident else s.options
     if s.mode is None: h = decode_load(d, 'off', spec=spec, resident=s.resident, options=options, dtype=s.dtype,
                                        decoder=False)
