@@ -10,7 +10,9 @@ import edge0
 from .backend import core as B
 from .files import InputError, find_model, teachers
 from .routing import MoESpec, SUPPORTED, expert_keys
-from .streaming import PATHS, POLICIES, StreamOptions, model_spec
+from .store import model_spec
+from .pool import POLICIES
+from .engine import PATHS, StreamOptions
 from .store import READERS, DIRECT_DEPTH
 from .decode import AUTO, MODES
 from .backend.quant import KERNELS

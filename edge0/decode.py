@@ -13,8 +13,9 @@ import numpy as np
 from .backend import core as B
 from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
-from .streaming import (StreamEngine, StreamOptions, Handle, load as stream_load, load_resident,
-                             stats as stream_stats, model_spec)
+from .store import model_spec
+from .engine import StreamEngine, StreamOptions, stats as stream_stats
+from .streaming import Handle, load as stream_load, load_resident
 from .prerouter import Prerouter, features, find_heads, heads_file, load_prerouter
 from .memory import MiB
 

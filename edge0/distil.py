@@ -19,7 +19,9 @@ from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerou
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block
 from .store import ExpertStore, fingerprint, model_spec
-from .streaming import StreamOptions, expert_mlp, load as stream_load, open_tokenizer
+from .experts import expert_mlp
+from .engine import StreamOptions
+from .streaming import load as stream_load, open_tokenizer
 from .teachers import lr_schedule
 
 # %% auto #0

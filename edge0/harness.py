@@ -13,7 +13,8 @@ from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
 from .memory import io_counters, peak_rss, MiB
 from .store import READERS, model_spec
-from .streaming import PATHS, StreamOptions, open_tokenizer, reset_stats
+from .engine import PATHS, StreamOptions, reset_stats
+from .streaming import open_tokenizer
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
@@ -35,7 +36,7 @@ class Arm:
     model:str
     mode:str = 'off'              # one of ARM_MODES
     k:int|None = None             # experts per token (None: the model's own)
-    path:str = 'exact'            # decode executor path (edge0.streaming.PATHS)
+    path:str = 'exact'            # decode executor path (edge0.engine.PATHS)
     prefill_path:str = 'exact'
     pool_mb:float|str = 'auto'    # budget of all expert memory (MiB), or 'auto' (from the memory the arm may use)
     slots:int|None = None         # staged slots per layer

@@ -20,7 +20,8 @@ from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
                              train_head)
 from .routing import MoESpec, RouterTap, attr_at, block, route
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
-from .streaming import StreamOptions, check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
+from .engine import StreamOptions
+from .streaming import check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 

@@ -15,7 +15,7 @@ from .files import InputError, atomic_file, cache_dir
 from .memory import process_memory, MiB
 from .routing import attr_at
 from .store import ExpertStore, PATTERNS, SIZES, direct_read_rate, fingerprint, read_files, read_rate
-from .streaming import StreamOptions, reset_stats, stats
+from .engine import StreamOptions, reset_stats, stats
 from .decode import generate_ids, shadow, unshadow
 from .conditions import child, conditions, disk_of, evict_experts, sequence
 from .harness import Arm, open_arm

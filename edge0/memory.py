@@ -15,7 +15,7 @@ _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as 2**63 rounded down to a p
 # %% auto #0
 __all__ = ['MiB', 'KV_TOKENS', 'ROOM', 'CgroupMemory', 'cgroup_memory', 'SystemMemory', 'system_memory', 'ProcessMemory',
            'process_memory', 'peak_rss', 'metal_working_set', 'Headroom', 'headroom', 'Budget', 'pool_budget',
-           'step_and_room', 'io_counters', 'ThrashWatch']
+           'step_and_room', 'kv_bytes', 'io_counters', 'ThrashWatch']
 
 # %% ../nbs/00_memory.ipynb #d6cca3a8
 def _read_int(p:Path) -> int|None:
@@ -219,6 +219,12 @@ def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int, dir
     the page cache and read buffers: reads through the page cache (`direct` False) pass two layers' K experts through
     it; reads past it (`direct`) keep one layer's K experts' buffers free between reads"""
     return int(min(layer, min(num_experts, tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
+
+
+# %% ../nbs/00_memory.ipynb #x00m0011
+def kv_bytes(growth:list, tokens:int) -> int:
+    "Bytes of the prompt cache at `tokens` tokens"
+    return int(sum(f + per * (tokens if cap is None else min(tokens, cap)) for per, f, cap in growth))
 
 
 # %% ../nbs/00_memory.ipynb #c62d41ee

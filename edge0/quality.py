@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
-from .streaming import StreamOptions
+from .engine import StreamOptions
 from .served import Serving, open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from .files import InputError, find_model
 from .store import model_spec
-from .streaming import StreamOptions, Handle
+from .engine import StreamOptions
+from .streaming import Handle
 from .decode import AUTO, check_exact_top, check_mode, load as decode_load
 from .lora import use_adapter
 

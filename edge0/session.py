@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
-from .streaming import StreamOptions, stats as stream_stats
+from .engine import StreamOptions, stats as stream_stats
 from .decode import AUTO, Sampling, generate_ids, decode_stats
 from .served import Serving, open_served
 from .plan import auto_mode

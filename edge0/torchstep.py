@@ -13,7 +13,7 @@ from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, 
 from .files import InputError
 from .routing import MoESpec, Routing, attr_at, block, route
 from .prerouter import features
-from .streaming import torch_quant
+from .experts import torch_quant
 from .decode import Executor, Step
 
 # %% auto #0

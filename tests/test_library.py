@@ -86,6 +86,11 @@ HOMES = {'edge0_home': 'files', 'cache_dir': 'files', 'is_writable': 'files', 'r
                                       'sequence')},
          # the decoder's policy and the one generation loop
          **{n: 'decode' for n in ('generate_ids', 'Executor', 'Step', 'exact_top_sets')},
+         # the streaming engine's parts, each in its own module (`edge0.streaming` re-exports them for scripts)
+         **{n: 'experts' for n in ('expert_mlp', 'per_expert_mlp', 'torch_quant')},
+         **{n: 'pool' for n in ('ExpertPool', 'LayerStats', 'POLICIES')},
+         **{n: 'engine' for n in ('StreamOptions', 'StreamEngine', 'PATHS', 'StreamingSwitchGLU', 'reset_stats')},
+         'kv_bytes': 'memory', 'model_spec': 'store',
          'Serving': 'served', 'ops_of': 'backend.core'}
 
 def test_each_concept_has_one_home():
@@ -106,3 +111,11 @@ def test_each_concept_has_one_home():
             mib += [f"{p.name}:{i}" for i, line in enumerate(text.splitlines(), 1)
                     if re.search(r'\b2\s*\*\*\s*20\b(?! bytes)', line)]
     assert wrong == [] and strings == [] and mib == [], (wrong[:5], strings[:5], mib[:5])
+
+def test_streaming_keeps_its_names():
+    "Scripts that import the engine's parts from `edge0.streaming` keep working after the engine got its own modules"
+    import edge0.streaming as s
+    from edge0 import engine, experts, pool, memory
+    for mod in (engine, experts, pool):
+        for name in mod.__all__: assert getattr(s, name) is getattr(mod, name) and name in s.__all__, name
+    assert s.kv_bytes is memory.kv_bytes and {'load', 'load_resident', 'Handle'} <= set(s.__all__)
