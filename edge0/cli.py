@@ -20,7 +20,7 @@ from .convert import LAYOUTS
 from .lowbit import LOW_BITS
 from .decode import Sampling
 from .session import Session, format_stats
-from .served import Serving
+from .serving import Serving
 from dataclasses import replace
 from .heads import RECIPE, train_heads, train_prerouter
 from .memory import MiB
@@ -471,7 +471,7 @@ def _cmd_chat(a):
         repl(s, a.max_tokens, sampling, a.system_prompt)
 
 def _cmd_serve(a):
-    from edge0.serve import serve
+    from edge0.openai_api import serve
     if not 0 <= a.port < 65536: raise CLIError(f"--port must be 0 to 65535, got {a.port}")
     find_model(a.model)  # a bad model fails here, before the server starts
     serve(a.model, a.host, a.port, a.max_queue, a.max_tokens_limit, **_session_kw(a))

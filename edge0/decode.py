@@ -621,7 +621,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
                          "(edge0.plan.auto_mode; the session and the edge0 command pass it)")
     if not auto: check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
-    k = k or spec.k  # exact top-M is checked by the decoder (and by `served.Serving` before anything is loaded)
+    k = k or spec.k  # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)
     path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
             (auto and prerouter_path is not None) else find_heads(model_dir, spec, k) if auto else None)
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None

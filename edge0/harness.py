@@ -18,7 +18,7 @@ from .streaming import open_tokenizer
 from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
-from .served import Serving, open_served
+from .serving import Serving, open_served
 from .conditions import (BenchError, Cgroup, child, conditions, evict, evict_experts, last_line, measure_read,
                               run_child, sequence, tier_name, tier_rate, warm)
 
@@ -75,7 +75,7 @@ def _totals(engine) -> np.ndarray:
                      for s in engine.stats.values()], dtype=np.float64).sum(0)
 
 def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
-    "A handle with its decoder for `arm`, opened as a session opens it (`edge0.served.open_served`)"
+    "A handle with its decoder for `arm`, opened as a session opens it (`edge0.serving.open_served`)"
     if arm.mode in ('resident', 'compute'):  # 'compute': a decoder over every expert in memory, at the arm's K
         if arm.mode == 'resident' and arm.k not in (None, model_spec(arm.model).k):
             raise InputError(f"a resident arm decodes at the model's own K; use mode 'compute' for K={arm.k}")

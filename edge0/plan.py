@@ -20,7 +20,7 @@ from .prerouter import capture, find_heads, heads_file, heads_fingerprint, load_
 from .routing_stats import lru_hits, routing_trace
 from .lowbit import check_low_bits, code_bytes
 from .decode import AUTO, check_exact_top, generate_ids
-from .served import open_served
+from .serving import open_served
 from .conditions import child, conditions, measure_read, sequence, tier_name, tier_rate
 from .roofline import (AddressClass, Job, bytes_by_class, checkpoint_groups, config_groups, exposed_latency,
                             predicted_layers)

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, find_model, teacher_path
 from .engine import StreamOptions
-from .served import Serving, open_served
+from .serving import Serving, open_served
 from .decode import Decoder, Sampling, generate_ids, moe_forward, shadow_blocks, unshadow
 from .recovery import StudentPath, log_softmax
 from .files import heldout_ids

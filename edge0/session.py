@@ -11,7 +11,7 @@ from jinja2 import TemplateError
 from .files import InputError, find_model
 from .engine import StreamOptions, stats as stream_stats
 from .decode import AUTO, Sampling, generate_ids, decode_stats
-from .served import Serving, open_served
+from .serving import Serving, open_served
 from .plan import auto_mode
 from .memory import Budget, MiB, ThrashWatch
 

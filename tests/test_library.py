@@ -91,7 +91,7 @@ HOMES = {'edge0_home': 'files', 'cache_dir': 'files', 'is_writable': 'files', 'r
          **{n: 'pool' for n in ('ExpertPool', 'LayerStats', 'POLICIES')},
          **{n: 'engine' for n in ('StreamOptions', 'StreamEngine', 'PATHS', 'StreamingSwitchGLU', 'reset_stats')},
          'kv_bytes': 'memory', 'model_spec': 'store',
-         'Serving': 'served', 'ops_of': 'backend.core'}
+         'Serving': 'serving', 'ops_of': 'backend.core'}
 
 def test_each_concept_has_one_home():
     "Paths and atomic writes come from files, MiB from memory; a child process's entry point is a function, not a string"

@@ -8,7 +8,7 @@ import urllib.error, urllib.request
 from pathlib import Path
 import pytest
 import openai
-from edge0.serve import Job, serving
+from edge0.openai_api import Job, serve_in_background
 from edge0.session import Piece, Session
 
 MODEL, RIVER, CITY = 'edge0-tiny', [dict(role='user', content='Tell me about the river.')], 'The history of the city'
@@ -23,7 +23,7 @@ def expected():
 
 @pytest.fixture(scope='module')
 def srv(expected):
-    with serving(MODEL, max_queue=MAX_QUEUE, max_tokens_limit=LIMIT, max_body_bytes=BODY) as s: yield s
+    with serve_in_background(MODEL, max_queue=MAX_QUEUE, max_tokens_limit=LIMIT, max_body_bytes=BODY) as s: yield s
 
 def client(srv): return openai.OpenAI(base_url=f"{srv.url}/v1", api_key='none', max_retries=0, timeout=60)
 
@@ -328,7 +328,7 @@ def test_a_burst_of_8_clients_x_50_requests_is_served_whole_in_arrival_order_and
     within CI's time: what is checked is the server, the same over either."""
     import gc, psutil
     kw = dict(model=MODEL, messages=RIVER, max_tokens=BURST_TOKENS, temperature=0, logit_bias=endless(expected))
-    with serving(MODEL, max_queue=MAX_QUEUE, max_tokens_limit=LIMIT, resident=True, no_adapter=True) as b, \
+    with serve_in_background(MODEL, max_queue=MAX_QUEUE, max_tokens_limit=LIMIT, resident=True, no_adapter=True) as b, \
             concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool, quiet_log():
         clients, refused = [client(b) for _ in range(CLIENTS)], []
         def ask(c:int, i:int) -> tuple:
@@ -471,25 +471,25 @@ def test_a_second_server_on_the_port_of_one_still_loading_fails_at_once(monkeypa
     """A second server on the port of one still loading its model fails at once: the first listens from its bind.
     (With SO_REUSEADDR, a socket only bound does not keep another from binding the same port: the second loaded its
     model and only then failed, as it started.)"""
-    import edge0.serve
+    import edge0.openai_api
     from edge0.files import InputError
     loading, loaded = threading.Event(), threading.Event()
     def session(*a, **kw):  # stands in for the model's load, which the test holds
         loading.set()
         loaded.wait(10)
         raise InputError('the model was not loaded')
-    monkeypatch.setattr(edge0.serve, 'Session', session)
+    monkeypatch.setattr(edge0.openai_api, 'Session', session)
     port, failed = free_port(), []
     def first():
         try:
-            with serving(MODEL, port=port): pass
+            with serve_in_background(MODEL, port=port): pass
         except InputError as e: failed.append(str(e))
     t = threading.Thread(target=first)
     t.start()
     try:
         assert loading.wait(10)
         with pytest.raises(InputError, match=f"cannot listen on 127.0.0.1:{port}: Address already in use"):
-            with serving(MODEL, port=port): pass
+            with serve_in_background(MODEL, port=port): pass
     finally:
         loaded.set()
         t.join(10)
