@@ -10,12 +10,12 @@ size) x `off`/`routing`, its 256 MiB pool, its prefill outside the throttle; and
 K=8 on the sata tier with its experts evicted before every step and a pool of 1/8 of them, `off` and `routing`.
 
 For each configuration this script
-  1. measures this machine inside that tier and cap (edge0.plan.this_machine: the checkpoint's cold read rate, the
+  1. measures this machine inside that tier and cap (edge0.plan_inputs.this_machine: the checkpoint's cold read rate, the
      store's expert reads at batch 1 and K, cold and warm, in a child cgroup; what a cold miss adds to a decode step
      there over a warm one, in `off` and in the mode, timed in place in one process (edge0.measure.cold_misses): what
      the step waited for and what it computed beside; the mode's compute profile with every expert pooled, no cap, no
      throttle; the runtime's memory), the model's routing of the forced sequence and, for `routing`, the sets a
-     routing decode serves over it (edge0.plan.served_by_heads);
+     routing decode serves over it (edge0.plan_inputs.served_by_heads);
   2. runs the arm by the harness's protocol (edge0.harness.run: own process, page cache dropped, the same forced
      sequence), one round at a time, and beside each round the arm's warm twin: the same mode, K and pool with every
      page of the checkpoint cached, no tier and no cap, so none of its misses reads the disk; the arms' order rotates
@@ -47,8 +47,9 @@ from edge0.harness import Arm, routing_report, run, save, summarize, table  # no
 from edge0.files import teacher_path  # noqa: E402
 from edge0.gguf import write_q4_0  # noqa: E402
 from edge0.measure import eta_curve, plot_eta  # noqa: E402
-from edge0.plan import (Compute, calibration_table, head_recall, heads_planned, model_bytes, model_trace, plan,  # noqa: E402
-                        plot_calibration, served_by_heads, this_machine)
+from edge0.plan import Compute, model_bytes, plan  # noqa: E402
+from edge0.plan_calibration import calibration_table, plot_calibration  # noqa: E402
+from edge0.plan_inputs import head_recall, heads_planned, model_trace, served_by_heads, this_machine  # noqa: E402
 from edge0.store import ExpertStore, drop_cache, model_spec  # noqa: E402
 
 CAPS = (0.5, 0.75)  # memory caps of the synthetic, as fractions of its size

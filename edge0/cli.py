@@ -507,7 +507,8 @@ def _cmd_bench(a):
 def _cmd_plan(a):
     from edge0.conditions import tier_rate
     from edge0.harness import save
-    from edge0.plan import plan_for, plan_table
+    from edge0.plan import plan_table
+    from edge0.plan_verdict import plan_for
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
     p = plan_for(a.model, a.device, a.k, a.pool_mib, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,

@@ -618,7 +618,7 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     auto = mode == AUTO
     if auto and choose is None:
         raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
-                         "(edge0.plan.auto_mode; the session and the edge0 command pass it)")
+                         "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass it)")
     if not auto: check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     k = k or spec.k  # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)

@@ -55,7 +55,7 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
                 serving:Serving|str|None=None, # the configuration; or its `mode`, the other fields as keywords
                 k:int|None=None, # with a mode: experts per token (default: the model's own)
                 decoder:bool=True, # False: heads loaded (`handle.prerouter`), the model routes itself
-                choose=None, # mode 'auto': what picks off or routing once loaded (edge0.plan.auto_mode)
+                choose=None, # mode 'auto': what picks off or routing once loaded (edge0.plan_verdict.auto_mode)
                 **fields) -> Handle: # with a mode: the other fields of `Serving`
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
     if isinstance(serving, Serving):

@@ -12,7 +12,7 @@ from .files import InputError, find_model
 from .engine import StreamOptions, stats as stream_stats
 from .decode import AUTO, Sampling, generate_ids, decode_stats
 from .serving import Serving, open_served
-from .plan import auto_mode
+from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
 
 # %% auto #0

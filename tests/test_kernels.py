@@ -114,7 +114,7 @@ def test_resident_arms_and_the_planner_open_the_torch_layout(tiny_torch):
     "`load_resident` reads nothing after load; the harness's resident and compute arms and the planner's traces run"
     from edge0.conditions import sequence
     from edge0.harness import Arm, run_arm
-    from edge0.plan import _trace
+    from edge0.plan_inputs import _trace
     from edge0.streaming import stats
     with load_resident(tiny_torch) as h:
         s = stats(h.engine)

@@ -91,6 +91,10 @@ HOMES = {'edge0_home': 'files', 'cache_dir': 'files', 'is_writable': 'files', 'r
          **{n: 'pool' for n in ('ExpertPool', 'LayerStats', 'POLICIES')},
          **{n: 'engine' for n in ('StreamOptions', 'StreamEngine', 'PATHS', 'StreamingSwitchGLU', 'reset_stats')},
          'kv_bytes': 'memory', 'model_spec': 'store',
+         # the planner: the analytic model, what is measured for it, and the verdict a run's `auto` reads
+         **{n: 'plan' for n in ('Device', 'plan', 'plan_table', 'replay', 'auto_budget', 'model_bytes')},
+         **{n: 'plan_inputs' for n in ('model_trace', 'head_recall', 'served_by_heads', 'this_machine')},
+         **{n: 'plan_verdict' for n in ('plan_for', 'auto_mode', 'keep_verdict')},
          'Serving': 'serving', 'ops_of': 'backend.core'}
 
 def test_each_concept_has_one_home():

@@ -19,7 +19,7 @@ def test_public_shape_on_a_named_device(edge0_cmd, tmp_path):
 
 def test_overrides_move_the_prediction():
     "A faster disk and more memory make streaming faster; enough memory makes everything fit"
-    from edge0.plan import plan_for
+    from edge0.plan_verdict import plan_for
     args = dict(model='qwen3-30b-a3b', device='edge-8gb-emmc', strategies=('ram', 'off'))
     s, f, b = (plan_for(**args, **kw)['rows'] for kw in ({}, dict(tier='sata'), dict(ram_mb=20000)))
     assert f['off']['tps'] > 1.5 * s['off']['tps']
