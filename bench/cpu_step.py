@@ -152,7 +152,7 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     tot, dec = ss['total'], h.decoder.stats
     steps = dict(step_ms=1e3 * rest / n, blocked_ms=tot['blocked_ms'] / n, mb=tot['bytes_read'] / n / MiB,
                  loads=tot['loads'] / n, hits=tot['hits'] / n, background_loads=dec.background_loads / n,
-                 dropped=dec.dropped, pool_mb=(ss['pool']['budget_bytes'] or 0) / MiB, slot_mb=ss['slot_bytes'] / MiB,
+                 dropped=dec.dropped, pool_mib=(ss['pool']['budget_bytes'] or 0) / MiB, slot_mb=ss['slot_bytes'] / MiB,
                  rss_mb=peak_rss() / MiB)
     return dict(tps=tps, prompt=len(prompt), tokens=n, steps=steps)
 
@@ -268,7 +268,7 @@ def big_table(b:dict) -> list:
             continue
         step, blocked = med(m, 'step_ms'), med(m, 'blocked_ms')
         lines.append(f"  {m:8} {statistics.median(r['tps'] for r in ok[m]):>6.2f} {step:>8.0f} {blocked:>8.0f} "
-                     f"{step - blocked:>8.0f} {med(m, 'mb'):>9.0f} {med(m, 'pool_mb'):>9.0f} {med(m, 'slot_mb'):>9.0f} "
+                     f"{step - blocked:>8.0f} {med(m, 'mb'):>9.0f} {med(m, 'pool_mib'):>9.0f} {med(m, 'slot_mb'):>9.0f} "
                      f"{med(m, 'rss_mb'):>9.0f}")
     if not (ok.get('off') and ok.get('routing')): return lines
     served = med('off', 'mb') / (med('off', 'blocked_ms') / 1e3)  # `off` waits out every read: this disk, as served
@@ -340,7 +340,7 @@ def report(d:dict) -> str:
                     m = {key: statistics.median(r[key] for r in ok) for key in ok[0]}
                     lines.append(f"    {e} a step: {m['step_ms']:.0f} ms, {m['blocked_ms']:.0f} blocked on reads; "
                                  f"{m['mb']:.0f} MiB read ({m['loads']:.0f} experts, {m['background_loads']:.0f} of them "
-                                 f"in the background), {m['hits']:.0f} served from memory; pool {m['pool_mb']:.0f} MiB, "
+                                 f"in the background), {m['hits']:.0f} served from memory; pool {m['pool_mib']:.0f} MiB, "
                                  f"slots {m['slot_mb']:.0f} MiB, peak RSS {m['rss_mb']:.0f} MB")
                 for peer, want in (('llama.cpp stock', 4), ('llama.cpp tuned', 2)):
                     if med[e] and med[peer]:

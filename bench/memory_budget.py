@@ -109,7 +109,7 @@ def main():
            routing_report(src)] + ([f"note: {a.note}"] if a.note else [])
     print('\n'.join(out), flush=True)
     routing = {str(model): out[1] + f"\n(measured on {src.name}, the same weights in mlx-lm's layout)"}
-    arms = [Arm(model, 'off', name='auto'), Arm(model, 'off', pool_mb=a.fixed_mib, name=f'{a.fixed_mib:g} MiB')]
+    arms = [Arm(model, 'off', name='auto'), Arm(model, 'off', pool_mib=a.fixed_mib, name=f'{a.fixed_mib:g} MiB')]
     report, ok = dict(model=str(model), routed_mb_per_token=routed / MiB, caps={}), True
     for cap in [float(c) for c in a.caps.split(',')]:
         r = run(arms, a.tokens, prompt=16, rounds=1, cache='cold', cap_mb=cap, routing=routing, progress=False,
@@ -129,7 +129,7 @@ def main():
             disk = res.get('disk_mb_per_step')
             x = disk * MiB / routed if disk is not None else None
             if name == 'auto' and (x is None or x > 2): ok = False
-            out.append(f"  {name:10}{res['decode_tps']:>7.2f}{res.get('pool_mb') or 0:>11.0f}{res['mb_per_step']:>14.1f}"
+            out.append(f"  {name:10}{res['decode_tps']:>7.2f}{res.get('pool_mib') or 0:>11.0f}{res['mb_per_step']:>14.1f}"
                        f"{disk if disk is not None else float('nan'):>13.1f}{x if x is not None else float('nan'):>9.2f}"
                        f"{res.get('faults_per_step', 0):>11.1f}{res['rss_mb']:>9.0f}")
             if name == 'auto' and res.get('budget'):

@@ -63,11 +63,11 @@ def checkpoint(name, synthetic, cap=None):
     if name == 'code':
         m = teacher_path('edge0-tiny-code')
         st = ExpertStore(m); pool = 48 * st.expert_nbytes / 2**20; st.close()
-        return m, dict(pool_mb=pool, cold_steps=True), {}, None, True
+        return m, dict(pool_mib=pool, cold_steps=True), {}, None, True
     m = Path(synthetic)
     if not (m / 'config.json').exists(): raise SystemExit(f"{m} is missing: run bench/prerouter_ab.py once to build it")
     cap_mb = sum(f.stat().st_size for f in m.glob('*.safetensors')) * cap / 2**20
-    return m, dict(pool_mb=256), dict(cap_mb=cap_mb, throttle_prefill=False), cap_mb, False
+    return m, dict(pool_mib=256), dict(cap_mb=cap_mb, throttle_prefill=False), cap_mb, False
 
 def warm_name(arm):
     "The name of `arm`'s warm twin (`rotated`)"
@@ -186,7 +186,7 @@ def main():
         where = f" {tier_name(tier)}" + (f" cap {cap:.0f}" if cap else '')
         preds = []
         for arm, (k, mode, dev, compute, trace, recall, planned, served) in zip(arms, inputs):
-            args = (k, arm_kw['pool_mb'], (mode,), trace)
+            args = (k, arm_kw['pool_mib'], (mode,), trace)
             rest = (recall, planned, a.prompt, served)
             at_warm = plan(m, replace(dev, miss_cold_ms=0.0), *args, compute, *rest)['rows'][mode]
             w = warm['results'][warm_name(arm)]

@@ -113,7 +113,7 @@ def main():
         if name == 'tiny':
             m = teacher_path('edge0-tiny')
             st = ExpertStore(m); pool = 48 * st.expert_nbytes / 2**20; st.close()  # 48 bundles: 1/8 of the experts
-            out['edge0-tiny'] = bench(a, 'edge0-tiny (experts evicted before every step)', m, dict(pool_mb=pool, cold_steps=True), {})
+            out['edge0-tiny'] = bench(a, 'edge0-tiny (experts evicted before every step)', m, dict(pool_mib=pool, cold_steps=True), {})
         elif name == 'synthetic':
             m = Path(a.synthetic)
             if not (m / 'config.json').exists():
@@ -123,7 +123,7 @@ def main():
             size = sum(f.stat().st_size for f in m.glob('*.safetensors'))
             for mb in (float(x) for x in a.synthetic_pools.split(',')):
                 out[f"synthetic, pool {mb:g} MiB"] = bench(a, f"synthetic, pool {mb:g} MiB, capped at half the checkpoint", m,
-                                                           dict(pool_mb=mb), dict(cap_mb=size / 2 / 2**20))
+                                                           dict(pool_mib=mb), dict(cap_mb=size / 2 / 2**20))
         else: raise SystemExit(f"--models: unknown checkpoint {name!r}; expected tiny and/or synthetic")
     from edge0.harness import save
     save(dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, tokens=a.tokens, results=out), a.json)

@@ -39,9 +39,9 @@ def main():
           f'int4 experts ({len(spec.moe_layers)} layers x {spec.num_experts} experts, K={spec.k})\n', flush=True)
     def staged(buffers):  # the slots are reserved from the budget: added, so the LRU is --staged-pool-mb
         slots = len(spec.moe_layers) * a.slots * buffers * nbytes / 2**20
-        return Arm(model, 'off', path='staged', pool_mb=a.staged_pool_mb + slots, slots=a.slots, buffers=buffers,
+        return Arm(model, 'off', path='staged', pool_mib=a.staged_pool_mb + slots, slots=a.slots, buffers=buffers,
                    total_budget=True, name='staged' if buffers == 2 else 'staged1')
-    arms = [Arm(model, 'resident'), Arm(model, 'off', pool_mb=a.pool_mb, name='exact'), staged(2), staged(1)]
+    arms = [Arm(model, 'resident'), Arm(model, 'off', pool_mib=a.pool_mib, name='exact'), staged(2), staged(1)]
     warm = run(arms, a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'harness')
     print(table(warm), flush=True)
     cap = size / 3 / 2**20

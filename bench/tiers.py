@@ -30,13 +30,13 @@ def checkpoints(a):
         if name == 'tiny':
             m = teacher_path('edge0-tiny')
             st = ExpertStore(m); pool = 48 * st.expert_nbytes / 2**20; st.close()  # 48 bundles: 1/8 of the experts
-            out.append(('edge0-tiny', m, dict(pool_mb=pool, cold_steps=True), {}))
+            out.append(('edge0-tiny', m, dict(pool_mib=pool, cold_steps=True), {}))
         elif name == 'synthetic':
             m = Path(a.synthetic)
             if not (m / 'config.json').exists(): raise SystemExit(f"{m} is missing: run bench/prerouter_ab.py once to build it")
             size = sum(f.stat().st_size for f in m.glob('*.safetensors'))
             # its prompt's experts are most of the checkpoint: the tiers throttle its decode, not its prefill
-            out.append((f"synthetic {size / 2**30:.1f} GiB", m, dict(pool_mb=256),
+            out.append((f"synthetic {size / 2**30:.1f} GiB", m, dict(pool_mib=256),
                         dict(cap_mb=size / 2 / 2**20, throttle_prefill=False)))
         else: raise SystemExit(f"--models: unknown checkpoint {name!r}; expected tiny and/or synthetic")
     return out

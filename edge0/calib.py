@@ -38,14 +38,16 @@ JSONL = "one JSON object per line with a 'text' string or a 'messages' list"
 _GZIP_FAULTS = (EOFError, zlib.error, gzip.BadGzipFile)  # a stream cut short, damaged, or not gzip
 
 def _gzip_fault(p:Path, e:Exception, magic:bytes) -> InputError:
-    "The one line for a `.gz` file `p` that does not decompress whole (`magic`: its first two bytes)"
+    """The one line for a `.gz` file `p` that does not decompress whole (`magic`: its first two
+    bytes)"""
     why = ('the file is empty' if not magic else 'not gzip data: it does not start with 1f 8b' if magic != b'\x1f\x8b'
            else 'it ends before the end of the stream' if isinstance(e, EOFError)
            else 'bytes that are not gzip follow the stream' if str(e).startswith('Not a gzipped file') else str(e))
     return InputError(f"{p}: the gzip stream is truncated or corrupt ({why}); expected a complete .gz file")
 
 def _gunzip(p:Path, raw:bytes) -> bytes:
-    "`raw`, the bytes of `p`, decompressed whole: every member to its end, its CRC and length checked"
+    """`raw`, the bytes of `p`, decompressed whole: every member to its end, its CRC and length
+    checked"""
     try:
         if not raw: raise EOFError  # gzip.decompress reads no bytes as no members
         return gzip.decompress(raw)
@@ -63,7 +65,8 @@ def _read_text(p:Path) -> str:
             from None
 
 def _is_binary(p:Path) -> bool:
-    "A NUL byte in the first 8 KiB (of the decompressed data for `.gz`); unreadable files are left to `_read_text`"
+    """A NUL byte in the first 8 KiB (of the decompressed data for `.gz`); unreadable files are left
+    to `_read_text`"""
     try:
         with (gzip.open if p.name.endswith('.gz') else open)(p, 'rb') as f: return b'\0' in f.read(8192)
     except _GZIP_FAULTS as e:
@@ -100,7 +103,8 @@ def _read_file(p:Path) -> list:
 
 # %% ../nbs/00_calib.ipynb #a7c2c24f
 def _walk(folder:Path, say) -> list:
-    "The documents of the files under `folder` in sorted order, hidden and binary files skipped (and counted)"
+    """The documents of the files under `folder` in sorted order, hidden and binary files skipped
+    (and counted)"""
     files = sorted(f for f in folder.rglob('*') if f.is_file())
     hidden = [f for f in files if any(part.startswith('.') for part in f.relative_to(folder).parts)]
     binary = [f for f in files if f not in hidden and _is_binary(f)]
@@ -136,8 +140,10 @@ def read_documents(paths, # a path or a list of them: text files (`.gz` too), JS
 
 # %% ../nbs/00_calib.ipynb #4818ea5f
 def has_chat_template(tokenizer) -> bool:
-    "Whether `tokenizer` (mlx-lm's `TokenizerWrapper` or a Hugging Face tokenizer) has a chat template"
-    has = getattr(tokenizer, 'has_chat_template', None)  # the wrapper's; a Hugging Face tokenizer has `chat_template`
+    """Whether `tokenizer` (mlx-lm's `TokenizerWrapper` or a Hugging Face tokenizer) has a chat
+    template"""
+    # the wrapper's; a Hugging Face tokenizer has `chat_template`
+    has = getattr(tokenizer, 'has_chat_template', None)
     return bool(getattr(tokenizer, 'chat_template', None)) if has is None else bool(has)
 
 def chat_ids(tokenizer, messages:list, add_generation_prompt:bool=True) -> list:
@@ -155,7 +161,8 @@ def document_ids(tokenizer, doc:Document) -> list:
 
 def encode_documents(tokenizer, docs:list) -> list:
     "Token ids (int32 arrays) of each of `docs`"
-    # a document may be longer than the model's context: its ids are cut into windows, so transformers' warning is moot
+    # a document may be longer than the model's context: its ids are cut into windows, so
+    # transformers' warning is moot
     log = logging.getLogger('transformers.tokenization_utils_base')
     level = log.level
     log.setLevel(logging.ERROR)
@@ -166,11 +173,13 @@ def encode_documents(tokenizer, docs:list) -> list:
 def heldout_score(doc:Document) -> float:
     "Where `doc` falls in [0, 1): a hash of its content alone, so its split depends on nothing else"
     content = doc.text if doc.messages is None else json.dumps(doc.messages, sort_keys=True, ensure_ascii=False)
-    # salted: a set chosen by plain sha256 order (the bundled one is) would otherwise be all low scores
+    # salted: a set chosen by plain sha256 order (the bundled one is) would otherwise be all low
+    # scores
     return int(hashlib.sha256(f"edge0-heldout\0{content}".encode('utf-8')).hexdigest()[:16], 16) / 2**64
 
 def split_documents(docs:list, heldout:float=0.05) -> tuple[list, list]:
-    "`(train, heldout)` documents: held out iff `heldout_score` < `heldout`; each side non-empty from two documents"
+    """`(train, heldout)` documents: held out iff `heldout_score` < `heldout`; each side non-empty
+    from two documents"""
     scores = [heldout_score(d) for d in docs]
     out = {i for i, s in enumerate(scores) if s < heldout}
     if len(docs) >= 2 and not out: out = {int(np.argmin(scores))}
@@ -189,7 +198,8 @@ def windows(ids:np.ndarray, seq:int) -> np.ndarray:
     return np.ascontiguousarray(ids[:n * seq], np.int32).reshape(n, seq)
 
 def sample_windows(w:np.ndarray, tokens:int|None, seed:int) -> np.ndarray:
-    "`tokens // seq` of the windows `w`, drawn without replacement by a seeded generator, in order (all when None)"
+    """`tokens // seq` of the windows `w`, drawn without replacement by a seeded generator, in order
+    (all when None)"""
     keep = len(w) if tokens is None else tokens // w.shape[1]
     if keep >= len(w): return w
     return w[np.sort(np.random.default_rng(seed).choice(len(w), keep, replace=False))]
@@ -200,10 +210,12 @@ MOST_NAMES = 32  # more names than this are recorded as a count and a sha256
 
 @dataclass
 class Calibration:
-    "Token windows for training (`train`) and for measuring (`heldout`), and the `record` of where they came from"
+    """Token windows for training (`train`) and for measuring (`heldout`), and the `record` of where
+    they came from"""
     train:np.ndarray    # (n, seq) int32
     heldout:np.ndarray  # (m, seq) int32
-    record:dict         # JSON-able provenance: sources, documents, tokens, seq, seed, sha256 of the ids
+    # JSON-able provenance: sources, documents, tokens, seq, seed, sha256 of the ids
+    record:dict
 
 def _sha256(a:np.ndarray) -> str: return hashlib.sha256(np.ascontiguousarray(a, '<i4').tobytes()).hexdigest()
 
@@ -224,7 +236,8 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
                 tokens:int|None=None, # cap on the training tokens (None: every training window)
                 heldout:float=0.05, # the share of documents held out
                 seed:int=0) -> Calibration: # seeds the draw of training windows under `tokens`
-    "Training and held-out windows of `docs`, tokenized as served, split by document, with their provenance"
+    """Training and held-out windows of `docs`, tokenized as served, split by document, with their
+    provenance"""
     if seq < 1: raise InputError(f"seq must be at least 1, got {seq}")
     if not 0 < heldout < 1: raise InputError(f"heldout must be a fraction between 0 and 1, got {heldout}")
     if tokens is not None and tokens < seq:
@@ -251,7 +264,8 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
     record = dict(format=FORMAT, sources=_listed(sources), split=by, heldout_fraction=heldout,
                   documents=dict(train=len(train_docs), heldout=len(held_docs)),
                   heldout_documents=_listed([d.name for d in held_docs]),
-                  tokens=dict(train=int(len(train_ids)), heldout=int(len(held_ids))),  # EOS joins included
+                  # EOS joins included
+                  tokens=dict(train=int(len(train_ids)), heldout=int(len(held_ids))),
                   windows=dict(train=len(train), heldout=len(held)),
                   seq=seq, max_tokens=tokens, seed=seed, eos=eos,
                   sha256=dict(train=_sha256(train), heldout=_sha256(held)))
@@ -267,16 +281,20 @@ def default_documents(folder=CALIBRATION) -> list:
     return read_documents(files)
 
 # %% ../nbs/00_calib.ipynb #bf30f4dd
-CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')  # the prose, in PARTS order
-CODE = 'python_stdlib.txt.gz'  # the CPython 3.11.7 standard library, each file after a line `# ==== Lib/<path>`
+# the prose, in PARTS order
+CORPUS = ('wiki_vital_en.txt.gz', 'austen.txt.gz', 'shakespeare_gut.txt.gz')
+# the CPython 3.11.7 standard library, each file after a line `# ==== Lib/<path>`
+CODE = 'python_stdlib.txt.gz'
 HELDOUT = 0.02
 
 def heldout_cut(text:str, heldout:float=HELDOUT) -> int:
-    "Where the held-out part of a corpus file's `text` begins: the line boundary before its last `heldout`"
+    """Where the held-out part of a corpus file's `text` begins: the line boundary before its last
+    `heldout`"""
     return text.rfind('\n', 0, int(len(text) * (1 - heldout))) + 1
 
 def _corpus_text(path:Path) -> str:
-    "The text of a gzipped corpus file, decompressed whole, its newlines read as `gzip.open(path, 'rt')` reads them"
+    """The text of a gzipped corpus file, decompressed whole, its newlines read as `gzip.open(path,
+    'rt')` reads them"""
     return io.TextIOWrapper(io.BytesIO(_gunzip(path, path.read_bytes())), encoding='utf-8').read()
 
 def _read_corpus(corpus_dir, name:str) -> str:
@@ -286,20 +304,23 @@ def _read_corpus(corpus_dir, name:str) -> str:
     return _corpus_text(path)
 
 def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
-    "`(train_texts, heldout_texts)`, one per corpus file; the held-out part is the last `heldout` of each file"
+    """`(train_texts, heldout_texts)`, one per corpus file; the held-out part is the last `heldout`
+    of each file"""
     texts = [_read_corpus(corpus_dir, name) for name in CORPUS]
     cuts = [heldout_cut(text, heldout) for text in texts]
     return [t[:c] for t, c in zip(texts, cuts)], [t[c:] for t, c in zip(texts, cuts)]
 
 # %% ../nbs/00_calib.ipynb #570c1a2e
 def _pieces(text:str, heading:str) -> list:
-    "`(heading line, piece)` of `text` cut before each line matching `heading`; what comes before the first is dropped"
+    """`(heading line, piece)` of `text` cut before each line matching `heading`; what comes before
+    the first is dropped"""
     starts = [m.start() for m in re.finditer(heading, text, re.M)]
     ends = starts[1:] + [len(text)]
     return [(text[a:text.index('\n', a)].strip(), text[a:b].strip('\n') + '\n') for a, b in zip(starts, ends)]
 
 def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
-    "`{part: [(source, text), ...]}` of the training part of the corpus: articles, chapters, scenes, source files"
+    """`{part: [(source, text), ...]}` of the training part of the corpus: articles, chapters,
+    scenes, source files"""
     (wiki, austen, plays), _ = corpus_split(corpus_dir, heldout)
     code = _read_corpus(corpus_dir, CODE)
     code = code[:heldout_cut(code, heldout)]
@@ -315,16 +336,19 @@ def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
                 python=[(f"{CODE}: {path}", body) for path, body in files if path != last])
 
 # %% ../nbs/00_calib.ipynb #c2cfe49a
-CODE_CORPUS = (CODE, 'python_stdlib_tests.txt.gz')  # CPython 3.11.7's Lib/: the library, then its tests
+# CPython 3.11.7's Lib/: the library, then its tests
+CODE_CORPUS = (CODE, 'python_stdlib_tests.txt.gz')
 
 def source_files(text:str) -> list:
-    "`(path, source)` of every file in a code corpus file's `text`, each source starting with its `# ==== Lib/` line"
+    """`(path, source)` of every file in a code corpus file's `text`, each source starting with its
+    `# ==== Lib/` line"""
     starts = [m.start() for m in re.finditer(r'^# ==== Lib/\S+$', text, re.M)]
     return [(text[a:text.index('\n', a)].removeprefix('# ==== '), text[a:b])
             for a, b in zip(starts, starts[1:] + [len(text)])]
 
 def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
-    "`(train, heldout)` lists of `(path, source)` of `CODE_CORPUS`: the file the cut runs through, and after, held out"
+    """`(train, heldout)` lists of `(path, source)` of `CODE_CORPUS`: the file the cut runs through,
+    and after, held out"""
     train, held = [], []
     for name in CODE_CORPUS:
         path = Path(corpus_dir) / name
@@ -339,7 +363,8 @@ def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
 PART_CHARS = 150_000  # characters of each part in the bundled set: about 600 KB in all
 
 def _share(pieces:list, chars:int) -> list:
-    "`pieces` in the order of a hash of their text, each non-empty and below `chars / 5`, up to `chars` characters"
+    """`pieces` in the order of a hash of their text, each non-empty and below `chars / 5`, up to
+    `chars` characters"""
     taken, total = [], 0
     for source, text in sorted(pieces, key=lambda p: hashlib.sha256(p[1].encode('utf-8')).hexdigest()):
         if not text.strip() or len(text) > chars / 5 or total + len(text) > chars: continue
@@ -353,7 +378,8 @@ def _write_jsonl_gz(path:Path, rows:list):
     path.write_bytes(gzip.compress(data.encode('utf-8'), compresslevel=9, mtime=0))
 
 def build_calibration_set(corpus_dir, dst, chars:int=PART_CHARS) -> dict:
-    "Write the bundled set (`<part>.jsonl.gz`, `LICENSE.md`) from the corpus's training part; `{part: documents}`"
+    """Write the bundled set (`<part>.jsonl.gz`, `LICENSE.md`) from the corpus's training part;
+    `{part: documents}`"""
     dst = Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     made = {}
@@ -396,7 +422,8 @@ Austen's novels and Shakespeare's plays are in the public domain.
 
 # %% ../nbs/00_calib.ipynb #42b2a7bd
 def self_prompts(docs:list, n:int, chars:int=200, seed:int=0) -> list:
-    "`n` prompts drawn from `docs` (a seeded draw): passages of text documents, the openings of chats"
+    """`n` prompts drawn from `docs` (a seeded draw): passages of text documents, the openings of
+    chats"""
     if n < 1 or not docs:
         raise InputError(f"self_prompts needs documents and n >= 1 (got {len(docs)} documents, n={n})")
     rng, prompts = np.random.default_rng(seed), []

@@ -39,7 +39,8 @@ def _stats(session:Session) -> str:
 
 # %% ../nbs/07b_chat.ipynb #c0006
 def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|None, system_prompt, out) -> str:
-    "Stream the assistant's reply to `messages` to `out`; returns it (as far as it got when Ctrl-C stopped it)"
+    """Stream the assistant's reply to `messages` to `out`; returns it (as far as it got when Ctrl-C
+    stopped it)"""
     said = []
     try:
         for piece in session.stream(session.prompt_ids(messages, system_prompt=system_prompt), max_tokens, sampling):
@@ -52,7 +53,8 @@ def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|Non
 
 def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None, system_prompt:str|None=None,
          inp=None, out=None, prompt:str='>> '):
-    "Chat with `session`: lines from `inp`, replies streamed to `out`, until `/quit` or the end of the input"
+    """Chat with `session`: lines from `inp`, replies streamed to `out`, until `/quit` or the end of
+    the input"""
     inp, out, messages = inp or sys.stdin, out or sys.stdout, []
     out.write(f"edge0 chat with {session.name} (/help for the commands)\n")
     for line in _lines(inp, out, prompt):

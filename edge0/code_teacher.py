@@ -24,10 +24,12 @@ __all__ = ['CODE_TEACHER', 'write_code_excerpt', 'RMSNorm', 'rope_tables', 'rope
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0005
 def write_code_excerpt(held:list, dst_dir, chars:int=20_000, files:int=5) -> Path:
-    "Write `files` blocks of whole lines (`chars` in all), each from the middle of a held-out source, to `dst_dir`"
+    """Write `files` blocks of whole lines (`chars` in all), each from the middle of a held-out
+    source, to `dst_dir`"""
     picks = [held[i] for i in np.linspace(0, len(held) - 1, files).round().astype(int)]
     blocks = []
-    for path, src in picks:  # the middle: past the licence header and module docstring a file opens with
+    # the middle: past the licence header and module docstring a file opens with
+    for path, src in picks:
         body = src[src.find('\n', len(src) // 2) + 1:]
         blocks.append(f"# ==== {path}\n" + line_cut(body, chars // files - len(path) - 8))
     p = Path(dst_dir) / CODE_EXCERPT
@@ -114,7 +116,8 @@ class Layer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 class TorchQwen3Moe(nn.Module):
-    "mlx-lm's `qwen3_moe` (every layer sparse) in torch, for training; parameter names as mlx-lm's less `model.`"
+    """mlx-lm's `qwen3_moe` (every layer sparse) in torch, for training; parameter names as mlx-lm's
+    less `model.`"""
     def __init__(self, c:dict):
         super().__init__()
         self.c = c
@@ -162,7 +165,8 @@ def to_mlx(model:TorchQwen3Moe):
 # %% ../nbs/04f_code_teacher.ipynb #c4f0020
 @dataclass
 class CodeRecipe(TeacherSpec):
-    "The code teacher's shape and recipe: a `TeacherSpec` trained in torch, in windows of 512, its gradients clipped"
+    """The code teacher's shape and recipe: a `TeacherSpec` trained in torch, in windows of 512, its
+    gradients clipped"""
     batch:int = 8
     seq:int = 512
     warmup:int = 100
@@ -212,11 +216,13 @@ class CodeTrainer:
         return ce.item()
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0024
-def _recipe_json(r:CodeRecipe) -> dict: return json.loads(json.dumps(asdict(r)))  # tuples as lists, as saved
+# tuples as lists, as saved
+def _recipe_json(r:CodeRecipe) -> dict: return json.loads(json.dumps(asdict(r)))
 
 @patch
 def save(self:CodeTrainer):
-    "Write the checkpoint to `self.out` through a temporary file: the previous one stays until this one is whole"
+    """Write the checkpoint to `self.out` through a temporary file: the previous one stays until
+    this one is whole"""
     state = dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step, log=self.log,
                  config=self.recipe.config,
                  recipe={k: v for k, v in asdict(self.recipe).items() if k not in ('name', 'config')})
@@ -224,7 +230,8 @@ def save(self:CodeTrainer):
 
 @patch
 def resume(self:CodeTrainer, ckpt=None):
-    "Continue from the checkpoint file `ckpt` (default `self.out`); one of another recipe is refused"
+    """Continue from the checkpoint file `ckpt` (default `self.out`); one of another recipe is
+    refused"""
     ckpt = Path(ckpt or self.out)
     try: state = torch.load(ckpt)
     except Exception as e: raise InputError(f"{ckpt} is not a readable training checkpoint ({type(e).__name__}: {e})")
@@ -240,7 +247,8 @@ def resume(self:CodeTrainer, ckpt=None):
 
 @patch
 def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True):
-    "Train to step `until` (default: all), checkpointing every `ckpt_every` steps; a bar shows loss and tok/s"
+    """Train to step `until` (default: all), checkpointing every `ckpt_every` steps; a bar shows
+    loss and tok/s"""
     until = until or self.recipe.steps
     bar = tqdm(total=self.recipe.steps, initial=self.step, desc=self.recipe.name, unit='step', disable=not show)
     while self.step < until:
@@ -255,7 +263,8 @@ def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0028
 def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:float=0.6, show:bool=False) -> dict:
-    "`{ppl, sure, top1}` of mlx-lm `model` on `tokens` in windows of `seq` (`sure`: share of top p >= `sure`)"
+    """`{ppl, sure, top1}` of mlx-lm `model` on `tokens` in windows of `seq` (`sure`: share of top p
+    >= `sure`)"""
     n = (len(tokens) - 1) // seq
     windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n)]).astype(np.int32)
     ce, confident, right = 0.0, 0, 0
@@ -271,7 +280,8 @@ def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:floa
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0031
 def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
-    "`(tokenizer dir, training ids, held-out ids, held-out sources)`, made once under `work` and reused"
+    """`(tokenizer dir, training ids, held-out ids, held-out sources)`, made once under `work` and
+    reused"""
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     train, held = code_split(corpus_dir)
@@ -288,13 +298,15 @@ def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
     return tok_dir, ids['train'], ids['heldout'], held
 
 def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
-    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of the trained code teacher into `dst_dir`"
+    """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of the trained code teacher
+    into `dst_dir`"""
     return export_checkpoints(to_mlx(trainer.model), trainer.recipe.config, None, tok_dir, dst_dir, trainer.recipe.name,
                               provenance)
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0032
 def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, show:bool=True) -> tuple[Path, Path]:
-    "Train the code teacher from the corpus (resuming under `work`); its bf16 and int4 checkpoints into `dst_dir`"
+    """Train the code teacher from the corpus (resuming under `work`); its bf16 and int4 checkpoints
+    into `dst_dir`"""
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)
     # the CPUs this process may run on (a container's cpuset), not all of the host's
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()

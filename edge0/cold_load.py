@@ -22,19 +22,22 @@ class ColdLoad:
     expert_bytes:int     # one expert bundle
     compute_ms:float     # compute-only step at this K
     load_ms:float = 0.0  # per-load cost with warm pages (the fit's `a`)
-    _replays:dict = field(default_factory=dict, repr=False)  # {(pool, cache) bundles: per token}: bandwidth-free
+    # {(pool, cache) bundles: per token}: bandwidth-free
+    _replays:dict = field(default_factory=dict, repr=False)
 
     def misses(self, bundles:int, cache:int=0) -> tuple:
-        "`(misses, cold misses)` per token of a pool of `bundles` over a page cache of `cache`: `plan.replay`'s"
+        """`(misses, cold misses)` per token of a pool of `bundles` over a page cache of `cache`:
+        `plan.replay`'s"""
         if (bundles, cache) not in self._replays:
             r = replay(self.trace, bundles, cache)
             self._replays[bundles, cache] = float(r['misses'].sum(1).mean()), float(r['cold'].sum(1).mean())
         return self._replays[bundles, cache]
 
-    def predict(self, pool_mb:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
-        "Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and prefetch"
+    def predict(self, pool_mib:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
+        """Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and
+        prefetch"""
         per = self.expert_bytes / MiB
-        m, cold = self.misses(max(int(pool_mb / per), 1), int(cache_mb / per))
+        m, cold = self.misses(max(int(pool_mib / per), 1), int(cache_mb / per))
         c = cold / m if m else 0.0
         t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
         steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
@@ -54,7 +57,7 @@ def measured_points(report:dict) -> list:
                 if not r.get('rounds') or 'mb_per_step' not in r: continue
                 a = arms[arm]
                 pts.append(dict(model=name, tier=tier, mode=a['mode'], k=a['k'], 
-                                pool_mb=r.get('pool_mb') or a['pool_mb'],
+                                pool_mib=r.get('pool_mib') or a['pool_mib'],
                                 mb_s=rep['measured_mb_s'], tps=r['decode_tps'], mb_per_token=r['mb_per_step'],
                                 cold_fraction=r['cold_fraction'], blocked_ms=r['blocked_ms_per_step']))
     return pts
@@ -62,37 +65,40 @@ def measured_points(report:dict) -> list:
 # %% ../nbs/06e_cold_load.ipynb #8332660c
 STYLE = dict(off=('C3', 'o'), routing=('C0', 's'), prefetch=('C1', '^'), oracle=('C2', 'D'))
 
-def plot_tps(ax, cl:ColdLoad, pool_mb:float, recall:float, cache_mb:float=0.0, points=(), mark:float|None=None,
+def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, points=(), mark:float|None=None,
              title:str=''):
-    "Predicted tok/s of off, routing and prefetch against bandwidth, measured points at about this pool on top"
+    """Predicted tok/s of off, routing and prefetch against bandwidth, measured points at about this
+    pool on top"""
     bws = np.geomspace(10, 5000, 40)
-    preds = [cl.predict(pool_mb, b, recall, cache_mb) for b in bws]
+    preds = [cl.predict(pool_mib, b, recall, cache_mb) for b in bws]
     for mode in ('off', 'routing', 'prefetch'):
         c, mk = STYLE[mode]
         ax.plot(bws, [p['tps'][mode] for p in preds], color=c, label=mode)
-        near = [p for p in points if p['mode'] == mode and abs(p['pool_mb'] - pool_mb) <= 0.25 * pool_mb]
+        near = [p for p in points if p['mode'] == mode and abs(p['pool_mib'] - pool_mib) <= 0.25 * pool_mib]
         ax.scatter([p['mb_s'] for p in near], [p['tps'] for p in near], color=c, marker=mk, edgecolor='k', zorder=3)
     if mark: ax.axvline(mark, color='gray', ls=':')
     ax.set(xscale='log', xlabel='read bandwidth, MB/s', ylabel='tok/s')
     ax.legend(fontsize=7)
-    ax.set_title(title or f"pool {pool_mb:.3g} MiB, recall {recall:.2f}", fontsize=9)
+    ax.set_title(title or f"pool {pool_mib:.3g} MiB, recall {recall:.2f}", fontsize=9)
 
-def plot_bytes(ax, cl:ColdLoad, pool_mb:float, points=()):
-    "MiB read per token against the pool (the LRU replaying the trace), measured `off` points on top"
+def plot_bytes(ax, cl:ColdLoad, pool_mib:float, points=()):
+    """MiB read per token against the pool (the LRU replaying the trace), measured `off` points on
+    top"""
     per = cl.expert_bytes / MiB
-    pools = np.geomspace(per, max(pool_mb * 8, per * 4), 24)
+    pools = np.geomspace(per, max(pool_mib * 8, per * 4), 24)
     misses = np.array([cl.misses(max(int(p / per), 1))[0] for p in pools])
     ax.plot(pools, misses * per, color='k', label='LRU on the trace')
     offs = [p for p in points if p['mode'] == 'off']
-    ax.scatter([p['pool_mb'] for p in offs], [p['mb_per_token'] for p in offs], color='C3', edgecolor='k', zorder=3,
+    ax.scatter([p['pool_mib'] for p in offs], [p['mb_per_token'] for p in offs], color='C3', edgecolor='k', zorder=3,
                label='measured (off)')
-    ax.axvline(pool_mb, color='gray', ls=':')
+    ax.axvline(pool_mib, color='gray', ls=':')
     ax.set(xscale='log', xlabel='expert pool, MiB', ylabel='MiB read per token')
     ax.legend(fontsize=7)
 
 # %% ../nbs/06e_cold_load.ipynb #f374af58
 def cold_load_explorer(models:dict, points=()):
-    "ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache sliders"
+    """ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache
+    sliders"""
     try: import ipywidgets as W
     except ImportError: raise InputError("the explorer needs ipywidgets: pip install 'edge0[notebooks]'") from None
     import matplotlib.pyplot as plt
@@ -129,7 +135,8 @@ def cold_load_explorer(models:dict, points=()):
     return box
 
 def cold_load_grid(cl:ColdLoad, pools, recalls, points=(), title:str=''):
-    "The explorer as a static grid: tok/s against bandwidth per pool (rows) and recall (columns), then bytes per token"
+    """The explorer as a static grid: tok/s against bandwidth per pool (rows) and recall (columns),
+    then bytes per token"""
     import matplotlib.pyplot as plt
     fig, axs = plt.subplots(len(pools), len(recalls) + 1, figsize=(3.4 * (len(recalls) + 1), 2.8 * len(pools)),
                             squeeze=False)
@@ -142,7 +149,8 @@ def cold_load_grid(cl:ColdLoad, pools, recalls, points=(), title:str=''):
 
 # %% ../nbs/06e_cold_load.ipynb #661352a0
 def cold_loads(report:dict, traces:dict) -> dict:
-    "`{checkpoint: {k: ColdLoad}}` from a `bench/tiers.py` report and its traces `{'name|k8': (T, layers, K) ids}`"
+    """`{checkpoint: {k: ColdLoad}}` from a `bench/tiers.py` report and its traces `{'name|k8': (T,
+    layers, K) ids}`"""
     out = {}
     for key, ids in traces.items():
         ids = np.asarray(ids)

@@ -17,7 +17,8 @@ __all__ = ['TIERS', 'CgroupError', 'BenchError', 'tier_rate', 'tier_name', 'Cgro
            'measure_read', 'sequence']
 
 # %% ../nbs/01e_conditions.ipynb #198990a8
-TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}  # read MB/s (1e6 bytes); None: not throttled
+# read MB/s (1e6 bytes); None: not throttled
+TIERS = {'nvme': None, 'sata': 500.0, 'emmc': 277.0, 'usb': 38.0}
 
 class CgroupError(InputError):
     "A condition (memory cap, read throttle) that cannot be set up here"
@@ -43,7 +44,8 @@ def tier_name(tier) -> str:
 
 # %% ../nbs/01e_conditions.ipynb #c441284b
 def _own_cgroups() -> dict:
-    "`{controller: directory}` of this process's cgroup v1 hierarchies, and its v2 directory under `''`"
+    """`{controller: directory}` of this process's cgroup v1 hierarchies, and its v2 directory under
+    `''`"""
     out = {}
     for line in Path('/proc/self/cgroup').read_text().splitlines():
         hid, ctrls, rel = line.split(':', 2)
@@ -55,7 +57,8 @@ def _own_cgroups() -> dict:
 
 # %% ../nbs/01e_conditions.ipynb #f28a84bb
 class Cgroup:
-    "A child of this process's cgroup with `limits` `{controller: (v1 knobs, v2 knobs)}`; `preexec` joins a process"
+    """A child of this process's cgroup with `limits` `{controller: (v1 knobs, v2 knobs)}`;
+    `preexec` joins a process"""
     def __init__(self, limits:dict, optional=(), prefix:str='edge0-bench'):
         if not sys.platform.startswith('linux'):
             raise CgroupError(f"memory caps and read throttles use Linux cgroups; this is {sys.platform}")
@@ -81,10 +84,12 @@ class Cgroup:
             raise
 
     def io_bytes(self, dev:str|None=None) -> dict:
-        "`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every disk); 0: uncounted"
+        """`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every
+        disk); 0: uncounted"""
         out = dict(read=0, write=0)
         for p in self.paths:
-            if (f := p / 'blkio.throttle.io_service_bytes').exists():  # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
+            # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
+            if (f := p / 'blkio.throttle.io_service_bytes').exists():
                 for x in map(str.split, f.read_text().splitlines()):
                     if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
                 return out
@@ -135,7 +140,8 @@ def read_throttle(path, mb_s:float) -> dict:
 
 # %% ../nbs/01e_conditions.ipynb #b7d3e0a1
 def read_counter(path) -> dict:
-    "Cgroup limits that count the reads from the disk under `path` and hold back none (a rule of 0: no limit)"
+    """Cgroup limits that count the reads from the disk under `path` and hold back none (a rule of
+    0: no limit)"""
     return {'blkio': ({'blkio.throttle.read_bps_device': f'{disk_of(path)} 0'}, {})}
 
 # %% ../nbs/01e_conditions.ipynb #3d66eb6e
@@ -166,7 +172,8 @@ def last_line(text:str) -> str: return (text.strip().splitlines() or ['(no outpu
 _RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
 
 def _installed(path) -> bool:
-    "Whether the file `path` lies in the interpreter's own library or its site-packages (importable by name anywhere)"
+    """Whether the file `path` lies in the interpreter's own library or its site-packages
+    (importable by name anywhere)"""
     roots = {Path(sysconfig.get_path(p)).resolve() for p in ('stdlib', 'platstdlib', 'purelib', 'platlib')}
     return any(root in Path(path).resolve().parents for root in roots)
 
@@ -178,7 +185,8 @@ def entry(fn) -> str:
     if '<' in name or '.' in name:
         raise InputError(f"{module}.{name} is not a module-level function: a child process cannot import it")
     file = getattr(sys.modules.get(module), '__file__', None)
-    if module == '__main__' and file is None:  # a notebook's own definition: the library's exported copy runs
+    # a notebook's own definition: the library's exported copy runs
+    if module == '__main__' and file is None:
         from edge0._modidx import d
         found = [m for m, syms in d['syms'].items() if f"{m}.{name}" in syms]
         if len(found) != 1: raise InputError(f"{name} is defined interactively and exported by {len(found)} edge0 "
@@ -202,7 +210,8 @@ def run_child(fn, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> d
     return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
 
 def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
-    "A failed child's last line; where it was killed, why: the out-of-memory kills its cgroup counted under the cap"
+    """A failed child's last line; where it was killed, why: the out-of-memory kills its cgroup
+    counted under the cap"""
     if not r.get('killed'): return last_line(r['stderr'])
     for p in (cgroup.paths if cgroup else ()):
         for events, cap in (('memory.events', 'memory.max'), ('memory.oom_control', 'memory.limit_in_bytes')):
@@ -214,7 +223,8 @@ def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
     return "killed (SIGKILL): out of memory, or stopped from outside"
 
 def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
-    "The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or why it was killed"
+    """The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or
+    why it was killed"""
     r = run_child(fn, *args, cgroup=cgroup, timeout=timeout, **kw)
     if r.get('failed'): raise BenchError(f"{what} failed: {_why_failed(r, cgroup)}")
     return r['result']
@@ -222,7 +232,8 @@ def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw
 def _child_main():
     fn, args, kw = json.loads(sys.argv[1])
     module, name = fn.rsplit(':', 1)
-    if module.endswith('.py'):  # a script (a benchmark's own child): loaded from its file, its main not run
+    # a script (a benchmark's own child): loaded from its file, its main not run
+    if module.endswith('.py'):
         spec = importlib.util.spec_from_file_location(Path(module).stem, module)
         sys.modules[spec.name] = mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -235,10 +246,12 @@ def evict(model):
     "Drop the checkpoint in `model` from the page cache"
     for f in read_files(model): drop_cache(f)
 
-_RANGES = {}  # {(folder, its shards' names, sizes, mtimes): the experts' byte ranges}: rewritten shards read anew
+# {(folder, its shards' names, sizes, mtimes): the experts' byte ranges}: rewritten shards read anew
+_RANGES = {}
 
 def evict_experts(model):
-    "Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest stays)"
+    """Drop the routed experts' bytes of the checkpoint in `model` from the page cache (the rest
+    stays)"""
     shards = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in read_files(model))
     key = (str(Path(model).resolve()), shards)
     new = key not in _RANGES
@@ -251,7 +264,8 @@ def evict_experts(model):
         for path, start, n in _RANGES[key]:
             if path not in fds:
                 fds[path] = os.open(path, os.O_RDONLY)
-                if new: os.fsync(fds[path])  # once a version of the shards: a dirty page cannot be dropped
+                # once a version of the shards: a dirty page cannot be dropped
+                if new: os.fsync(fds[path])
             if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n, os.POSIX_FADV_DONTNEED)
     finally:
         for fd in fds.values(): os.close(fd)
@@ -264,16 +278,19 @@ def warm(model):
 
 # %% ../nbs/01e_conditions.ipynb #d2dec037
 def measure_read(model, cgroup:Cgroup|None=None, seconds:float=3.0, min_mb:float=64) -> float:
-    "Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins `cgroup`"
+    """Measured cold read rate (MB/s) of the checkpoint in `model`, in a child process that joins
+    `cgroup`"""
     big = max(f.stat().st_size for f in read_files(model))
-    size = big // -(-big // (4 << 20)) // 4096 * 4096  # reads of 4 MiB at most that tile the largest file
+    # reads of 4 MiB at most that tile the largest file
+    size = big // -(-big // (4 << 20)) // 4096 * 4096
     r = child(read_rate, str(model), size, 'sequential', seconds, min_mb=min_mb, cgroup=cgroup,
               timeout=600, what=f"measuring the read rate of {model}")
     return r['mb_s']
 
 # %% ../nbs/01e_conditions.ipynb #cn000011
 def sequence(model, n:int) -> list:
-    "The first `n` held-out token ids of `model` (`files.heldout_ids`: the code for a model trained on code)"
+    """The first `n` held-out token ids of `model` (`files.heldout_ids`: the code for a model
+    trained on code)"""
     ids = heldout_ids(open_tokenizer(model), corpus=model_corpus(model))[:n].tolist()
     if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
     return ids

@@ -22,7 +22,8 @@ __all__ = ['LAYOUTS', 'copy_tensors', 'convert', 'conversion_of', 'add_low_bits'
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
 def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
-    "The length-prefixed header of a file holding `tensors` back to back, padded so the data starts `align`-aligned"
+    """The length-prefixed header of a file holding `tensors` back to back, padded so the data
+    starts `align`-aligned"""
     hdr, off = {}, 0
     for t in tensors:
         hdr[t.name] = dict(dtype=t.dtype, shape=list(t.shape), data_offsets=[off, off + t.nbytes])
@@ -34,12 +35,14 @@ def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
 
 def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB, data:dict|None=None,
                  align:int=8): # where the data starts: a multiple of this
-    "Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or given in `data`)"
+    """Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or
+    given in `data`)"""
     data = data or {}
     with open(dst, 'wb') as out:
         out.write(_safetensors_header(tensors, metadata, align))
         for t in tensors:
-            if t.name in data or t.stride:  # computed here (e.g. packed for torch), or gathered expert by expert
+            # computed here (e.g. packed for torch), or gathered expert by expert
+            if t.name in data or t.stride:
                 out.write(memoryview(data[t.name] if t.name in data else _read_bytes(t)).cast('B'))
                 continue
             with open(t.path, 'rb') as src:
@@ -90,7 +93,8 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
 LAYOUTS = ('mlx', 'torch-cpu')
 
 def _read_bytes(t:TensorInfo) -> np.ndarray:
-    "The bytes of tensor `t`, whole (a layer's experts: hundreds of MB at most), gathered where stored expert by expert"
+    """The bytes of tensor `t`, whole (a layer's experts: hundreds of MB at most), gathered where
+    stored expert by expert"""
     with open(t.path, 'rb') as f:
         f.seek(t.start)
         buf = f.read(t.end - t.start)
@@ -118,7 +122,8 @@ def _check_torch(spec:MoESpec, tensors:dict, src:Path):
 
 # %% ../nbs/01c_convert.ipynb #f434f2c8
 def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
-    "`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied as they are)"
+    """`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied
+    as they are)"""
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
     keys, infos, data = expert_keys(spec, layer, quant), [], {}
     for p, q in quant.items():
@@ -133,7 +138,8 @@ def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
 
 # %% ../nbs/01c_convert.ipynb #f838f2a4
 def _repacked(ts:list, repack) -> dict:
-    "`{name: array}` of a torch-packed layer's `packed` tensors re-packed by `repack` (its `sz` and biases copied)"
+    """`{name: array}` of a torch-packed layer's `packed` tensors re-packed by `repack` (its `sz`
+    and biases copied)"""
     return {t.name: repack(np.asarray(_read_array(t))) for t in ts if t.name.endswith('packed')}
 
 def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
@@ -180,7 +186,8 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
     _write_low(infos, data, layer, bits, int4_path)
 
 def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
-    "Write `layer`'s `bits`-bit copies `infos` (their bytes in `data`, else read) expert by expert beside `int4_path`"
+    """Write `layer`'s `bits`-bit copies `infos` (their bytes in `data`, else read) expert by expert
+    beside `int4_path`"""
     ts, data, rows = _expert_rows(infos, data)
     meta = dict(format='mlx', edge0=f'{bits}-bit copies of the experts of layer {layer}',
                 **lowbit.low_meta(bits, int4_path), **{EXPERTS_META: json.dumps(rows)})
@@ -198,9 +205,12 @@ def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
     _write_low(list(parts.values()), data, layer, st.low_bits, int4_path)
 
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
-                 aligned:bool=True, # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
-                 low_bits:tuple=()): # write these lower-bit copies of the experts beside them (`edge0.lowbit`)
-    "`dst`'s shards from `src`'s, each MoE layer's experts in a file of their own (`repack`: torch-packed, re-packed)"
+                 # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
+                 aligned:bool=True,
+                 # write these lower-bit copies of the experts beside them (`edge0.lowbit`)
+                 low_bits:tuple=()):
+    """`dst`'s shards from `src`'s, each MoE layer's experts in a file of their own (`repack`:
+    torch-packed, re-packed)"""
     spec, tensors = model_spec(src), index_checkpoint(src)
     experts = _layer_experts(spec, tensors, src)
     if layout == 'torch-cpu' and repack is None: _check_torch(spec, tensors, src)
@@ -208,7 +218,8 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
     weight_map, meta = {}, dict(format='mlx', layout=layout)
     first = spec.moe_layers[0]
     widths = [b for b in lowbit.LOW_BITS if repack is not None and (src / lowbit.low_file(first, b)).exists()]
-    with contextlib.ExitStack() as held:  # copies packed for another CPU: a store reads (checks, re-packs) each width
+    # copies packed for another CPU: a store reads (checks, re-packs) each width
+    with contextlib.ExitStack() as held:
         lows = [held.enter_context(contextlib.closing(ExpertStore(src, spec, residency=False, low_bits=b)))
                 for b in widths]
         for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
@@ -234,7 +245,8 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
 
 # %% ../nbs/01c_convert.ipynb #da855ac7
 def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
-    "Refuse lower-bit copies of experts that are not int4 affine (mlx-lm's), before anything is written"
+    """Refuse lower-bit copies of experts that are not int4 affine (mlx-lm's), before anything is
+    written"""
     for bits in low_bits: lowbit.check_low_bits(bits, '--low-bits')
     for layer in spec.moe_layers if low_bits else ():
         for p, q in layer_quant(spec, tensors, layer).items():
@@ -244,7 +256,8 @@ def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
                                  "(add --quantize)")
 
 def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx', low_bits:tuple=()):
-    "Everything `convert` can refuse, refused before anything is written; the `Repack` a torch-packed source needs"
+    """Everything `convert` can refuse, refused before anything is written; the `Repack` a
+    torch-packed source needs"""
     if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if layout == 'torch-cpu' and not bq.torch_available():
         raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
@@ -255,7 +268,8 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors
     quant = [q for l in spec.moe_layers for q in layer_quant(spec, tensors, l).values()]
     if any(q is not None and q.mode == 'torch' for q in quant):
-        was = config.get('edge0_layout', {}).get('source')  # copied as they are, they would be labelled anew
+        # copied as they are, they would be labelled anew
+        was = config.get('edge0_layout', {}).get('source')
         if layout != 'torch-cpu' or quantize:
             raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and "
                              "cannot be unpacked; convert the mlx-lm checkpoint they came from"
@@ -285,7 +299,8 @@ def _record_layout(src:Path, dst:Path, layout:str):
     prerouter heads and adapters are copied: they were made for the same weights (the source's fingerprint)"""
     import datetime
     cfg = read_json(dst / 'config.json', 'model config')
-    was = cfg.get('edge0_layout') or {}  # the source's, copied: a torch-cpu source re-packed keeps its own source
+    # the source's, copied: a torch-cpu source re-packed keeps its own source
+    was = cfg.get('edge0_layout') or {}
     was = was if was.get('experts') == 'torch-cpu' and was.get('source_fingerprint') else {}
     cfg['edge0_layout'] = dict(experts=layout, source=was.get('source', src.name),
                                source_fingerprint=was.get('source_fingerprint') or fingerprint(src),
@@ -299,8 +314,10 @@ def _record_layout(src:Path, dst:Path, layout:str):
 
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
             overwrite:bool=False, layout:str='mlx',
-            low_bits=()) -> Path: # also store the experts at these bits (2, 3) for `low_bits` serving
-    "Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or with experts repacked"
+            # also store the experts at these bits (2, 3) for `low_bits` serving
+            low_bits=()) -> Path:
+    """Write `dst` from the mlx-lm checkpoint `src`: quantized to int`bits` g`group_size` and/or
+    with experts repacked"""
     src, low_bits = Path(src), tuple(sorted(set(low_bits)))
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
     if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")

@@ -28,9 +28,11 @@ __all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mod
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
-    "The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus its shared expert"
+    """The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus
+    its shared expert"""
     out = (y * w[..., None]).sum(axis=-2)
-    if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)  # as the model's block does
+    # as the model's block does
+    if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
     if spec.shared:
         sh = blk[spec.shared](x)
         if spec.shared_gate: sh = B.sigmoid(blk[spec.shared_gate](x)) * sh
@@ -38,7 +40,8 @@ def combine(spec:MoESpec, blk, x, y, w):
     return out
 
 def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
-    "`blk`'s output for `x`, its experts routed by its own router at `k`, or the given `inds` weighed by it"
+    """`blk`'s output for `x`, its experts routed by its own router at `k`, or the given `inds`
+    weighed by it"""
     logits = router_logits(spec, blk, x)
     if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
     else: w = weigh(spec.routing, logits, inds)
@@ -55,7 +58,8 @@ def check_mode(mode:str):
     if mode not in MODES: raise InputError(f"prerouter mode {mode!r} is not one of {MODES}")
 
 def check_exact_top(mode:str, m:int, k:int|None):
-    "Refuse an exact top-M outside `routing` mode or outside 0..K (`k` None: K is not known yet, only M >= 0)"
+    """Refuse an exact top-M outside `routing` mode or outside 0..K (`k` None: K is not known yet,
+    only M >= 0)"""
     if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
     if k is None and m < 0: raise InputError(f"exact top-M must be at least 0, got {m}")
     if k is not None and not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
@@ -66,7 +70,8 @@ def trace_len(trace:dict) -> int:
     return len(next(iter(trace.values()))) if trace else 0
 
 def check_trace(trace:dict, spec:MoESpec, k:int, where:str='the trace') -> dict:
-    "`trace` as `{MoE layer: (steps, K) int64 ids}`, refused unless it fits the model and K it will drive"
+    """`trace` as `{MoE layer: (steps, K) int64 ids}`, refused unless it fits the model and K it
+    will drive"""
     layers = list(spec.moe_layers)
     if not isinstance(trace, dict) or sorted(trace) != layers:
         got = sorted(trace) if isinstance(trace, dict) else type(trace).__name__
@@ -92,7 +97,8 @@ def save_trace(trace:dict, path, spec:MoESpec, k:int) -> Path:
     return p
 
 def load_trace(path, spec:MoESpec, k:int) -> dict:
-    "A trace from `save_trace` (`{layer: (steps, K) ids}`), checked against the model and K it will drive"
+    """A trace from `save_trace` (`{layer: (steps, K) ids}`), checked against the model and K it
+    will drive"""
     p = Path(path)
     if not p.exists(): raise InputError(f"trace {p} does not exist (record one with an `off` run: record_trace=...)")
     d = read_json(p, 'routing trace')
@@ -117,20 +123,24 @@ def load_trace(path, spec:MoESpec, k:int) -> dict:
 
 # %% ../nbs/02b_decode.ipynb #3452cba0
 def shadow(obj, name:str, fn) -> tuple:
-    "Call `fn` where `obj` calls its child `name`; returns what `unshadow` takes back (an earlier shadow included)"
-    # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the parameters
+    """Call `fn` where `obj` calls its child `name`; returns what `unshadow` takes back (an earlier
+    shadow included)"""
+    # the layer calls `self.mlp(x)`: an instance attribute shadows the child without touching the
+    # parameters
     before = obj.__dict__.get(name)
     object.__setattr__(obj, name, fn)
     return obj, name, before
 
 def shadow_blocks(spec:MoESpec, model, fn) -> list:
-    "Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes back"
+    """Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes
+    back"""
     paths = [spec.block_path.format(layer=layer).rsplit('.', 1) for layer in spec.moe_layers]
     return [shadow(attr_at(model, parent), name, partial(fn, layer, block(spec, model, layer)))
             for layer, (parent, name) in zip(spec.moe_layers, paths)]
 
 def unshadow(installed:list):
-    "Take back what `shadow` and `shadow_blocks` installed, last first, with any shadow beneath (twice is harmless)"
+    """Take back what `shadow` and `shadow_blocks` installed, last first, with any shadow beneath
+    (twice is harmless)"""
     for obj, name, before in reversed(installed):
         if before is None: obj.__dict__.pop(name, None)
         else: object.__setattr__(obj, name, before)
@@ -147,7 +157,8 @@ def heads_dtype(spec:MoESpec):
 class DecodeStats:
     "Counters of prerouted decoding"
     steps:int = 0              # decode steps flushed
-    syncs:int = 0              # host reads of device values during decode (flushes + own-routing readbacks)
+    # host reads of device values during decode (flushes + own-routing readbacks)
+    syncs:int = 0
     flush_s:float = 0.0        # main thread time in flushes (the step's compute finishes here)
     planned:int = 0            # layer-steps computed with a predicted or replayed set
     experts_planned:int = 0    # experts those sets named
@@ -156,11 +167,14 @@ class DecodeStats:
     background_loads:int = 0   # bundles the background reader read
     prefetch_used:int = 0      # prefetch mode: own-routed experts the prediction had read ahead
     prefetch_wasted:int = 0    # prefetch mode: predicted experts the layer did not use
-    exact_checked:int = 0      # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
-    exact_staged:list = field(default_factory=list)  # of them, by rank (heaviest first): already in the staged set
+    # exact top-M: the own router's M heaviest experts computed, over all planned layer-steps
+    exact_checked:int = 0
+    # of them, by rank (heaviest first): already in the staged set
+    exact_staged:list = field(default_factory=list)
     exact_read:int = 0         # of them, neither staged nor pooled: read at once, the layer waiting
-    low_asked:int = 0          # expert computations asked of a lower-bit copy (`StreamOptions.low_bits`; served by the
-                               # int4 expert where the pool holds it: the engine's `low_upgraded`)
+    # expert computations asked of a lower-bit copy (`StreamOptions.low_bits`; served by the int4
+    # expert where the pool holds it: the engine's `low_upgraded`)
+    low_asked:int = 0
 
 
 # %% ../nbs/02b_decode.ipynb #da14e472
@@ -168,9 +182,11 @@ class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
     def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
                  prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False,
-                 exact_top:int=0, # routing mode: the own router's M heaviest experts are always computed
-                 hold:bool=True): # routing mode: keep the layers no head predicts resident where the budget
-                                  # allows (False: read on demand)
+                 # routing mode: the own router's M heaviest experts are always computed
+                 exact_top:int=0,
+                 # routing mode: keep the layers no head predicts resident where the budget allows
+                 # (False: read on demand)
+                 hold:bool=True):
         check_mode(mode)
         if mode in ('routing', 'prefetch') and prerouter is None:
             raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
@@ -195,31 +211,39 @@ class Decoder:
         if low and mode == 'routing' and (not exact_top or below is not None):
             raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots beside the own M "
                              "heaviest: set exact_top (M >= 1), without low_below")
-        self.low_below = below if low else None  # 'off': experts weighing less are read as their lower-bit copy
-        self.low_slots = bool(low) and mode == 'routing'  # 'routing': the K-M predicted slots are read as copies
+        # 'off': experts weighing less are read as their lower-bit copy
+        self.low_below = below if low else None
+        # 'routing': the K-M predicted slots are read as copies
+        self.low_slots = bool(low) and mode == 'routing'
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
         self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
         self.trace_in = None if trace is None else check_trace(trace, spec, self.k, "the oracle's trace")
-        self.recorded = [] if record else None  # own routing, one `{layer: ids}` a step: `trace` gives it by layer
+        # own routing, one `{layer: ids}` a step: `trace` gives it by layer
+        self.recorded = [] if record else None
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        self.pred_w, self.prewaited = {}, set()  # exact top-M: the flush's ranking; layers whose task was waited on
+        # exact top-M: the flush's ranking; layers whose task was waited on
+        self.pred_w, self.prewaited = {}, set()
         self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
-        self.before_flush, self.after_flush = [], []  # callables run around each flush: what a measurement adds
+        # callables run around each flush: what a measurement adds
+        self.before_flush, self.after_flush = [], []
         self.notes = []  # what the user should know about how this decoder serves
         if engine is not None and mode == 'routing' and hold:
             unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]
-            need, room = engine.resident_room(unplanned, len(self.planned) * self.k)  # with the planned layers' slots
+            # with the planned layers' slots
+            need, room = engine.resident_room(unplanned, len(self.planned) * self.k)
             if need <= room:
                 for layer in unplanned: engine.keep_resident(layer)
             else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on demand: the expert "
                                     f"budget has {room / MiB:,.0f} MiB beside one token's experts, and keeping them "
                                     f"resident takes {need / MiB:,.0f} MiB with the planned slots")
         for layer in self.planned if engine is not None else ():
-            engine.plan_slots(layer)  # their bytes come out of the pool's budget now: a pool too small fails here
-        ahead = 1  # planned layers whose reads run at once: what the budget has room for beside the slots
+            # their bytes come out of the pool's budget now: a pool too small fails here
+            engine.plan_slots(layer)
+        # planned layers whose reads run at once: what the budget has room for beside the slots
+        ahead = 1
         if engine is not None:
             asked = engine.stage_ahead
             ahead = engine.hold_stage_ahead() if self.planned else asked
@@ -227,11 +251,13 @@ class Decoder:
                 self.notes.append(f"planned layers are staged one at a time: beside the slots, the expert budget has "
                                   f"no room for the {(asked - 1) * self.k} experts staging {asked} at once holds")
         self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
-        self.graph = GraphExecutor(self)  # the MLX graph computes the policy; the torch step brings its own executor
+        # the MLX graph computes the policy; the torch step brings its own executor
+        self.graph = GraphExecutor(self)
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def reset(self):
-        "Start a new sequence: wait for the reads in flight, forget the plan, restart the step count (and the trace)"
+        """Start a new sequence: wait for the reads in flight, forget the plan, restart the step
+        count (and the trace)"""
         for f in self.pending.values(): f.result()
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
         self.pred_w, self.prewaited, self.step, self.beyond = {}, set(), -1, False
@@ -254,7 +280,8 @@ class Decoder:
 # %% ../nbs/02b_decode.ipynb #d0000014
 class Executor:
     "What a decoder's policy asks of whoever computes a step: arrays in, arrays out, no decisions"
-    on_device = 0  # 1 where reading an array on the host waits for the device (counted as `DecodeStats.syncs`)
+    # 1 where reading an array on the host waits for the device (counted as `DecodeStats.syncs`)
+    on_device = 0
     def logits(self, blk, x): "The router logits of block `blk` for `x`"
     def bias(self, layer:int): "`layer`'s routing correction bias (None where the family has none)"
     def experts(self, blk, x, inds): "The outputs (..., K, D) of the experts `inds` on `x`"
@@ -268,7 +295,8 @@ class Executor:
 
 # %% ../nbs/02b_decode.ipynb #d0000014d
 class GraphExecutor(Executor):
-    "The MLX graph computes what `dec` decides: the block's own modules, the engine's streamed `switch_mlp`"
+    """The MLX graph computes what `dec` decides: the block's own modules, the engine's streamed
+    `switch_mlp`"""
     on_device = 1
     def __init__(self, dec): self.dec = dec
     def logits(self, blk, x): return router_logits(self.dec.spec, blk, x)
@@ -289,7 +317,8 @@ from fastcore.basics import patch
 
 @patch
 def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
-    "Block `layer` (`blk`) on `x` (..., L, D) under this decoder's mode, computed by the executor `ex`"
+    """Block `layer` (`blk`) on `x` (..., L, D) under this decoder's mode, computed by the executor
+    `ex`"""
     spec, decode = self.spec, x.shape[-2] == 1
     logits = ex.logits(blk, x)
     if decode and layer in self.plan:
@@ -303,7 +332,8 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step {self.step} has none "
                              "(record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
-        y = self._own(ex, layer, blk, x, inds, w) if decode else ex.experts(blk, x, inds)  # prefill: whole layers
+        # prefill: whole layers
+        y = self._own(ex, layer, blk, x, inds, w) if decode else ex.experts(blk, x, inds)
     out = ex.combine(blk, x, y, w)
     if layer in self.owners: self.predict(ex, layer, x, inds, decode)
     return out
@@ -311,7 +341,8 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
 # %% ../nbs/02b_decode.ipynb #d0000014g
 @patch
 def predict(self:Decoder, ex:Executor, layer:int, x, inds, decode:bool):
-    "Owner `layer`'s head predicts the next MoE layer's experts at the next token, from `x`'s last position"
+    """Owner `layer`'s head predicts the next MoE layer's experts at the next token, from `x`'s last
+    position"""
     now = inds[..., -1, :].reshape(1, -1)
     if decode: prev = self.prev.get(layer, now)
     else: prev = inds[..., -2, :].reshape(1, -1) if x.shape[-2] > 1 else now
@@ -332,7 +363,8 @@ def moe_block(self:Decoder, layer:int, blk, x):
 # %% ../nbs/02b_decode.ipynb #d0000016
 @patch
 def _planned(self:Decoder, ex:Executor, layer:int, blk, x, ids, inds):
-    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)  # every expert at hand
+    # every expert at hand
+    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)
     self.stage_planned(layer, ids)
     y, exact = ex.planned(layer, x, ids)
     self.count_planned(ids, exact)
@@ -340,17 +372,20 @@ def _planned(self:Decoder, ex:Executor, layer:int, blk, x, ids, inds):
 
 @patch
 def stage_planned(self:Decoder, layer:int, ids):
-    "Have the planned set `ids` in `layer`'s slots: its background read waited for, or staged now where it has not"
+    """Have the planned set `ids` in `layer`'s slots: its background read waited for, or staged now
+    where it has not"""
     staged_ahead = self._wait(layer) or layer in self.prewaited
     self.prewaited.discard(layer)
-    if not staged_ahead or self._unstaged(layer, ids):  # nothing (or not all) staged ahead: stage it now
+    # nothing (or not all) staged ahead: stage it now
+    if not staged_ahead or self._unstaged(layer, ids):
         t0 = time.perf_counter()
         cost = self.engine.stage(layer, ids)
         self.engine.record(layer, cost, time.perf_counter() - t0)
 
 @patch
 def count_planned(self:Decoder, ids, exact:int):
-    "Count a planned layer-step of the set `ids`, `exact` of them computed from a slot holding that very expert"
+    """Count a planned layer-step of the set `ids`, `exact` of them computed from a slot holding
+    that very expert"""
     d = self.stats
     d.planned += 1
     d.experts_planned += len(ids)
@@ -360,7 +395,8 @@ def count_planned(self:Decoder, ids, exact:int):
 
 @patch
 def _wait(self:Decoder, layer:int) -> bool:
-    "Wait for `layer`'s background task of this step, if it is not done, and count it (False: there was none)"
+    """Wait for `layer`'s background task of this step, if it is not done, and count it (False:
+    there was none)"""
     task = self.pending.pop(layer, None)
     if task is None: return False
     t0 = time.perf_counter()
@@ -372,7 +408,8 @@ def _wait(self:Decoder, layer:int) -> bool:
 # %% ../nbs/02b_decode.ipynb #c6915e99
 @patch
 def _own(self:Decoder, ex:Executor, layer:int, blk, x, inds, w):
-    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)  # nothing to read
+    # nothing to read
+    if self.engine is None or layer in self.engine.resident: return ex.experts(blk, x, inds)
     self.stats.syncs += ex.on_device  # the streaming path reads the routing on the host
     served = inds
     if self.low_below is not None: served = ex.like(self.low_ids(ex.host(inds), ex.host(w)), inds)
@@ -380,14 +417,16 @@ def _own(self:Decoder, ex:Executor, layer:int, blk, x, inds, w):
 
 @patch
 def low_ids(self:Decoder, inds, w) -> np.ndarray:
-    "'off' with `low_below`: the own experts `inds` (host) as read, those weighing less than it as copies (`E + e`)"
+    """'off' with `low_below`: the own experts `inds` (host) as read, those weighing less than it as
+    copies (`E + e`)"""
     low = np.asarray(w).reshape(np.shape(inds)) < self.low_below
     self.stats.low_asked += int(low.sum())
     return np.asarray(inds).astype(np.int64) + self.spec.num_experts * low
 
 @patch
 def serve_own(self:Decoder, layer:int, inds, compute):
-    "`compute()` of the experts `layer`'s own router chose (`inds`), kept for the trace; prefetch: what was read ahead"
+    """`compute()` of the experts `layer`'s own router chose (`inds`), kept for the trace; prefetch:
+    what was read ahead"""
     if self.mode == 'prefetch':
         self._wait(layer)
         ahead = self.warm.get(layer, set())
@@ -402,15 +441,18 @@ def serve_own(self:Decoder, layer:int, inds, compute):
 # %% ../nbs/02b_decode.ipynb #38bafd9d
 @patch
 def _exact_top(self:Decoder, ex:Executor, layer:int, logits, planned):
-    "The set planned layer `layer` computes: its own M heaviest experts, then the best predicted others, K in all"
+    """The set planned layer `layer` computes: its own M heaviest experts, then the best predicted
+    others, K in all"""
     own, w = route(self.spec.routing, logits, self.k, ex.bias(layer))
     self.stats.syncs += ex.on_device  # the host read this costs
     return self.pick_exact_top(layer, ex.host(own), ex.host(w), planned)
 
 @patch
 def pick_exact_top(self:Decoder, layer:int, own, w, planned):
-    "From the own routing's ids `own` and weights `w` (host arrays): the M heaviest, then the best predicted others"
-    if self._wait(layer): self.prewaited.add(layer)  # the staged set in place before asking what is pooled
+    """From the own routing's ids `own` and weights `w` (host arrays): the M heaviest, then the best
+    predicted others"""
+    # the staged set in place before asking what is pooled
+    if self._wait(layer): self.prewaited.add(layer)
     d = self.stats
     heaviest = own[np.argsort(-w, kind='stable')[:self.exact_top]].tolist()
     staged = set(planned.tolist())
@@ -435,16 +477,19 @@ def exact_top_sets(own, w, planned, m:int, E:int) -> np.ndarray:
 
 @patch
 def _unstaged(self:Decoder, layer:int, ids) -> bool:
-    "Whether some of `ids` are not in `layer`'s planned slots (exact top-M: an own expert the heads did not predict)"
+    """Whether some of `ids` are not in `layer`'s planned slots (exact top-M: an own expert the
+    heads did not predict)"""
     return bool(self.exact_top) and not self.engine.holds_planned(layer, ids)
 
 
 # %% ../nbs/02b_decode.ipynb #d0000018
 @patch
 def flush(self:Decoder, *arrays, ex:Executor|None=None):
-    "End a step: compute `arrays` with its predictions (`ex`, default the graph); plan the next step, start its reads"
+    """End a step: compute `arrays` with its predictions (`ex`, default the graph); plan the next
+    step, start its reads"""
     ex = ex or self.graph
-    for fn in self.before_flush: fn()  # a measurement's own work between steps (`edge0.harness.run_arm`)
+    # a measurement's own work between steps (`edge0.harness.run_arm`)
+    for fn in self.before_flush: fn()
     t0 = time.perf_counter()
     preds, own_routed, pred_w = self.preds, self.own_routed, self.pred_w
     self.preds, self.own_routed, self.pred_w = {}, {}, {}
@@ -457,16 +502,19 @@ def flush(self:Decoder, *arrays, ex:Executor|None=None):
 
 @patch
 def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
-    "Plan the next step from this one's host arrays (predicted ids, own routing, prediction weights); start its reads"
+    """Plan the next step from this one's host arrays (predicted ids, own routing, prediction
+    weights); start its reads"""
     d = self.stats
     if self.step >= 0:
         d.steps += 1
         if self.recorded is not None: self.recorded.append(own_routed)
     self.step += 1
     ids = {layer: v.astype(np.int64) for layer, v in preds.items()}
-    for layer, w in pred_w.items():  # exact top-M: heaviest first, so the K - M slots left take the prediction's best
+    # exact top-M: heaviest first, so the K - M slots left take the prediction's best
+    for layer, w in pred_w.items():
         ids[layer] = ids[layer][np.argsort(-w, kind='stable')]
-        if self.low_slots: ids[layer][self.exact_top:] += self.spec.num_experts  # read as their lower-bit copies
+        # read as their lower-bit copies
+        if self.low_slots: ids[layer][self.exact_top:] += self.spec.num_experts
     if self.mode == 'oracle':
         self.beyond = self.step >= trace_len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else {layer: v[self.step] for layer, v in self.trace_in.items()}
@@ -481,16 +529,21 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
 # %% ../nbs/02b_decode.ipynb #d0000020b
 @dataclass
 class Sampling:
-    "How the next token is drawn, in mlx-lm's names and with its defaults (`temp=0`: the most likely token)"
+    """How the next token is drawn, in mlx-lm's names and with its defaults (`temp=0`: the most
+    likely token)"""
     temp:float = 0.0                      # temperature (0: greedy)
-    top_p:float = 1.0                     # keep the most likely tokens whose probabilities sum to top_p (1: all)
+    # keep the most likely tokens whose probabilities sum to top_p (1: all)
+    top_p:float = 1.0
     top_k:int = 0                         # keep the top_k most likely tokens (0: all)
-    min_p:float = 0.0                     # drop tokens below min_p times the top token's probability (0: none)
+    # drop tokens below min_p times the top token's probability (0: none)
+    min_p:float = 0.0
     min_tokens_to_keep:int = 1            # min_p keeps at least this many
-    repetition_penalty:float|None = None  # mlx-lm's sign-aware penalty on recently seen tokens (None: off)
+    # mlx-lm's sign-aware penalty on recently seen tokens (None: off)
+    repetition_penalty:float|None = None
     repetition_context_size:int = 20      # how many recent tokens the penalty looks at
     logit_bias:dict|None = None           # {token id: logit added}
-    seed:int|None = None                  # seed the draw before each generation (None: it differs run to run)
+    # seed the draw before each generation (None: it differs run to run)
+    seed:int|None = None
 
     def __post_init__(self):
         checks = [('temp', self.temp, 0 <= self.temp < math.inf, 'a number >= 0'),
@@ -516,7 +569,8 @@ class Sampling:
         return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
 
     def draw(self, logits):
-        "Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0, else mlx-lm's sampler)"
+        """Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0,
+        else mlx-lm's sampler)"""
         if self.repetition_penalty is not None or self.logit_bias:
             raise InputError("a batched draw takes no repetition_penalty or logit_bias (they follow one sequence)")
         logits = logits.astype(B.float32)
@@ -525,7 +579,8 @@ class Sampling:
 
 # %% ../nbs/02b_decode.ipynb #a26279d8
 def generate_batch(forward, cache, prompts:np.ndarray, n:int, sampling:Sampling|None=None) -> np.ndarray:
-    "`n` tokens (B, n) after each row of `prompts` (B, P), drawn by `sampling` from `forward(x, cache)`'s last logits"
+    """`n` tokens (B, n) after each row of `prompts` (B, P), drawn by `sampling` from `forward(x,
+    cache)`'s last logits"""
     sampling = sampling or Sampling()
     if sampling.seed is not None: B.seed(sampling.seed)
     x, out = B.array(np.asarray(prompts).astype(np.int32)), []
@@ -543,35 +598,42 @@ def _check_prompt(prompt:list, vocab_size:int|None):
         raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
 
 class Step:
-    "A model's forward pass one step at a time, its KV cache kept: the MLX graph (`GraphStep`) or the torch step"
+    """A model's forward pass one step at a time, its KV cache kept: the MLX graph (`GraphStep`) or
+    the torch step"""
     def begin(self, history:list|None):
-        "Start a generation after `history`, the tokens the cache holds (None or empty: a new sequence)"
+        """Start a generation after `history`, the tokens the cache holds (None or empty: a new
+        sequence)"""
     def logits(self, ids:list): "The logits (1, V) after feeding `ids`"
     def argmax(self, logits): "The most likely token where this step picks it itself (None: the sampler picks it)"
     def to_sampler(self, logits): "`logits` as an MLX array for mlx-lm's sampler"
     def flush(self, tok): "End the step: its decoder plans the next"
 
 class GraphStep(Step):
-    "The MLX graph's step: `model` with its prompt cache `cache` (default: a new one) and its decoder"
+    """The MLX graph's step: `model` with its prompt cache `cache` (default: a new one) and its
+    decoder"""
     def __init__(self, model, decoder:Decoder|None=None, cache:list|None=None):
         self.model, self.decoder, self.cache = model, decoder, cache
     def begin(self, history):
         from mlx_lm.models.cache import make_prompt_cache
         if self.cache is None: self.cache = make_prompt_cache(self.model)
     def logits(self, ids): return self.model(B.array([ids], B.int32), cache=self.cache)[:, -1, :]
-    def argmax(self, logits): return None  # mlx-lm's sampler picks the greedy token too, in the graph
+    # mlx-lm's sampler picks the greedy token too, in the graph
+    def argmax(self, logits): return None
     def to_sampler(self, logits): return logits
     def flush(self, tok):
-        if self.decoder is not None: self.decoder.flush(tok)  # one evaluation: the token and the heads' predictions
+        # one evaluation: the token and the heads' predictions
+        if self.decoder is not None: self.decoder.flush(tok)
         else: B.eval(tok)
 
 def generate_ids(model, # an mlx-lm model (the MLX graph), or a `Step` (the torch step)
                  prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
                  force:list|None=None, vocab_size:int|None=None,
                  sampling:Sampling|None=None, # how tokens are drawn (default: greedy)
-                 cache:list|None=None, # the graph's prompt cache holding `history` (default: a new one)
+                 # the graph's prompt cache holding `history` (default: a new one)
+                 cache:list|None=None,
                  history:list|None=None): # the tokens the cache already holds
-    "Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first yield ends the prefill"
+    """Yield `(token, seconds)` for up to `max_tokens` tokens after the ids `prompt`; the first
+    yield ends the prefill"""
     step = model if isinstance(model, Step) else GraphStep(model, decoder, cache)
     sampling = sampling or Sampling()
     if sampling.seed is not None: B.seed(sampling.seed)
@@ -587,14 +649,17 @@ def generate_ids(model, # an mlx-lm model (the MLX graph), or a `Step` (the torc
             if processors: seen = B.concatenate([seen, B.array(ids, B.int32)])
             logits = step.to_sampler(logits)
             for process in processors: logits = process(seen, logits)
-            tok = sampler(logits - B.logsumexp(logits, keepdims=True))  # log-probabilities, as mlx-lm samples them
+            # log-probabilities, as mlx-lm samples them
+            tok = sampler(logits - B.logsumexp(logits, keepdims=True))
         step.flush(tok)
         return int(tok.item())
     yield from token_loop(next_token, prompt, max_tokens, eos, force, vocab_size)
 
-def token_loop(next_token, # `next_token(ids)`: feed the ids, return the token drawn after them (the step's flush done)
+# `next_token(ids)`: feed the ids, return the token drawn after them (the step's flush done)
+def token_loop(next_token,
                prompt:list, max_tokens:int, eos=(), force:list|None=None, vocab_size:int|None=None):
-    "Yield `(token, seconds)` of each step, the prompt fed first; forcing and the end-of-sequence tokens handled here"
+    """Yield `(token, seconds)` of each step, the prompt fed first; forcing and the end-of-sequence
+    tokens handled here"""
     _check_prompt(prompt, vocab_size)
     if force is not None and len(force) < max_tokens - 1:
         raise InputError(f"force gives {len(force)} tokens; {max_tokens - 1} are needed")
@@ -609,23 +674,30 @@ def token_loop(next_token, # `next_token(ids)`: feed the ids, return the token d
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
          options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True,
-         resident:bool=False, # every expert in memory (`load_resident`): the decoder computes, nothing is read
-         decoder:bool=True, # False: the heads are loaded (`handle.prerouter`), the model routes itself
+         # every expert in memory (`load_resident`): the decoder computes, nothing is read
+         resident:bool=False,
+         # False: the heads are loaded (`handle.prerouter`), the model routes itself
+         decoder:bool=True,
          dtype=None,
-         choose=None, # mode 'auto': `choose(handle, heads or None, k, exact_top) -> (mode, why)`, asked after the load
+         # mode 'auto': `choose(handle, heads or None, k, exact_top) -> (mode, why)`, asked after
+         # the load
+         choose=None,
          **kw) -> Handle:
-    "A `Handle` on the model in `model_dir`, its heads (`prerouter_path`, else `find_heads`) and its `Decoder`"
+    """A `Handle` on the model in `model_dir`, its heads (`prerouter_path`, else `find_heads`) and
+    its `Decoder`"""
     auto = mode == AUTO
     if auto and choose is None:
         raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
                          "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass it)")
     if not auto: check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
-    k = k or spec.k  # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)
+    # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)
+    k = k or spec.k
     path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
             (auto and prerouter_path is not None) else find_heads(model_dir, spec, k) if auto else None)
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
-    if heads is not None: heads.set_dtype(heads_dtype(spec))  # as the decoder runs them, installed or not
+    # as the decoder runs them, installed or not
+    if heads is not None: heads.set_dtype(heads_dtype(spec))
     replay = None
     if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, dict) else load_trace(trace, spec, k)
     if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")
@@ -637,11 +709,14 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
             handle.close()
             raise
         handle.notes.append(why)
-        if mode != 'routing': path, heads, exact_top = None, None, 0  # off: the own routing, every expert exact
+        # off: the own routing, every expert exact
+        if mode != 'routing': path, heads, exact_top = None, None, 0
     handle.k, handle.heads, handle.prerouter = k, path, heads
-    if path is not None: handle.notes.append(f"prerouter heads: {path}")  # once, whichever command serves it
+    # once, whichever command serves it
+    if path is not None: handle.notes.append(f"prerouter heads: {path}")
     if not decoder: return handle
-    engine = None if resident else handle.engine  # resident: every expert at hand (torch-packed ones too)
+    # resident: every expert at hand (torch-packed ones too)
+    engine = None if resident else handle.engine
     try: handle.decoder = Decoder(handle.model, spec, engine, mode, k, heads, replay, record_trace, exact_top, hold)
     except BaseException:
         handle.close()
@@ -659,7 +734,8 @@ def decode_stats(handle:Handle) -> dict:
 
 # %% ../nbs/02b_decode.ipynb #03e1e172
 def held_bytes(model, mode:str, k:int|None=None, heads=None, hold:bool=True) -> int:
-    "Bytes `mode` holds beside the pool's LRU: the layers no head predicts, kept (`hold`), and K slots a planned one"
+    """Bytes `mode` holds beside the pool's LRU: the layers no head predicts, kept (`hold`), and K
+    slots a planned one"""
     from edge0.store import ExpertStore, read_header
     if mode not in ('routing', 'oracle'): return 0
     spec = model_spec(model)

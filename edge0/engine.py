@@ -35,36 +35,50 @@ class StreamOptions:
     decode_path:str = 'exact'
     prefill_path:str = 'auto'
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
-    pool_bytes:int|str|None = 'auto'           # budget of all expert memory (pool, slots, resident layers): bytes,
-                                               # 'auto' (from the memory this process may use) or None (unbounded)
-    kv_tokens:int|None = None                  # tokens the KV cache is budgeted for (None: the context, to 4096)
+    # budget of all expert memory (pool, slots, resident layers): bytes, 'auto' (from the memory
+    # this process may use) or None (unbounded)
+    pool_bytes:int|str|None = 'auto'
+    # tokens the KV cache is budgeted for (None: the context, to 4096)
+    kv_tokens:int|None = None
     pool_bundles:int|None = None
-    slots:int|None = None                      # staged slots per layer (default 2K; prerouted decoding: K)
-    buffers:int = 2                            # staged stacks per layer: 2 double-buffers, 1 halves the memory
+    # staged slots per layer (default 2K; prerouted decoding: K)
+    slots:int|None = None
+    # staged stacks per layer: 2 double-buffers, 1 halves the memory
+    buffers:int = 2
     hot:int|None = None                        # hot experts per layer (default 2K)
     hot_refresh:int = 16                       # decode steps between hot-set refreshes
-    reader:str = 'auto'                        # 'pread' | 'direct' (past the page cache) | 'mmap' | 'auto': direct
-                                               # where the expert budget cannot hold every expert, else pread
-    threads:int|None = None                    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
-    pool_policy:str = 'lfu'                    # which bundle the pool drops first (POLICIES; chosen by measurement)
-    usage_profile:bool = False                 # fill the pool at load with the experts this model's runs used most
+    # 'pread' | 'direct' (past the page cache) | 'mmap' | 'auto': direct where the expert budget
+    # cannot hold every expert, else pread
+    reader:str = 'auto'
+    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
+    threads:int|None = None
+    # which bundle the pool drops first (POLICIES; chosen by measurement)
+    pool_policy:str = 'lfu'
+    # fill the pool at load with the experts this model's runs used most
+    usage_profile:bool = False
     residency:bool = True                      # measure cold fractions with mincore
-    readahead:bool = False                     # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
-    whole_layer_share:float = 0.5              # 'auto', until read costs are measured: whole layer above this share
-    kernels:str|None = None                    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
-    torch_step:bool = True                     # with torch's kernels, a session runs each step in torch where
-                                               # `torchstep.check_torch_step` allows (False: the MLX graph)
-    low_bits:int|None = None                   # decode reads the experts that matter least as their copy at these
-                                               # bits (`edge0 convert --low-bits`): in 'routing' with exact top-M the
-                                               # K-M predicted slots, in 'off' those weighing below `low_below`
-    low_below:float|None = None                # 'off' with `low_bits`: the routing weight below which an expert is
-                                               # read as its lower-bit copy
-    low_upgrade:bool = True                    # a copy asked for is served by its int4 expert where the pool holds
-                                               # it: more exact, nothing read (False: always the copy, so the numbers
-                                               # served do not depend on what the pool holds)
-    stage_ahead:int|None = None                # planned layers whose reads run at once, so the disk's queue stays full
-                                               # between layers (None: 2 where the experts are packed for torch, whose
-                                               # stacks a background thread fills without MLX; else 1)
+    # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
+    readahead:bool = False
+    # 'auto', until read costs are measured: whole layer above this share
+    whole_layer_share:float = 0.5
+    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
+    kernels:str|None = None
+    # with torch's kernels, a session runs each step in torch where `torchstep.check_torch_step`
+    # allows (False: the MLX graph)
+    torch_step:bool = True
+    # decode reads the experts that matter least as their copy at these bits (`edge0 convert
+    # --low-bits`): in 'routing' with exact top-M the K-M predicted slots, in 'off' those weighing
+    # below `low_below`
+    low_bits:int|None = None
+    # 'off' with `low_bits`: the routing weight below which an expert is read as its lower-bit copy
+    low_below:float|None = None
+    # a copy asked for is served by its int4 expert where the pool holds it: more exact, nothing
+    # read (False: always the copy, so the numbers served do not depend on what the pool holds)
+    low_upgrade:bool = True
+    # planned layers whose reads run at once, so the disk's queue stays full between layers (None: 2
+    # where the experts are packed for torch, whose stacks a background thread fills without MLX;
+    # else 1)
+    stage_ahead:int|None = None
     def __post_init__(self):
         b = self.pool_bytes
         if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
@@ -90,13 +104,16 @@ class StreamOptions:
             raise InputError(f"low_bits serves on the 'exact' decode path, not {', '.join(sorted(decode_paths))}")
     @staticmethod
     def auto_reader(pool:int|None, experts:int) -> str:
-        "What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every expert, else `pread`"
+        """What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every
+        expert, else `pread`"""
         return 'direct' if pool is not None and pool < experts else 'pread'
     def stage_ahead_for(self, packed:bool) -> int:
-        "Planned layers read at once: `stage_ahead`, else 2 where the experts are `packed` for torch, else 1"
+        """Planned layers read at once: `stage_ahead`, else 2 where the experts are `packed` for
+        torch, else 1"""
         return self.stage_ahead or (2 if packed else 1)
     def read_threads(self, reader:str|None=None) -> int:
-        "Reads in flight with `reader` (default: the one asked): `threads`, else enough past the page cache, or 2"
+        """Reads in flight with `reader` (default: the one asked): `threads`, else enough past the
+        page cache, or 2"""
         return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
@@ -108,14 +125,17 @@ class StreamOptions:
 
 # %% ../nbs/01b3_engine.ipynb #861261cd
 class StreamEngine:
-    "Store, pool, per-layer path state and counters of one streamed model, serving `k` experts per token"
+    """Store, pool, per-layer path state and counters of one streamed model, serving `k` experts per
+    token"""
     def __init__(self, store:ExpertStore, options:StreamOptions|None=None, k:int|None=None):
         self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
         self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
         self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
-        self.low_bits, self.low_below = store.low_bits, self.options.low_below  # the copies served, and `off`'s rule
+        # the copies served, and `off`'s rule
+        self.low_bits, self.low_below = store.low_bits, self.options.low_below
         packed = all(torch_quant(self.quant[layer]) is not None for layer in self.spec.moe_layers)
-        self.stage_ahead = self.options.stage_ahead_for(packed)  # planned layers read at once (`stage`)
+        # planned layers read at once (`stage`)
+        self.stage_ahead = self.options.stage_ahead_for(packed)
         self.ahead_held = False  # whether the budget keeps what they hold (`hold_stage_ahead`)
         if not 1 <= self.k <= self.num_experts:
             raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
@@ -123,22 +143,30 @@ class StreamEngine:
             raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} experts")
         paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
                  for layer in self.spec.moe_layers}
-        auto = self.options.pool_bytes == 'auto'  # unbounded until `load` has measured what is left (`budget_for`)
+        # unbounded until `load` has measured what is left (`budget_for`)
+        auto = self.options.pool_bytes == 'auto'
         self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k,
-                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),  # 8 tokens
+                               # 8 tokens
+                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),
                                count=self.options.usage_profile, upgrade=self.options.low_upgrade)
-        self.budget, self.dry = None, False  # dry: experts give zeros, nothing is read (`kv_growth`)
-        self.seen, self.decoding = 0, None  # tokens past the first MoE layer since load (the KV cache holds at most
-                                            # these), and whether the last step decoded (`lend`)
-        self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)  # what `fill_from_usage` read
+        # dry: experts give zeros, nothing is read (`kv_growth`)
+        self.budget, self.dry = None, False
+        # tokens past the first MoE layer since load (the KV cache holds at most these), and whether
+        # the last step decoded (`lend`)
+        self.seen, self.decoding = 0, None
+        # what `fill_from_usage` read
+        self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)
         self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
         self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
-        self.planned, self.resident = {}, {}  # prerouted slots and resident layers (see "Serving a decoder")
-        self.read_costs = {}  # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
+        # prerouted slots and resident layers (see "Serving a decoder")
+        self.planned, self.resident = {}, {}
+        # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
+        self.read_costs = {}
         self.next_layer = self.spec.next_moe
         self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
         n_slots = self.options.slots or 2 * self.k
-        for layer, used in paths.items():  # the slots and hot sets the paths hold: out of the budget now, not mid-run
+        # the slots and hot sets the paths hold: out of the budget now, not mid-run
+        for layer, used in paths.items():
             if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers, 'staged slots')
             if 'hot' in used: self.hot_set(layer)
 
@@ -157,7 +185,8 @@ class StreamEngine:
 
 # %% ../nbs/01b3_engine.ipynb #8f7abd40
 def _stack(bundles:list) -> dict:
-    "One stack of each part of `bundles`; for experts packed for torch (torch tensors, one expert a kernel call), lists"
+    """One stack of each part of `bundles`; for experts packed for torch (torch tensors, one expert
+    a kernel call), lists"""
     if not isinstance(next(iter(bundles[0].values())), B.array):
         return {key: [b[key] for b in bundles] for key in bundles[0]}
     return {key: B.stack([b[key] for b in bundles]) for key in bundles[0]}
@@ -176,14 +205,16 @@ def _exact(self:StreamEngine, layer:int, x, indices):
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
 class Staged:
-    "Slots of one layer: which expert each slot holds, the stacks (one per buffer) and the expert -> slot table"
+    """Slots of one layer: which expert each slot holds, the stacks (one per buffer) and the expert
+    -> slot table"""
     def __init__(self, slots:int, num_experts:int, buffers:int=2):
         self.slot_expert = np.full(slots, -1, np.int64)
         self.stacks, self.held = [None] * buffers, [np.full(slots, -1, np.int64) for _ in range(buffers)]
         self.table, self.turn, self.rewrites = np.zeros(num_experts, np.uint32), 0, 0
 
     def assign(self, need) -> list:
-        "Give every needed expert a slot, keeping the ones already placed; returns the newly placed experts"
+        """Give every needed expert a slot, keeping the ones already placed; returns the newly
+        placed experts"""
         placed, wanted = set(self.slot_expert.tolist()), set(need)
         new = [e for e in need if e not in placed]
         free = [s for s in range(len(self.slot_expert)) if self.slot_expert[s] not in wanted]
@@ -204,7 +235,8 @@ def incr_stack(stack:dict|None, held, want, bundle_of, stacked:bool=True) -> tup
         held[:] = want
         return stack, len(want)
     changed = np.nonzero(held != want)[0]
-    for s in changed.tolist():  # slot by slot: each an in-place copy; a scatter of 8 slots on the CPU costs ~9x more
+    # slot by slot: each an in-place copy; a scatter of 8 slots on the CPU costs ~9x more
+    for s in changed.tolist():
         bundle = bundle_of(int(want[s]))
         for key in stack: stack[key][s] = bundle[key]
     held[changed] = want[changed]
@@ -214,7 +246,8 @@ def incr_stack(stack:dict|None, held, want, bundle_of, stacked:bool=True) -> tup
 # %% ../nbs/01b3_engine.ipynb #6d03336d
 @patch
 def slots_of(self:StreamEngine, table:dict, layer:int, n:int, buffers:int, what:str) -> Staged:
-    "`layer`'s slots in `table` (`n` slots x `buffers` stacks), made on first use, their bytes reserved from the pool"
+    """`layer`'s slots in `table` (`n` slots x `buffers` stacks), made on first use, their bytes
+    reserved from the pool"""
     if layer not in table:
         self.pool.reserve(n * buffers * self.store.expert_nbytes, f"{n * buffers} {what} of layer {layer}")
         table[layer] = Staged(n, self.ids, buffers)
@@ -228,12 +261,14 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     if len(need) > n_slots: return self._exact(layer, x, indices)  # a batch wider than the slots
     turn = slots.turn
     slots.turn = (turn + 1) % len(slots.stacks)
-    stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)  # first: it updates the expert -> slot table
+    # first: it updates the expert -> slot table
+    stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)
     return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer])
 
 @patch
 def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats, buffer:int=0) -> dict:
-    "Give the experts `need` slots (keeping those already placed) and write the new ones into stack `buffer`; the stack"
+    """Give the experts `need` slots (keeping those already placed) and write the new ones into
+    stack `buffer`; the stack"""
     new = slots.assign(need)
     fresh = dict(zip(new, self.pool.get(layer, new, stats))) if new else {}
     stats.hits += len(need) - len(new)
@@ -306,7 +341,8 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
 # %% ../nbs/01b3_engine.ipynb #f238f5d8
 @patch
 def whole_layer_threshold(self:StreamEngine) -> float:
-    "Missing experts above which `auto` reads a layer whole: the measured cost ratio, else `whole_layer_share` x E"
+    """Missing experts above which `auto` reads a layer whole: the measured cost ratio, else
+    `whole_layer_share` x E"""
     c = self.read_costs
     if 'expert' in c and 'layer' in c and c['expert'] > 0: return c['layer'] / c['expert']
     return self.options.whole_layer_share * self.num_experts
@@ -329,7 +365,8 @@ def _auto(self:StreamEngine, layer:int, x, indices):
 # %% ../nbs/01b3_engine.ipynb #73a2a16b
 @patch
 def plan_slots(self:StreamEngine, layer:int) -> Staged:
-    "`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from the pool's budget"
+    """`layer`'s planned stack (K slots, one buffer), made on first use with its bytes reserved from
+    the pool's budget"""
     return self.slots_of(self.planned, layer, self.options.slots or self.k, 1, 'planned slots')
 
 @patch
@@ -346,7 +383,8 @@ def hold_stage_ahead(self:StreamEngine) -> int:
 
 @patch
 def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
-    "Background: give `experts` slots of `layer`'s planned stack and write the changed slots; what was read"
+    """Background: give `experts` slots of `layer`'s planned stack and write the changed slots; what
+    was read"""
     cost = LayerStats()
     stack = self.fill_slots(self.plan_slots(layer), layer, [int(e) for e in experts], cost)
     B.eval(*stack.values())  # here: the main thread must find the writes done
@@ -355,14 +393,16 @@ def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
 
 @patch
 def planned_at(self:StreamEngine, layer:int, experts) -> tuple:
-    "`(at, exact)`: the slot of each expert of the staged planned set `experts`, and how many hold that very expert"
+    """`(at, exact)`: the slot of each expert of the staged planned set `experts`, and how many hold
+    that very expert"""
     slots = self.planned[layer]
     at = slots.table[experts]
     return at, int((slots.held[0][at] == experts).sum())
 
 @patch
 def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
-    "`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot holding that very expert"
+    """`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot
+    holding that very expert"""
     at, exact = self.planned_at(layer, experts)
     y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), self.planned[layer].stacks[0], self.quant[layer])
     B.async_eval(y)
@@ -380,14 +420,16 @@ def pooled(self:StreamEngine, layer:int, e:int) -> bool:
 
 @patch
 def holds_planned(self:StreamEngine, layer:int, experts) -> bool:
-    "Whether `layer`'s planned slots hold every one of `experts` now (exact top-M asks before computing)"
+    """Whether `layer`'s planned slots hold every one of `experts` now (exact top-M asks before
+    computing)"""
     slots = self.plan_slots(layer)
     return bool((slots.held[0][slots.table[np.asarray(experts)]] == np.asarray(experts)).all())
 
 # %% ../nbs/01b3_engine.ipynb #b1f5f3ab
 @patch
 def keep_resident(self:StreamEngine, layer:int):
-    "Read every expert of `layer` once and keep them; their bytes are reserved from the pool's budget"
+    """Read every expert of `layer` once and keep them; their bytes are reserved from the pool's
+    budget"""
     if layer in self.resident: return
     nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
     self.pool.reserve(nbytes, f"layer {layer} kept resident")
@@ -404,7 +446,8 @@ def resident_room(self:StreamEngine, layers:list, bundles:int=0) -> tuple:
 
 @patch
 def drop_resident(self:StreamEngine, layer:int):
-    "Give back a layer kept by `keep_resident`: its experts are freed and their bytes return to the pool's budget"
+    """Give back a layer kept by `keep_resident`: its experts are freed and their bytes return to
+    the pool's budget"""
     w = self.resident.pop(layer, None)
     if w is None: return
     nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
@@ -429,7 +472,8 @@ def record(self:StreamEngine, layer:int, cost:LayerStats, blocked_s:float=0.0):
 
 @patch
 def close(self:StreamEngine):
-    "Stop the background reader, keep the usage profile (where asked), drop the experts held, close the store's files"
+    """Stop the background reader, keep the usage profile (where asked), drop the experts held,
+    close the store's files"""
     self.layer_reader.shutdown(wait=True)
     if self.options.usage_profile: self.save_usage()
     self.layer_reads.clear()
@@ -444,11 +488,13 @@ def close(self:StreamEngine):
 
 # %% ../nbs/01b3_engine.ipynb #0d641e44
 def usage_file(model_dir, k:int, tensors:dict|None=None) -> Path:
-    "Where the usage profile of the model in `model_dir` at `k` experts a token is kept (`tensors`: its index)"
+    """Where the usage profile of the model in `model_dir` at `k` experts a token is kept
+    (`tensors`: its index)"""
     return edge0_home() / 'usage' / f"{fingerprint(model_dir, tensors)}-k{k}.json"
 
 def read_usage(path) -> dict:
-    "`{(layer, expert): requests}` of the usage profile at `path`; a missing or damaged one is empty"
+    """`{(layer, expert): requests}` of the usage profile at `path`; a missing or damaged one is
+    empty"""
     try:
         uses = json.loads(Path(path).read_text())['uses']
         return {tuple(int(v) for v in key.split(':')): int(n) for key, n in uses.items()}
@@ -456,7 +502,8 @@ def read_usage(path) -> dict:
 
 @patch
 def save_usage(self:StreamEngine):
-    "Add the pool's requests since load to the model's usage profile, atomically (where it cannot be written: skipped)"
+    """Add the pool's requests since load to the model's usage profile, atomically (where it cannot
+    be written: skipped)"""
     if not self.pool.uses: return
     p = usage_file(self.store.dir, self.k, self.store.tensors)
     try:
@@ -471,7 +518,8 @@ def save_usage(self:StreamEngine):
 
 @patch
 def fill_from_usage(self:StreamEngine) -> dict:
-    "Fill a bounded pool with the experts the model's usage profile says were requested most; what was read"
+    """Fill a bounded pool with the experts the model's usage profile says were requested most; what
+    was read"""
     prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k, self.store.tensors)), time.perf_counter(), 0
     room = 0 if self.pool.budget is None else self.pool.max_bundles - len(self.pool.lru) - self.k
     keys = [key for key in sorted(prof, key=lambda key: (-prof[key], key))
@@ -482,7 +530,8 @@ def fill_from_usage(self:StreamEngine) -> dict:
         for e, (bundle, cost) in zip(es, self.store.read_experts(layer, es)):
             got[layer, e] = bundle
             nbytes += cost.nbytes
-    for key in reversed(keys): self.pool.put(*key, got[key])  # the most requested last: the most recent
+    # the most requested last: the most recent
+    for key in reversed(keys): self.pool.put(*key, got[key])
     self.usage_fill = dict(bundles=len(keys), bytes=nbytes, seconds=time.perf_counter() - t0, profiled=len(prof))
     return self.usage_fill
 
@@ -507,12 +556,15 @@ def lend(self:StreamEngine, tokens:int):
     decode, bundle = tokens == 1, self.store.expert_nbytes
     kv_free = max(b.kv - kv_bytes(b.growth, self.seen), 0)
     step_free = max(b.step - self.k * bundle, 0) if decode else 0
-    want = min(b.pool + kv_free + step_free, b.experts) // bundle * bundle  # whole bundles: few resizes
-    if decode != self.decoding:  # a decode step frees at most K experts a layer; a prefill, its whole stacks
+    # whole bundles: few resizes
+    want = min(b.pool + kv_free + step_free, b.experts) // bundle * bundle
+    # a decode step frees at most K experts a layer; a prefill, its whole stacks
+    if decode != self.decoding:
         B.set_cache_limit(self.k * bundle if decode else b.step)
         self.decoding = decode
     if want != self.pool.budget_bytes:
-        self.pool.resize(want)  # past the lent bytes: the least used bundles go, before this step allocates
+        # past the lent bytes: the least used bundles go, before this step allocates
+        self.pool.resize(want)
         b.lent = max(want - b.pool, 0)
 
 

@@ -31,9 +31,12 @@ def torch_quant(quant) -> 'QuantSpec|None':
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
-               quant) -> 'array': # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
-    "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU` computes it"
-    if q := torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)  # packed for torch
+               # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
+               quant) -> 'array':
+    """`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU`
+    computes it"""
+    # packed for torch
+    if q := torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
@@ -50,7 +53,8 @@ def expert_mlp(x, # (..., D) hidden states
 
 # %% ../nbs/01b1_experts.ipynb #481b461b
 def per_expert_mlp(x, # (..., 1 token, D)
-                   experts, # the K expert ids of the token, in routing order (None: skip, output zeros)
+                   # the K expert ids of the token, in routing order (None: skip, output zeros)
+                   experts,
                    bundles:dict, # {expert: {(proj, part): array}}
                    quant) -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"

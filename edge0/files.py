@@ -24,7 +24,8 @@ class InputError(ValueError):
 
 # %% ../nbs/00_files.ipynb #1391d121
 PKG = Path(edge0.__file__).resolve().parent  # package data, also when a notebook runs
-MODELS = PKG / 'models'  # the committed tiny teachers: int4 bases (always) and bf16 teachers (in a clone)
+# the committed tiny teachers: int4 bases (always) and bf16 teachers (in a clone)
+MODELS = PKG / 'models'
 DATA = PKG / 'data'      # the held-out corpus excerpt
 REPO = 'https://github.com/edge0-ai/edge0'
 
@@ -36,7 +37,8 @@ def _bf16_roots() -> list:
     return [MODELS] + ([Path(os.environ['EDGE0_MODELS'])] if os.environ.get('EDGE0_MODELS') else [])
 
 def teacher_path(name:str='edge0-tiny', int4:bool=True,
-                 roots:list|None=None) -> Path: # where bf16 teachers are looked for (default: package, `$EDGE0_MODELS`)
+                 # where bf16 teachers are looked for (default: package, `$EDGE0_MODELS`)
+                 roots:list|None=None) -> Path:
     "Directory of a committed teacher (`int4`: its int4 g64 base, else the bf16 teacher)"
     if name not in teachers(): raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(teachers())})")
     if int4: return MODELS / f"{name}-int4"
@@ -51,11 +53,13 @@ def edge0_home() -> Path:
     return Path(os.environ.get('EDGE0_HOME') or Path.home() / '.cache' / 'edge0').expanduser()
 
 def cache_dir() -> Path:
-    "Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else `~/.cache/edge0`)"
+    """Where measurements are kept: `$EDGE0_CACHE`, else `edge0_home()` (`$EDGE0_HOME`, else
+    `~/.cache/edge0`)"""
     return Path(os.environ.get('EDGE0_CACHE') or edge0_home())
 
 def is_writable(d:Path) -> bool:
-    "Whether a file can be made in `d` (or, where `d` does not exist yet, in the nearest folder above it that does)"
+    """Whether a file can be made in `d` (or, where `d` does not exist yet, in the nearest folder
+    above it that does)"""
     d = Path(d).absolute()
     while not d.exists(): d = d.parent
     return d.is_dir() and os.access(d, os.W_OK)
@@ -69,7 +73,8 @@ def _offline() -> bool:
     return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE')
 
 def hub_snapshot(repo:str, cache_dir=None) -> Path:
-    "The local snapshot of the Hugging Face repo `repo`: from the hub cache, else downloaded unless offline"
+    """The local snapshot of the Hugging Face repo `repo`: from the hub cache, else downloaded
+    unless offline"""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
     where = cache_dir or constants.HF_HUB_CACHE
@@ -89,7 +94,8 @@ def hub_snapshot(repo:str, cache_dir=None) -> Path:
         raise InputError(f"{repo}: the download from the Hugging Face hub failed ({str(e).splitlines()[0]})") from None
 
 def find_model(model, cache_dir=None) -> Path:
-    "The directory of `model`: a model directory, a bundled model's name (its int4 base) or a Hugging Face repo id"
+    """The directory of `model`: a model directory, a bundled model's name (its int4 base) or a
+    Hugging Face repo id"""
     p, name = Path(model).expanduser(), str(model)
     if (p / 'config.json').is_file(): return p
     if p.exists(): raise InputError(f"{p} is not a model directory: {p / 'config.json'} is missing")
@@ -112,7 +118,8 @@ def line_cut(text:str, chars:int) -> str:
     return text[:text.rfind('\n', 0, chars) + 1]
 
 def heldout_excerpt(chars:int|None=None) -> dict:
-    "`{part: text}` of the committed held-out excerpt (about 20,000 characters per corpus file), each cut to `chars`"
+    """`{part: text}` of the committed held-out excerpt (about 20,000 characters per corpus file),
+    each cut to `chars`"""
     texts = {part: (DATA / f'heldout-{part}.txt').read_text(encoding='utf-8') for part in PARTS}
     return {part: line_cut(text, chars) if chars else text for part, text in texts.items()}
 
@@ -121,13 +128,15 @@ def heldout_excerpt(chars:int|None=None) -> dict:
 CODE_EXCERPT = 'heldout-python.txt'
 
 def code_excerpt(chars:int|None=None) -> str:
-    "The committed held-out code excerpt (the code teacher's), cut to `chars` characters at a line boundary"
+    """The committed held-out code excerpt (the code teacher's), cut to `chars` characters at a line
+    boundary"""
     text = (DATA / CODE_EXCERPT).read_text(encoding='utf-8')
     return line_cut(text, chars) if chars else text
 
 # %% ../nbs/00_files.ipynb #0c1cfa9c
 def read_json(path, what:str='file') -> dict:
-    "The JSON object in `path` (`what` it is, for messages); every way it can be wrong is an `InputError` naming it"
+    """The JSON object in `path` (`what` it is, for messages); every way it can be wrong is an
+    `InputError` naming it"""
     p = Path(path)
     if not p.exists(): raise InputError(f"{p} is missing (expected the {what})")
     if p.is_dir(): raise InputError(f"{p} is a directory, expected the {what} (a JSON file)")
@@ -142,20 +151,24 @@ def read_json(path, what:str='file') -> dict:
 
 # %% ../nbs/00_files.ipynb #2c2f6a75
 def heldout_ids(tokenizer, chars:int|None=None, dtype=np.int64, corpus:str='prose') -> np.ndarray:
-    "Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to `chars`, or the code's"
+    """Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to
+    `chars`, or the code's"""
     if corpus == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
     return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
 
 def model_corpus(model_dir) -> str:
-    "`code` for a model whose provenance says it was trained on the code corpus (`edge0-tiny-code`), else `prose`"
+    """`code` for a model whose provenance says it was trained on the code corpus
+    (`edge0-tiny-code`), else `prose`"""
     config = read_json(Path(model_dir) / 'config.json', 'model config')
     return config.get('edge0_provenance', {}).get('corpus', 'prose')
 
 # %% ../nbs/00_files.ipynb #a4eef5c1
-LOCK = '.lock'  # beside each temporary: its writer holds an flock on it for as long as the writer lives
+# beside each temporary: its writer holds an flock on it for as long as the writer lives
+LOCK = '.lock'
 
 def _pid_gone(t:Path) -> bool:
-    "For a temporary without a lock file (an older edge0's): its pid (from its name) is dead, or is this process"
+    """For a temporary without a lock file (an older edge0's): its pid (from its name) is dead, or
+    is this process"""
     owner = t.name.rsplit('.tmp-', 1)[1].split('-')
     if len(owner) != 2 or not owner[0].isdigit() or int(owner[0]) == os.getpid(): return True
     try: os.kill(int(owner[0]), 0)
@@ -168,11 +181,13 @@ def _remove(t:Path):
     else: t.unlink(missing_ok=True)
 
 def _aside(t:Path, dst:Path) -> Path:
-    "Where the writer of the temporary `t` keeps the `dst` it replaces until the new one is in place"
+    """Where the writer of the temporary `t` keeps the `dst` it replaces until the new one is in
+    place"""
     return t.with_name(f".{dst.name}.old-{t.name[len(dst.name) + 6:]}")
 
 def _settle(t:Path, dst:Path):
-    "Remove the temporary `t` of `dst`; a `dst` set aside and not yet replaced is put back first (`t`: whole by then)"
+    """Remove the temporary `t` of `dst`; a `dst` set aside and not yet replaced is put back first
+    (`t`: whole by then)"""
     old = _aside(t, dst)
     if os.path.lexists(old) and not os.path.lexists(dst): os.replace(t if os.path.lexists(t) else old, dst)
     for p in (t, old):
@@ -188,7 +203,8 @@ def _clear(t:Path, dst:Path) -> bool:
     except OSError: return False  # a lock we may not open: another user's
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        _settle(t, dst)  # while the lock is held, so that a writer creating it sees it gone (`_hold`)
+        # while the lock is held, so that a writer creating it sees it gone (`_hold`)
+        _settle(t, dst)
         t.with_name(t.name + LOCK).unlink(missing_ok=True)
         return True
     except OSError: return False  # held: a live writer's (or locks unsupported: kept)
@@ -196,19 +212,24 @@ def _clear(t:Path, dst:Path) -> bool:
 
 # %% ../nbs/00_files.ipynb #8797d6b2
 def clear_stale(dst) -> list:
-    "Remove the temporaries of `dst` whose writers are gone (their locks are free); returns what was removed"
+    """Remove the temporaries of `dst` whose writers are gone (their locks are free); returns what
+    was removed"""
     dst = Path(dst)
     if not dst.parent.is_dir(): return []
     tmps, olds = (dst.parent.glob(f".{glob.escape(dst.name)}.{what}-*") for what in ('tmp', 'old'))
     found = {t.with_name(t.name.removesuffix(LOCK)) for t in tmps}
-    found |= {o.with_name(f".{dst.name}.tmp-{o.name[len(dst.name) + 6:]}") for o in olds}  # `_aside`'s writer
+    # `_aside`'s writer
+    found |= {o.with_name(f".{dst.name}.tmp-{o.name[len(dst.name) + 6:]}") for o in olds}
     return [t for t in sorted(found) if _clear(t, dst)]
 
 def _hold(lock:Path) -> int|None:
-    "An fd holding an flock on the new file `lock`; None when a `clear_stale` removed it first (take another name)"
+    """An fd holding an flock on the new file `lock`; None when a `clear_stale` removed it first
+    (take another name)"""
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try: fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a clear_stale that took it first removes it
-    except OSError: pass  # a file system without locks: the temporary stays if this writer is killed
+    # waits only while a clear_stale that took it first removes it
+    try: fcntl.flock(fd, fcntl.LOCK_EX)
+    # a file system without locks: the temporary stays if this writer is killed
+    except OSError: pass
     try:
         if os.path.samestat(os.fstat(fd), os.stat(lock)): return fd
     except FileNotFoundError: pass
@@ -221,7 +242,8 @@ def _release(tmp:Path, fd:int):
     os.close(fd)
 
 def _begin(dst:Path, suffix:str='') -> tuple:
-    "`(tmp, fd)`: a new temporary's name beside `dst` (ending in `suffix`) and the fd holding its lock"
+    """`(tmp, fd)`: a new temporary's name beside `dst` (ending in `suffix`) and the fd holding its
+    lock"""
     fd = None
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +255,8 @@ def _begin(dst:Path, suffix:str='') -> tuple:
 
 @contextmanager
 def atomic_dir(dst, overwrite:bool=False):
-    "A temporary sibling directory that becomes `dst` only if the block succeeds; removed on any error or interrupt"
+    """A temporary sibling directory that becomes `dst` only if the block succeeds; removed on any
+    error or interrupt"""
     dst = Path(dst)
     clear_stale(dst)  # first: it puts back a `dst` that a killed writer had set aside
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite to replace it")
@@ -242,8 +265,10 @@ def atomic_dir(dst, overwrite:bool=False):
         try: tmp.mkdir()
         except OSError as e: raise InputError(f"cannot write {dst}: {e.strerror}")
         yield tmp
-        if overwrite and dst.exists(): os.replace(dst, _aside(tmp, dst))  # kept until the new one is in place
-        try: os.rename(tmp, dst)  # refused when another run wrote `dst` meanwhile (unless overwrite set it aside)
+        # kept until the new one is in place
+        if overwrite and dst.exists(): os.replace(dst, _aside(tmp, dst))
+        # refused when another run wrote `dst` meanwhile (unless overwrite set it aside)
+        try: os.rename(tmp, dst)
         except OSError as e: raise InputError(f"cannot write {dst}: {e.strerror}") from None
     finally:
         _settle(tmp, dst)
@@ -253,7 +278,8 @@ def atomic_dir(dst, overwrite:bool=False):
 # %% ../nbs/00_files.ipynb #e45a0004
 @contextmanager
 def atomic_file(dst):
-    "A temporary sibling path (with `dst`'s suffix) that becomes the file `dst` only if the block succeeds"
+    """A temporary sibling path (with `dst`'s suffix) that becomes the file `dst` only if the block
+    succeeds"""
     dst = Path(dst)
     clear_stale(dst)
     tmp, fd = _begin(dst, dst.suffix)
@@ -265,5 +291,6 @@ def atomic_file(dst):
         _release(tmp, fd)
 
 def replace_whole(p, write):
-    "Call `write(tmp)` on a temporary file beside `p`, then rename it to `p`: `p` is whole or as it was"
+    """Call `write(tmp)` on a temporary file beside `p`, then rename it to `p`: `p` is whole or as
+    it was"""
     with atomic_file(p) as tmp: write(tmp)

@@ -24,24 +24,30 @@ __all__ = ['QK4_0', 'BLOCK_Q4_0', 'ARCH', 'F32', 'F16', 'Q4_0', 'TOP_NAMES', 'LA
 
 # %% ../nbs/01d_gguf.ipynb #a6031753
 QK4_0 = 32  # values per Q4_0 block
-BLOCK_Q4_0 = np.dtype([('d', '<f2'), ('qs', 'u1', 16)])  # 18 bytes: the scale in fp16, then 32 4-bit values
+# 18 bytes: the scale in fp16, then 32 4-bit values
+BLOCK_Q4_0 = np.dtype([('d', '<f2'), ('qs', 'u1', 16)])
 
 def quantize_q4_0(x:np.ndarray) -> np.ndarray:
-    "ggml's reference Q4_0 (`quantize_row_q4_0_ref`) of the rows of `x`: uint8 `[..., n/32*18]` (`n` a multiple of 32)"
+    """ggml's reference Q4_0 (`quantize_row_q4_0_ref`) of the rows of `x`: uint8 `[..., n/32*18]`
+    (`n` a multiple of 32)"""
     x = np.asarray(x, np.float32)
     if x.shape[-1] % QK4_0: raise ValueError(f"Q4_0 quantizes rows in blocks of {QK4_0}; rows of {x.shape[-1]} do not")
     b = x.reshape(-1, QK4_0)
-    m = np.take_along_axis(b, np.abs(b).argmax(-1)[:, None], -1)  # largest magnitude, its sign kept; the first on a tie
+    # largest magnitude, its sign kept; the first on a tie
+    m = np.take_along_axis(b, np.abs(b).argmax(-1)[:, None], -1)
     d = m / np.float32(-8)
     inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
-    q = np.minimum(15, (b * inv + np.float32(8.5)).astype(np.int8)).astype(np.uint8)  # astype truncates, as C's cast
+    # astype truncates, as C's cast
+    q = np.minimum(15, (b * inv + np.float32(8.5)).astype(np.int8)).astype(np.uint8)
     out = np.empty(len(b), BLOCK_Q4_0)
-    out['d'], out['qs'] = d[:, 0], q[:, :16] | q[:, 16:] << 4  # float16 rounds to nearest even, as GGML_FP32_TO_FP16
+    # float16 rounds to nearest even, as GGML_FP32_TO_FP16
+    out['d'], out['qs'] = d[:, 0], q[:, :16] | q[:, 16:] << 4
     return out.view(np.uint8).reshape(*x.shape[:-1], -1)
 
 # %% ../nbs/01d_gguf.ipynb #506a4591
 def dequantize_q4_0(q:np.ndarray) -> np.ndarray:
-    "The float32 rows that the Q4_0 rows `q` (uint8 `[..., blocks*18]`) stand for, as `dequantize_row_q4_0` reads them"
+    """The float32 rows that the Q4_0 rows `q` (uint8 `[..., blocks*18]`) stand for, as
+    `dequantize_row_q4_0` reads them"""
     q = np.ascontiguousarray(q, np.uint8)
     b = q.reshape(-1).view(BLOCK_Q4_0)
     v = np.concatenate([b['qs'] & 15, b['qs'] >> 4], -1).astype(np.float32) - 8
@@ -49,14 +55,17 @@ def dequantize_q4_0(q:np.ndarray) -> np.ndarray:
 
 # %% ../nbs/01d_gguf.ipynb #3bf31806
 def unpack(wq:np.ndarray, bits:int) -> np.ndarray:
-    "The `bits`-bit integers (2, 4 or 8) packed in MLX's `wq` (uint32 words or their bytes), lowest bits first: uint8"
+    """The `bits`-bit integers (2, 4 or 8) packed in MLX's `wq` (uint32 words or their bytes),
+    lowest bits first: uint8"""
     if bits not in (2, 4, 8): raise ValueError(f"unpack reads 2-, 4- or 8-bit integers, not {bits}-bit")
-    b = np.ascontiguousarray(wq).view(np.uint8)  # little-endian words: a word's lowest bits are its first byte's
+    # little-endian words: a word's lowest bits are its first byte's
+    b = np.ascontiguousarray(wq).view(np.uint8)
     q = (b[..., None] >> np.arange(0, 8, bits, dtype=np.uint8)) & np.uint8(2**bits - 1)
     return q.reshape(*b.shape[:-1], -1)
 
 def dequantize_affine(wq:np.ndarray, scales:np.ndarray, biases:np.ndarray, bits:int=4, group_size:int=64) -> np.ndarray:
-    "float32 `scale * q + bias` of MLX's affine quantization: a scale and a bias for every `group_size` values of a row"
+    """float32 `scale * q + bias` of MLX's affine quantization: a scale and a bias for every
+    `group_size` values of a row"""
     q = unpack(wq, bits).astype(np.float32)
     g = q.reshape(*scales.shape, group_size)
     return (g * scales[..., None] + biases[..., None]).reshape(q.shape)
@@ -70,7 +79,8 @@ def _floats(buf, dtype:str) -> np.ndarray:
 # %% ../nbs/01d_gguf.ipynb #81d8e25b
 ARCH = 'qwen3moe'  # llama.cpp's name for Qwen3-MoE (LLM_ARCH_QWEN3MOE)
 F32, F16, Q4_0 = 0, 1, 2  # ggml tensor types
-_TYPE_BLOCKS = {F32: (1, 4), F16: (1, 2), Q4_0: (QK4_0, BLOCK_Q4_0.itemsize)}  # (values, bytes) a block
+# (values, bytes) a block
+_TYPE_BLOCKS = {F32: (1, 4), F16: (1, 2), Q4_0: (QK4_0, BLOCK_Q4_0.itemsize)}
 TOP_NAMES = {'model.embed_tokens': 'token_embd', 'model.norm': 'output_norm', 'lm_head': 'output'}
 LAYER_NAMES = {  # mlx-lm module within `model.layers.N.` -> llama.cpp tensor within `blk.N.`
     'input_layernorm': 'attn_norm', 'self_attn.q_proj': 'attn_q', 'self_attn.k_proj': 'attn_k',
@@ -80,7 +90,8 @@ LAYER_NAMES = {  # mlx-lm module within `model.layers.N.` -> llama.cpp tensor wi
     'mlp.switch_mlp.down_proj': 'ffn_down_exps'}
 
 def gguf_name(module:str) -> str|None:
-    "llama.cpp's name for the weight of the mlx-lm Qwen3-MoE `module` (None: llama.cpp's qwen3moe has no place for it)"
+    """llama.cpp's name for the weight of the mlx-lm Qwen3-MoE `module` (None: llama.cpp's qwen3moe
+    has no place for it)"""
     if module in TOP_NAMES: return f"{TOP_NAMES[module]}.weight"
     m = re.fullmatch(r'model\.layers\.(\d+)\.(.+)', module)
     return f"blk.{m[1]}.{LAYER_NAMES[m[2]]}.weight" if m and m[2] in LAYER_NAMES else None
@@ -115,7 +126,8 @@ def _needed(config:dict) -> set:
 
 # %% ../nbs/01d_gguf.ipynb #2bcb64b4
 def _tensor_plan(tensors:dict, config:dict, module:str, name:str) -> TensorPlan:
-    "The plan of `module`'s weight, checked: a quantization unpack reads, and scales that fit the weight"
+    """The plan of `module`'s weight, checked: a quantization unpack reads, and scales that fit the
+    weight"""
     w, s, b = (tensors.get(f"{module}.{p}") for p in ('weight', 'scales', 'biases'))
     t = gguf_type(name)
     if s is None: plan = TensorPlan(name, t, w.shape, w)
@@ -162,7 +174,8 @@ def _describe(q:dict) -> str:
     return f"int{q.get('bits')} {q.get('mode', 'affine')}" if q else 'not quantized'
 
 def _check(src:Path) -> dict:
-    "The config of `src`, an int4 mlx-lm qwen3_moe checkpoint llama.cpp's qwen3moe computes as mlx-lm does"
+    """The config of `src`, an int4 mlx-lm qwen3_moe checkpoint llama.cpp's qwen3moe computes as
+    mlx-lm does"""
     if not (src / 'config.json').is_file():
         raise InputError(f"{src} is not an mlx-lm model directory: {src / 'config.json'} is missing")
     config = read_json(src / 'config.json', 'model config')
@@ -186,12 +199,14 @@ def _check(src:Path) -> dict:
     return config
 
 def gguf_plan(src) -> list:
-    "A `TensorPlan` for every weight of the int4 mlx-lm Qwen3-MoE checkpoint `src` (refused as `write_q4_0` refuses)"
+    """A `TensorPlan` for every weight of the int4 mlx-lm Qwen3-MoE checkpoint `src` (refused as
+    `write_q4_0` refuses)"""
     return _plan(Path(src), _check(Path(src)))
 
 # %% ../nbs/01d_gguf.ipynb #162b295b
 def gguf_hparams(config:dict) -> dict:
-    "llama.cpp's `qwen3moe.*` hyperparameters of the Qwen3-MoE `config`, as convert_hf_to_gguf.py writes them"
+    """llama.cpp's `qwen3moe.*` hyperparameters of the Qwen3-MoE `config`, as convert_hf_to_gguf.py
+    writes them"""
     a, hidden, heads = ARCH, _count(config, 'hidden_size'), _count(config, 'num_attention_heads')
     head_dim = config.get('head_dim') or hidden // heads
     out = {f'{a}.block_count': _count(config, 'num_hidden_layers'),
@@ -208,14 +223,16 @@ def gguf_hparams(config:dict) -> dict:
     return out
 
 # %% ../nbs/01d_gguf.ipynb #1c9d4a31
-TOKEN_TYPES = dict(normal=1, control=3, user_defined=4, unused=5)  # llama.cpp's token types (gguf-py TokenType)
+# llama.cpp's token types (gguf-py TokenType)
+TOKEN_TYPES = dict(normal=1, control=3, user_defined=4, unused=5)
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
                r"|\s+(?!\S)|\s+")  # the Split regex of Qwen2's and Qwen3's tokenizer.json
 SPECIAL_KEYS = dict(bos='bos_token_id', eos='eos_token_id', unk='unknown_token_id', sep='seperator_token_id',
                     pad='padding_token_id')  # llama.cpp's spelling
 
 def pre_tokenizer(tok:dict) -> str|None:
-    "llama.cpp's name for the pre-tokenizer of the tokenizer.json `tok` (GPT-2's byte-level regex, or Qwen2's split)"
+    """llama.cpp's name for the pre-tokenizer of the tokenizer.json `tok` (GPT-2's byte-level regex,
+    or Qwen2's split)"""
     pre = tok.get('pre_tokenizer') or {}
     if pre.get('type') == 'ByteLevel' and pre.get('use_regex', True) and not pre.get('add_prefix_space', True):
         return 'gpt-2'
@@ -226,14 +243,16 @@ def pre_tokenizer(tok:dict) -> str|None:
 
 # %% ../nbs/01d_gguf.ipynb #212d6635
 def _kind(i:int, text:dict, added:dict) -> str:
-    "A token's type as convert_hf_to_gguf.py gives it (special or `<|...|>` added tokens are control tokens)"
+    """A token's type as convert_hf_to_gguf.py gives it (special or `<|...|>` added tokens are
+    control tokens)"""
     if i not in text: return 'unused'
     if i not in added: return 'normal'
     special = added[i].get('special') or text[i].startswith('<|') and text[i].endswith('|>')
     return 'control' if special else 'user_defined'
 
 def _special_tokens(src:Path, config:dict, added:dict, n:int) -> dict:
-    "Special token ids, whether a BOS is added, and the chat template, as gguf-py's SpecialVocab finds them"
+    """Special token ids, whether a BOS is added, and the chat template, as gguf-py's SpecialVocab
+    finds them"""
     path = src / 'tokenizer_config.json'
     tc = read_json(path, 'tokenizer config') if path.exists() else {}
     ids, out = {t['content']: i for i, t in added.items()}, {}
@@ -251,7 +270,8 @@ def _special_tokens(src:Path, config:dict, added:dict, n:int) -> dict:
 
 # %% ../nbs/01d_gguf.ipynb #d06e2362
 def gguf_vocab(src, config:dict) -> dict:
-    "llama.cpp's `tokenizer.*` metadata of the byte-level BPE tokenizer in `src` (tokenizer.json and its config)"
+    """llama.cpp's `tokenizer.*` metadata of the byte-level BPE tokenizer in `src` (tokenizer.json
+    and its config)"""
     src = Path(src)
     path, n = src / 'tokenizer.json', _need(config, 'vocab_size')
     tok = read_json(path, 'tokenizer')
@@ -271,7 +291,8 @@ def gguf_vocab(src, config:dict) -> dict:
             'tokenizer.ggml.merges': merges, **_special_tokens(src, config, added, n)}
 
 # %% ../nbs/01d_gguf.ipynb #6658397c
-MOSTLY_Q4_0, QUANT_VERSION, ALIGNMENT = 2, 2, 32  # llama_ftype, GGML_QNT_VERSION, GGUF's default alignment
+# llama_ftype, GGML_QNT_VERSION, GGUF's default alignment
+MOSTLY_Q4_0, QUANT_VERSION, ALIGNMENT = 2, 2, 32
 
 def _metadata(src:Path, config:dict) -> dict:
     return {'general.architecture': ARCH, 'general.name': src.name, 'general.file_type': MOSTLY_Q4_0,
@@ -279,7 +300,8 @@ def _metadata(src:Path, config:dict) -> dict:
             **gguf_hparams(config), **gguf_vocab(src, config)}
 
 def gguf_metadata(src) -> dict:
-    "What llama.cpp reads from the GGUF of `src` besides its tensors: general keys, hyperparameters, tokenizer"
+    """What llama.cpp reads from the GGUF of `src` besides its tensors: general keys,
+    hyperparameters, tokenizer"""
     return _metadata(Path(src), _check(Path(src)))
 
 # %% ../nbs/01d_gguf.ipynb #10a405a7
@@ -291,7 +313,8 @@ def _string(s:str) -> bytes:
     return struct.pack('<Q', len(b)) + b
 
 def _value(v) -> bytes:
-    "A metadata value as GGUF stores it, type first: bool, int (uint32), float (float32), str, list of str or of int"
+    """A metadata value as GGUF stores it, type first: bool, int (uint32), float (float32), str,
+    list of str or of int"""
     if isinstance(v, bool): return struct.pack('<I?', _BOOL, v)
     if isinstance(v, int): return struct.pack('<II', _U32, v)
     if isinstance(v, float): return struct.pack('<If', _F32, v)
@@ -302,7 +325,8 @@ def _value(v) -> bytes:
     raise TypeError(f"GGUF metadata value {v!r:.40}: expected a bool, int, float, str or list")
 
 def gguf_header(metadata:dict, tensors:list) -> bytes:
-    "A GGUF v3 file up to its tensor data: magic, version, counts, metadata, tensor entries, padding to `ALIGNMENT`"
+    """A GGUF v3 file up to its tensor data: magic, version, counts, metadata, tensor entries,
+    padding to `ALIGNMENT`"""
     parts, offset = [GGUF_MAGIC, struct.pack('<IQQ', GGUF_VERSION, len(tensors), len(metadata))], 0
     parts += [_string(k) + _value(v) for k, v in metadata.items()]
     for t in tensors:
@@ -314,7 +338,8 @@ def gguf_header(metadata:dict, tensors:list) -> bytes:
     return head + bytes(-len(head) % ALIGNMENT)
 
 # %% ../nbs/01d_gguf.ipynb #ba067a2b
-CHUNK = 8 * MiB  # float32 bytes dequantized at a time: the writer's working set, whatever the tensor's size
+# float32 bytes dequantized at a time: the writer's working set, whatever the tensor's size
+CHUNK = 8 * MiB
 
 def _read_rows(fds:dict, t:TensorInfo, r0:int, r1:int) -> bytes:
     "Rows `r0:r1` of `t` (its leading axes flattened), read from its shard"
@@ -343,7 +368,8 @@ def _write_tensor(out, fds:dict, p:TensorPlan, chunk:int=CHUNK):
 # %% ../nbs/01d_gguf.ipynb #e061367d
 def write_q4_0(src, dst, overwrite:bool=False,
                chunk:int=CHUNK) -> Path: # float32 bytes dequantized at a time
-    "Write `dst`: a Q4_0 GGUF of the int4 mlx-lm Qwen3-MoE checkpoint `src` for llama.cpp, a tensor slice at a time"
+    """Write `dst`: a Q4_0 GGUF of the int4 mlx-lm Qwen3-MoE checkpoint `src` for llama.cpp, a
+    tensor slice at a time"""
     src, dst = Path(src), Path(dst)
     config = _check(src)
     metadata, plans = _metadata(src, config), _plan(src, config)

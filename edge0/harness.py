@@ -28,7 +28,8 @@ __all__ = ['ARM_MODES', 'METRICS', 'EXACT', 'Arm', 'open_arm', 'stream_figures',
            'speedup_table', 'model_dir', 'arms_for', 'bench']
 
 # %% ../nbs/05_harness.ipynb #4f986cce
-ARM_MODES = ('resident', 'compute', *MODES)  # the harness's two resident arms, then the decoder's modes
+# the harness's two resident arms, then the decoder's modes
+ARM_MODES = ('resident', 'compute', *MODES)
 
 @dataclass
 class Arm:
@@ -38,16 +39,21 @@ class Arm:
     k:int|None = None             # experts per token (None: the model's own)
     path:str = 'exact'            # decode executor path (edge0.engine.PATHS)
     prefill_path:str = 'exact'
-    pool_mb:float|str = 'auto'    # budget of all expert memory (MiB), or 'auto' (from the memory the arm may use)
+    # budget of all expert memory (MiB), or 'auto' (from the memory the arm may use)
+    pool_mib:float|str = 'auto'
     slots:int|None = None         # staged slots per layer
     buffers:int = 2
     kernels:str|None = None       # 'mlx' | 'torch' (None: edge0's default)
     heads:str|None = None         # prerouter heads (default: beside the model)
     adapter:str|None = None       # recovery LoRA to attach (None: none)
-    total_budget:bool = False     # pool_mb bounds the resident layers and planned slots too (else: added to it)
-    cold_steps:bool = False       # evict the experts before every step (checkpoints too small for a cap)
-    exact_top:int = 0             # mode 'routing': the own M heaviest experts always computed (edge0.decode)
-    reader:str = 'auto'           # how experts are read (edge0.store.READERS), or 'auto' as a run decides
+    # pool_mib bounds the resident layers and planned slots too (else: added to it)
+    total_budget:bool = False
+    # evict the experts before every step (checkpoints too small for a cap)
+    cold_steps:bool = False
+    # mode 'routing': the own M heaviest experts always computed (edge0.decode)
+    exact_top:int = 0
+    # how experts are read (edge0.store.READERS), or 'auto' as a run decides
+    reader:str = 'auto'
     name:str = ''
     def __post_init__(self):
         self.model = str(self.model)
@@ -58,8 +64,8 @@ class Arm:
         if self.k is not None and self.k < 1: raise InputError(f"arm k must be at least 1, got {self.k}")
         if self.reader not in ('auto', *READERS):
             raise InputError(f"arm reader {self.reader!r}: expected auto or one of {', '.join(READERS)}")
-        if self.pool_mb != 'auto' and not (isinstance(self.pool_mb, (int, float)) and self.pool_mb > 0):
-            raise InputError(f"arm pool_mb must be a positive number of MiB or 'auto', got {self.pool_mb!r}")
+        if self.pool_mib != 'auto' and not (isinstance(self.pool_mib, (int, float)) and self.pool_mib > 0):
+            raise InputError(f"arm pool_mib must be a positive number of MiB or 'auto', got {self.pool_mib!r}")
         if not (Path(self.model) / 'config.json').is_file():
             raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm model directory)")
         if not self.name:
@@ -75,17 +81,20 @@ def _totals(engine) -> np.ndarray:
                      for s in engine.stats.values()], dtype=np.float64).sum(0)
 
 def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
-    "A handle with its decoder for `arm`, opened as a session opens it (`edge0.serving.open_served`)"
-    if arm.mode in ('resident', 'compute'):  # 'compute': a decoder over every expert in memory, at the arm's K
+    """A handle with its decoder for `arm`, opened as a session opens it
+    (`edge0.serving.open_served`)"""
+    # 'compute': a decoder over every expert in memory, at the arm's K
+    if arm.mode in ('resident', 'compute'):
         if arm.mode == 'resident' and arm.k not in (None, model_spec(arm.model).k):
             raise InputError(f"a resident arm decodes at the model's own K; use mode 'compute' for K={arm.k}")
         compute = arm.mode == 'compute'
         return open_served(arm.model, Serving('off' if compute else None, arm.k if compute else None,
                                               heads=arm.heads, adapter=arm.adapter, resident=True))
-    auto = arm.pool_mb == 'auto'  # the whole budget, slots and resident layers in it, from the memory left
+    # the whole budget, slots and resident layers in it, from the memory left
+    auto = arm.pool_mib == 'auto'
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
-                      pool_bytes='auto' if auto else int(arm.pool_mb * MiB) + held, kv_tokens=kv_tokens,
+                      pool_bytes='auto' if auto else int(arm.pool_mib * MiB) + held, kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels, reader=arm.reader)
     h = open_served(arm.model, Serving(arm.mode, arm.k, arm.exact_top, heads=arm.heads, adapter=arm.adapter,
                                        options=o, trace=trace, record_trace=record))
@@ -96,7 +105,8 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
 def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
     """An arm's streaming figures from the engine's counters (`_totals`) before its first decode step and after each
     (`prefill_bytes` read for its `prompt` tokens): per step and per token, and `per_step` rows for the load-cost fit"""
-    steps = np.diff(np.array(snaps), axis=0)  # per step: loads, bytes, cold, pages, read s, blocked s, hits
+    # per step: loads, bytes, cold, pages, read s, blocked s, hits
+    steps = np.diff(np.array(snaps), axis=0)
     n, tot = len(steps), steps.sum(0)
     return dict(mb_per_step=tot[1] / n / MiB, mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / MiB,
                 loads_per_step=tot[0] / n, hits_per_step=tot[6] / n, blocked_ms_per_step=1e3 * tot[5] / n,
@@ -106,22 +116,27 @@ def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
 # %% ../nbs/05_harness.ipynb #d26c6c78
 def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None, record=None,
             join=None) -> dict:
-    "Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced decode steps"
+    """Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced
+    decode steps"""
     t0 = time.perf_counter()
     h = open_arm(arm, trace, record is not None, prompt + tokens + 1)
     load_s, dec = time.perf_counter() - t0, h.decoder
-    eng = None if arm.mode in ('resident', 'compute') else h.engine  # torch-packed experts too: nothing read now
+    # torch-packed experts too: nothing read now
+    eng = None if arm.mode in ('resident', 'compute') else h.engine
     ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
     evict(arm.model)
     _, cold_s = next(generate_ids(h.model, ids, 1, decoder=dec))
-    prefill_bytes = _totals(eng)[1] if eng is not None else 0.0  # what a generation from cold reads for its prompt
+    # what a generation from cold reads for its prompt
+    prefill_bytes = _totals(eng)[1] if eng is not None else 0.0
     if dec is not None: dec.reset()
     gen = generate_ids(h.model, ids, tokens + 1, decoder=dec, force=force)
     first, warm_s = next(gen)
-    for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))  # the decode's conditions
+    # the decode's conditions
+    for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
     evict(arm.model) if cache == 'cold' else warm(arm.model)
     if eng is not None: reset_stats(eng)
-    if dec is not None: dec.stats = DecodeStats(exact_staged=[0] * dec.exact_top)  # counters by rank, as at start
+    # counters by rank, as at start
+    if dec is not None: dec.stats = DecodeStats(exact_staged=[0] * dec.exact_top)
     B.reset_peak_memory()
     io0 = io_counters()
     evicting = []  # seconds spent evicting before each step (`cold_steps`), taken out of its time
@@ -141,10 +156,11 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
                peak_active_mb=B.memory_stats().peak / MiB,
                rss_mb=peak_rss() / MiB, tokens=toks,
-               disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / MiB,  # this process's reads
+               # this process's reads
+               disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / MiB,
                faults_per_step=(io1[1] - io0[1]) / n)
     if eng is not None and eng.budget is not None:
-        out.update(pool_mb=eng.budget.pool / MiB if eng.budget.pool else None, budget=asdict(eng.budget))
+        out.update(pool_mib=eng.budget.pool / MiB if eng.budget.pool else None, budget=asdict(eng.budget))
     if eng is not None:
         out.update(stream_figures(snaps, prefill_bytes, len(ids)),
                    peak_active_mb=max(out['peak_active_mb'], max(s.peak_active for s in eng.stats.values()) / MiB))
@@ -164,7 +180,8 @@ def _arm(job:dict) -> dict:
 
 # %% ../nbs/05_harness.ipynb #d2c83bd9
 def routing_report(model, n_tokens:int=256) -> str:
-    "The checkpoint's routing statistics (in a child process): degenerate routing makes every I/O figure meaningless"
+    """The checkpoint's routing statistics (in a child process): degenerate routing makes every I/O
+    figure meaningless"""
     return child(_routing_text, str(model), n_tokens, what=f"measuring the routing of {model}")
 
 def _routing_text(model:str, n_tokens:int) -> str:
@@ -190,12 +207,13 @@ def rotations(arms:list, rounds:int) -> list:
     return [arms[r % len(arms):] + arms[:r % len(arms)] for r in range(rounds)]
 
 def _oracle_traces(arms:list, job, out:Path, cgroup:Cgroup|None, timeout:float) -> dict:
-    "`{(model, K): trace file}` an `oracle` arm replays: an untimed `off` run at its K, recorded in `cgroup`"
+    """`{(model, K): trace file}` an `oracle` arm replays: an untimed `off` run at its K, recorded
+    in `cgroup`"""
     traces = {}
     for a in arms:
         if a.mode != 'oracle' or (a.model, a.k) in traces: continue
         traces[a.model, a.k] = str(out / f"trace-{Path(a.model).name}-k{a.k}.json")
-        rec = Arm(a.model, 'off', a.k, pool_mb=a.pool_mb, kernels=a.kernels, name='trace')
+        rec = Arm(a.model, 'off', a.k, pool_mib=a.pool_mib, kernels=a.kernels, name='trace')
         r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
         if r.get('failed'):
             raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
@@ -204,7 +222,8 @@ def _oracle_traces(arms:list, job, out:Path, cgroup:Cgroup|None, timeout:float) 
 # %% ../nbs/05_harness.ipynb #204e6a93
 def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
         out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
-    "Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the checkpoints' routing)"
+    """Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the
+    checkpoints' routing)"""
     arms = _checked(arms, tokens, prompt, rounds, cache)
     out = Path(out or Path('build') / 'harness')
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +263,8 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
 
 # %% ../nbs/05_harness.ipynb #44c31645
 def fit_load_cost(per_step:list) -> dict:
-    "Least squares `read ms per load = a + b * cold_fraction` over steps `[loads, cold pages, pages, read s]`"
+    """Least squares `read ms per load = a + b * cold_fraction` over steps `[loads, cold pages,
+    pages, read s]`"""
     s = np.array([r for r in per_step if r[0] > 0 and r[2] > 0], dtype=np.float64).reshape(-1, 4)
     if len(s) == 0: return dict(a_ms=float('nan'), b_ms=float('nan'), residual_ms=float('nan'), steps=0)
     x, y = s[:, 1] / s[:, 2], 1e3 * s[:, 3] / s[:, 0]
@@ -258,17 +278,20 @@ def fit_load_cost(per_step:list) -> dict:
 # %% ../nbs/05_harness.ipynb #3fa2f456
 METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'load_s', 'peak_active_mb', 'rss_mb',
            'mb_per_step', 'mb_per_token', 'loads_per_step', 'hits_per_step', 'cold_fraction', 'blocked_ms_per_step',
-           'syncs_per_step', 'disk_mb_per_step', 'faults_per_step', 'pool_mb')
-EXACT = ('resident', 'compute', 'off', 'prefetch', 'oracle')  # the same tokens as `off` at the same K
+           'syncs_per_step', 'disk_mb_per_step', 'faults_per_step', 'pool_mib')
+# the same tokens as `off` at the same K
+EXACT = ('resident', 'compute', 'off', 'prefetch', 'oracle')
 
 def summarize(report:dict) -> dict:
-    "Add `results`: per arm the medians of `METRICS`, failures, the load-cost fit and the token check"
+    """Add `results`: per arm the medians of `METRICS`, failures, the load-cost fit and the token
+    check"""
     out = {}
     arms = {a['name']: a for a in report['arms']}
     for name, rs in report['runs'].items():
         ok = [r for r in rs if not r.get('failed')]
         row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and ok[0].get(m) is not None}
-        if ok and ok[0].get('budget'): row['budget'] = ok[0]['budget']  # an 'auto' arm's budget and its parts
+        # an 'auto' arm's budget and its parts
+        if ok and ok[0].get('budget'): row['budget'] = ok[0]['budget']
         row.update(rounds=len(ok), failed=[dict(returncode=r['returncode'], killed=r['killed'], stderr=r['stderr'])
                                            for r in rs if r.get('failed')])
         if ok and 'per_step' in ok[0]: row['load_cost'] = fit_load_cost([s for r in ok for s in r['per_step']])
@@ -334,7 +357,8 @@ def sweep(arms:list, tiers=('nvme', 'sata', 'emmc', 'usb'), **kw) -> dict:
     return {tier_name(t): run(arms, tier=t, **kw) for t in tiers}
 
 def bandwidth(report:dict, fallback:float|None=None) -> float|None:
-    "The tier's measured read rate (MB/s); an unthrottled tier has `fallback` (e.g. a measured cold read rate)"
+    """The tier's measured read rate (MB/s); an unthrottled tier has `fallback` (e.g. a measured
+    cold read rate)"""
     return report.get('measured_mb_s') or fallback
 
 def speedups(tiers:dict, k:int, compute_ms:float, nvme_mb_s:float) -> dict:
@@ -356,7 +380,8 @@ def speedups(tiers:dict, k:int, compute_ms:float, nvme_mb_s:float) -> dict:
 
 # %% ../nbs/05_harness.ipynb #d4240045
 def plot_tiers(rows:dict, title:str='', ax=None):
-    "Speedup over `off` against read bandwidth (`speedups`' rows), measured (points) and bound (dashed)"
+    """Speedup over `off` against read bandwidth (`speedups`' rows), measured (points) and bound
+    (dashed)"""
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(5, 3.4))[1]
     names = sorted(rows, key=lambda n: rows[n]['mb_s'])
@@ -390,22 +415,25 @@ def model_dir(name) -> str:
     "A model directory, or the directory of a bundled model named `name` (e.g. `edge0-tiny`)"
     return str(find_model(name))
 
-def arms_for(models, modes=('off',), ks=(None,), pool_mb:float|str='auto', **kw) -> list:
-    "An `Arm` per model x mode x K (`resident` once per model); names carry the model's where there are several"
+def arms_for(models, modes=('off',), ks=(None,), pool_mib:float|str='auto', **kw) -> list:
+    """An `Arm` per model x mode x K (`resident` once per model); names carry the model's where
+    there are several"""
     arms = []
     for m in models:
-        pool = pool_mb(m) if callable(pool_mb) else pool_mb
+        pool = pool_mib(m) if callable(pool_mib) else pool_mib
         for mode in modes:
             for k in ((None,) if mode == 'resident' else ks):
-                a = Arm(model_dir(m), mode, k, pool_mb=pool, **kw)
+                a = Arm(model_dir(m), mode, k, pool_mib=pool, **kw)
                 if len(models) > 1: a.name = f"{Path(m).name}:{a.name}"
                 arms.append(a)
     return arms
 
 # %% ../nbs/05_harness.ipynb #6735c613
 def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=True, **kw) -> dict:
-    "Run `arms` on each tier by the protocol; print the tables; write the JSON and the tier plot where asked"
-    if plot_path and importlib.util.find_spec('matplotlib') is None:  # before the sweep, not after it
+    """Run `arms` on each tier by the protocol; print the tables; write the JSON and the tier plot
+    where asked"""
+    # before the sweep, not after it
+    if plot_path and importlib.util.find_spec('matplotlib') is None:
         raise InputError(f"writing the plot {plot_path} needs matplotlib: pip install 'edge0[notebooks]'")
     res = sweep(arms, tiers, **kw)
     for name, rep in res.items():

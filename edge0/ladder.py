@@ -51,11 +51,16 @@ def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
 
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,
-           exact_adapters:dict|None=None, # {phase: file} trained at exact top-`exact[0]` (default: staged)
-           low:tuple=(), # rungs reading lower-bit copies at these bits: exact top-`low_top`'s other K - M slots ...
+           # {phase: file} trained at exact top-`exact[0]` (default: staged)
+           exact_adapters:dict|None=None,
+           # rungs reading lower-bit copies at these bits: exact top-`low_top`'s other K - M slots
+           # ...
+           low:tuple=(),
            low_top:int=2,
-           low_below:float=0.1) -> list: # ... and, at the fewest bits, `off` with the experts below this weight
-    "Rows `dict(rung, ppl, agreement, kl, sample, serving)` of teacher `name` served at `k`, every rung in one process"
+           # ... and, at the fewest bits, `off` with the experts below this weight
+           low_below:float=0.1) -> list:
+    """Rows `dict(rung, ppl, agreement, kl, sample, serving)` of teacher `name` served at `k`, every
+    rung in one process"""
     import mlx_lm
     base = teacher_path(name)
     spec = model_spec(base)
@@ -64,7 +69,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     cast_params(model, spec)  # as the served model: cast_predicate's parameters stay float32
     data, prompt = heldout_windows(tokenizer, seq, windows, name), prompt_for(name)
     rows = []
-    def rung(label, served, sampler, **serving):  # serving: how `edge0.session.Session` serves this rung
+    # serving: how `edge0.session.Session` serves this rung
+    def rung(label, served, sampler, **serving):
         t0 = time.time()
         metrics = rung_metrics(served, teacher, data, show=show)
         rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample, prompt), serving=serving))
@@ -75,7 +81,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
     served = lambda prefill: lambda x: student.from_start(x, prefill)
     generate = lambda prompts, n: student_generate(student, prompts, n)
-    own = lambda prompts, n: student_generate(student, prompts, n, prefill=10 ** 9)  # no token after the prompt
+    # no token after the prompt
+    own = lambda prompts, n: student_generate(student, prompts, n, prefill=10 ** 9)
     def exact_top(label, m, **serving):  # the layer's own m heaviest experts in every predicted set
         student.keep, student.ranked = m, True
         try: rung(label, served(1), generate, mode='routing', k=k, exact_top=m, **serving)
@@ -83,7 +90,9 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k, no_adapter=True)
     rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
     for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
-    if low:  # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that checkpoint
+    # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that
+    # checkpoint
+    if low:
         low_dir = str(low_copy_of(base, Path(work) / 'low' / Path(base).name, tuple(sorted(low))))
         for bits in low:
             student.low = low_experts(low_dir, bits)

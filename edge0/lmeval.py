@@ -12,7 +12,8 @@ try: import lm_eval.models  # the harness's own model types stay listed beside `
 except ModuleNotFoundError as e:  # the `eval` extra is not installed: say which, in one line
     if e.name != 'lm_eval': raise
     MISSING = "edge0.lmeval needs the lm-evaluation-harness: pip install 'edge0[eval]'"
-    if __name__ == '__main__' and not in_ipython(): sys.exit(f"error: {MISSING}")  # `python -m`: one line
+    # `python -m`: one line
+    if __name__ == '__main__' and not in_ipython(): sys.exit(f"error: {MISSING}")
     raise ModuleNotFoundError(MISSING, name='lm_eval') from None
 from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
@@ -22,7 +23,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from .backend import core as B
 from .files import InputError, read_json
 from .decode import Sampling
-from .quality import Served
+from .serving import Serving
+from .quality import SERVED_MODES, Served, served_options
 from .recovery import log_softmax
 
 # %% auto #0
@@ -30,13 +32,15 @@ __all__ = ['SAMPLED', 'score', 'rolling_pairs', 'sampling_of', 'generate_text', 
 
 # %% ../nbs/05c_lmeval.ipynb #7890c9c8
 def _batches(rows:list, batch:int) -> list:
-    "Indices of `rows` in batches that share a prompt length (where routing switches), longest rows first"
+    """Indices of `rows` in batches that share a prompt length (where routing switches), longest
+    rows first"""
     order = sorted(range(len(rows)), key=lambda i: (rows[i][1], -len(rows[i][0])))
     groups = [list(g) for _, g in itertools.groupby(order, key=lambda i: rows[i][1])]
     return [g[j:j + batch] for g in groups for j in range(0, len(g), batch)]
 
 def score(served:Served, pairs:list, max_length:int, batch:int=8, show:bool=False) -> list:
-    "`(logprob, greedy)` of each `(context_ids, continuation_ids)`: the continuation decoded after its context"
+    """`(logprob, greedy)` of each `(context_ids, continuation_ids)`: the continuation decoded after
+    its context"""
     rows = []
     for ctx, cont in pairs:
         if not ctx: raise InputError("a continuation needs at least one context token before it")
@@ -58,10 +62,12 @@ def score(served:Served, pairs:list, max_length:int, batch:int=8, show:bool=Fals
 
 # %% ../nbs/05c_lmeval.ipynb #268a5b61
 def rolling_pairs(ids:list, prefix:int, max_length:int) -> list:
-    "`(context, continuation)` windows that predict every token of `ids` once, the first after `prefix`"
+    """`(context, continuation)` windows that predict every token of `ids` once, the first after
+    `prefix`"""
     return [make_disjoint_window(w) for w in get_rolling_token_windows(ids, prefix, max_length, 1)]
 
-SAMPLED = ('temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed')  # the harness's names it serves
+# the harness's names it serves
+SAMPLED = ('temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'seed')
 
 def sampling_of(kw:dict) -> Sampling:
     "The `Sampling` of the harness's normalized `gen_kwargs` (greedy unless `do_sample`)"
@@ -72,7 +78,8 @@ def sampling_of(kw:dict) -> Sampling:
     return Sampling(float(got.pop('temperature', 1.0)), **got)
 
 def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int, max_gen_toks:int=256) -> str:
-    "The continuation of the ids `context` under the harness's `gen_kwargs`, cut at the first stop string"
+    """The continuation of the ids `context` under the harness's `gen_kwargs`, cut at the first stop
+    string"""
     kw = normalize_gen_kwargs(gen_kwargs, max_gen_toks)
     until, n = handle_stop_sequences(kw['until'], eos=served.tokenizer.eos_token), kw['max_gen_toks']
     if n >= max_length: raise InputError(f"max_gen_toks={n} leaves no room for a prompt within max_length={max_length}")
@@ -80,17 +87,38 @@ def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int, 
     return postprocess_generated_text(served.tokenizer.decode(ids), until, None)
 
 # %% ../nbs/05c_lmeval.ipynb #94bb550f
+def _renamed(old:dict, heads, pool_mib) -> tuple:
+    """`(heads, pool_mib)` with the model_args' older spellings (prerouter, pool_mb) taken, with a
+    note; others refused"""
+    for was, now in (('prerouter', 'heads'), ('pool_mb', 'pool_mib')):
+        if was in old:
+            warnings.warn(f"model_args {was}= is now {now}=", FutureWarning, stacklevel=3)
+            if now == 'heads': heads = old.pop(was)
+            else: pool_mib = old.pop(was)
+    if old: raise InputError(f"model_args {', '.join(old)}: not an argument of the edge0 model type")
+    return heads, pool_mib
+
 @register_model('edge0')
 class Edge0LM(TemplateLM):
-    "The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded as served"
-    def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, prerouter=None, adapter=None,
-                 pool_mb='auto', # the streamed model's expert budget (MiB, or auto); 'none': every expert resident
-                 max_length:int|None=None, # tokens per forward (default: the config's max_position_embeddings)
+    """The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded
+    as served"""
+    def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, heads=None, adapter=None,
+                 # the streamed model's expert budget (MiB, or auto); 'none': every expert resident
+                 pool_mib='auto',
+                 # tokens per forward (default: the config's max_position_embeddings)
+                 max_length:int|None=None,
                  max_gen_toks:int=256, batch_size=8, # rows per forward ('auto' means 8)
-                 max_batch_size=None, device=None): # passed by the harness; MLX chooses its device itself
+                 # passed by the harness; MLX chooses its device itself
+                 max_batch_size=None, device=None,
+                 # the spellings before one name per concept: prerouter (heads), pool_mb (pool_mib)
+                 **old):
         super().__init__()
-        pool = pool_mb if pool_mb in (None, 'auto') else None if str(pool_mb).lower() == 'none' else float(pool_mb)
-        self.served = Served(model, mode, k, prerouter, adapter, pool_mb=pool)
+        heads, pool = _renamed(old, heads, pool_mib)
+        pool = pool if pool in (None, 'auto') else None if str(pool).lower() == 'none' else float(pool)
+        if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
+        serving = Serving(mode, k or None, heads=heads, adapter=adapter, resident=pool is None,
+                          options=served_options(pool))
+        self.served = Served(model, serving)  # the configuration, whole
         self.tokenizer = self.served.tokenizer
         config = read_json(self.served.model_dir / 'config.json', 'model config')
         self.max_length = int(max_length or config.get('max_position_embeddings') or 2048)
@@ -129,7 +157,8 @@ class Edge0LM(TemplateLM):
 
 # %% ../nbs/05c_lmeval.ipynb #367428da
 def main(argv:list|None=None):
-    "The harness's command line (`lm_eval --model edge0 ...`) with the model type `edge0` registered"
+    """The harness's command line (`lm_eval --model edge0 ...`) with the model type `edge0`
+    registered"""
     if argv is not None: sys.argv = ['edge0.lmeval', *argv]
     cli_evaluate()
 

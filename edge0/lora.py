@@ -21,7 +21,8 @@ __all__ = ['TARGETS', 'PROJECTIONS', 'FORMAT', 'LoRALinear', 'target_modules', '
 
 # %% ../nbs/03_lora.ipynb #fd037366
 def _dims(linear) -> tuple:
-    "`(out, in)` of a `Linear`, `QuantizedLinear` (its weight packs `32 // bits` values per uint32) or `TorchLinear`"
+    """`(out, in)` of a `Linear`, `QuantizedLinear` (its weight packs `32 // bits` values per
+    uint32) or `TorchLinear`"""
     if isinstance(linear, bq.TorchLinear): return linear.out_features, linear.in_features
     out, packed = linear.weight.shape
     return out, packed * 32 // linear.bits if isinstance(linear, bnn.QuantizedLinear) else packed
@@ -41,7 +42,8 @@ class LoRALinear(B.Module):
 
 # %% ../nbs/03_lora.ipynb #901faef4
 TARGETS = ('attention', 'linear_attention', 'shared', 'dense')
-PROJECTIONS = (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear)  # what an adapter wraps (TorchLinear: kernels='torch')
+# what an adapter wraps (TorchLinear: kernels='torch')
+PROJECTIONS = (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear)
 
 def _kind(spec:MoESpec, layer:int, rest:str) -> str|None:
     "The target kind of the module at `rest` (a path inside layer `layer`), or None"
@@ -68,13 +70,15 @@ def target_modules(spec:MoESpec, model, targets=TARGETS) -> dict:
 # %% ../nbs/03_lora.ipynb #5cf9e1cc
 @dataclass(eq=False)
 class Adapter:
-    "A recovery LoRA attached to a model: the wrapped projections, how they were made, and the way back"
+    """A recovery LoRA attached to a model: the wrapped projections, how they were made, and the way
+    back"""
     spec:MoESpec
     rank:int
     alpha:float
     targets:tuple
     modules:dict                                          # {path: LoRALinear} in the model
-    meta:dict = field(default_factory=dict)               # provenance (read from or written to the file)
+    # provenance (read from or written to the file)
+    meta:dict = field(default_factory=dict)
     originals:list = field(default_factory=list, repr=False)  # (parent, name, module) to put back
     path:Path|None = None                                 # the file it was read from or written to
     def weights(self) -> dict:
@@ -89,9 +93,11 @@ class Adapter:
 
 def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, seed:int=0, dtype=None,
            weights:dict|None=None) -> Adapter:
-    "Wrap `model`'s target projections in `LoRALinear`s (fresh: A random, B zero; or the given `weights`)"
+    """Wrap `model`'s target projections in `LoRALinear`s (fresh: A random, B zero; or the given
+    `weights`)"""
     dtype = dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
-    if weights is None: B.seed(seed)  # a fresh A is drawn; loading leaves the caller's random state alone
+    # a fresh A is drawn; loading leaves the caller's random state alone
+    if weights is None: B.seed(seed)
     adapter = Adapter(spec, rank, alpha, tuple(targets), {})
     for path in target_modules(spec, model, targets):
         parent_path, name = path.rsplit('.', 1)
@@ -107,12 +113,14 @@ def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, s
 FORMAT = 'edge0-lora/1'
 
 def adapter_file(k:int, exact_top:int=0) -> str:
-    "The file name of the adapter for serving width `k` (trained under exact top-`exact_top`: its own file)"
+    """The file name of the adapter for serving width `k` (trained under exact top-`exact_top`: its
+    own file)"""
     return f"lora-k{k}{f'-top{exact_top}' if exact_top else ''}.safetensors"
 
 def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2', extra:dict|None=None,
                  path=None) -> Path:
-    "Write `adapter` beside the base in `base_dir` (or to `path`), with its provenance; returns the file"
+    """Write `adapter` beside the base in `base_dir` (or to `path`), with its provenance; returns
+    the file"""
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(k), rank=str(adapter.rank),
                 alpha=str(adapter.alpha), targets=json.dumps(list(adapter.targets)),
                 num_layers=str(adapter.spec.num_layers), heads=Path(heads).name if heads else '',
@@ -120,7 +128,8 @@ def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2
                 date=time.strftime('%Y-%m-%d'), **{key: str(v) for key, v in (extra or {}).items()})
     p = Path(path or Path(base_dir) / adapter_file(k))
     weights = {n: w.astype(B.float32) for n, w in adapter.weights().items()}
-    with atomic_file(p) as tmp: B.save_safetensors(tmp, weights, meta)  # a reader never sees half a file
+    # a reader never sees half a file
+    with atomic_file(p) as tmp: B.save_safetensors(tmp, weights, meta)
     adapter.meta, adapter.path = meta, p
     return p
 
@@ -142,7 +151,8 @@ def read_adapter(path) -> tuple[dict, dict]:
 
 # %% ../nbs/03_lora.ipynb #bc1ed7ef
 def _check_weights(p:Path, weights:dict, spec:MoESpec, model, meta:dict) -> dict:
-    "The target paths of `model` the adapter's matrices fit (an error naming the first that does not)"
+    """The target paths of `model` the adapter's matrices fit (an error naming the first that does
+    not)"""
     paths = target_modules(spec, model, meta['targets'])
     names = {f"{path}.{n}" for path in paths for n in ('lora_a', 'lora_b')}
     if set(weights) != names:
@@ -158,7 +168,8 @@ def _check_weights(p:Path, weights:dict, spec:MoESpec, model, meta:dict) -> dict
 
 def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads=None, path=None,
                  dtype=None) -> Adapter:
-    "Attach the adapter `path` (default: `lora-k{k}.safetensors` beside the base) after checking it fits"
+    """Attach the adapter `path` (default: `lora-k{k}.safetensors` beside the base) after checking
+    it fits"""
     d = Path(base_dir)
     spec = spec or model_spec(d)
     k = k or spec.k
@@ -186,26 +197,31 @@ def use_adapter(handle, model_dir, path=None) -> Adapter|None:
     m = dec.exact_top if dec is not None else 0
     p = Path(path) if path is not None else Path(model_dir) / adapter_file(k, m)
     if path is None and not p.exists():
-        if m and (Path(model_dir) / adapter_file(k)).exists():  # trained for plain routing: it hurts here (05d_ladder)
+        # trained for plain routing: it hurts here (05d_ladder)
+        if m and (Path(model_dir) / adapter_file(k)).exists():
             handle.notes.append(f"no adapter trained at exact top-{m} beside the model ({adapter_file(k, m)}): serving "
                                 f"without one ({adapter_file(k)} was trained for plain routing; --adapter uses it)")
         return None
-    adapter = load_adapter(handle.model, model_dir, spec, k, handle.heads, p)  # checked against the heads served
+    # checked against the heads served
+    adapter = load_adapter(handle.model, model_dir, spec, k, handle.heads, p)
     if handle.adapter is not None: handle.adapter.detach()
     handle.adapter = adapter
     return adapter
 
 # %% ../nbs/03_lora.ipynb #54d8f792
 def save_checkpoint(out, adapter:Adapter, opt, **state) -> Path:
-    "The adapter's matrices, the optimizer's state and `state` (JSON) in folder `out`: whole, or as it was"
-    with atomic_dir(out, overwrite=True) as tmp:  # the previous one is set aside until this one is in place
+    """The adapter's matrices, the optimizer's state and `state` (JSON) in folder `out`: whole, or
+    as it was"""
+    # the previous one is set aside until this one is in place
+    with atomic_dir(out, overwrite=True) as tmp:
         B.save_safetensors(tmp / 'adapter.safetensors', adapter.weights())
         B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(opt.state)))
         (tmp / 'state.json').write_text(json.dumps(state))
     return Path(out)
 
 def load_checkpoint(out, adapter:Adapter, opt) -> dict|None:
-    "Put the checkpoint in folder `out` back into `adapter` and `opt`; its state (None: there is none)"
+    """Put the checkpoint in folder `out` back into `adapter` and `opt`; its state (None: there is
+    none)"""
     out = Path(out)
     clear_stale(out)  # a checkpoint that a killed save had set aside comes back
     if not (out / 'state.json').exists(): return None
@@ -218,7 +234,8 @@ def load_checkpoint(out, adapter:Adapter, opt) -> dict|None:
 
 # %% ../nbs/03_lora.ipynb #d0c06a5a
 def requantize(w, group_size:int=64, bits:int=4):
-    "`w` quantized (affine, `group_size`, `bits`) and dequantized again: what an int4 checkpoint would serve"
+    """`w` quantized (affine, `group_size`, `bits`) and dequantized again: what an int4 checkpoint
+    would serve"""
     q, scales, biases = bq.quantize(w, group_size, bits)
     return bq.dequantize(q, scales, biases, group_size, bits)
 
@@ -243,7 +260,8 @@ def _delta(m:LoRALinear):
     return m.scale * (m.lora_b.astype(B.float32) @ m.lora_a.astype(B.float32))
 
 def weight_report(adapter:Adapter, group_size:int=64, bits:int=4) -> dict:
-    "Per wrapped projection: weight-level retention, the delta's RMS and the mean int4 group step of the merge"
+    """Per wrapped projection: weight-level retention, the delta's RMS and the mean int4 group step
+    of the merge"""
     out = {}
     for path, m in adapter.modules.items():
         w, delta = _dequantized(m.base), _delta(m)
@@ -255,7 +273,8 @@ def weight_report(adapter:Adapter, group_size:int=64, bits:int=4) -> dict:
     return out
 
 def merge_requantized(adapter:Adapter, group_size:int=64, bits:int=4) -> list:
-    "Detach `adapter` and serve each projection it wrapped as int4 of (base + delta); returns what to put back"
+    """Detach `adapter` and serve each projection it wrapped as int4 of (base + delta); returns what
+    to put back"""
     put_back = []
     merged = {path: requantize(_dequantized(m.base) + _delta(m), group_size, bits)
               for path, m in adapter.modules.items()}

@@ -15,7 +15,8 @@ __all__ = ['LOW_BITS', 'LOW_META', 'CLIPS', 'check_low_bits', 'low_file', 'float
 
 # %% ../nbs/00_lowbit.ipynb #a0000006
 LOW_BITS = (2, 3)  # the lower-bit copies `edge0 convert --low-bits` writes
-LOW_META = 'edge0_low'  # __metadata__ key of a low-bit copy's file: JSON of its bits and the int4 file it copies
+# __metadata__ key of a low-bit copy's file: JSON of its bits and the int4 file it copies
+LOW_META = 'edge0_low'
 
 def check_low_bits(bits, what:str='low bits') -> int:
     "`bits` if it is one of `LOW_BITS`, else an `InputError` naming it"
@@ -24,7 +25,8 @@ def check_low_bits(bits, what:str='low bits') -> int:
     return int(bits)
 
 def low_file(layer:int, bits:int) -> str:
-    "The file of `layer`'s `bits`-bit expert copies (not `model*.safetensors`: mlx-lm's loader never reads it)"
+    """The file of `layer`'s `bits`-bit expert copies (not `model*.safetensors`: mlx-lm's loader
+    never reads it)"""
     return f"experts-q{bits}-L{layer:03d}.safetensors"
 
 # %% ../nbs/00_lowbit.ipynb #a0000008
@@ -92,7 +94,8 @@ def code_bytes(nbytes:int, bits:int) -> int:
     return nbytes // 2 + (nbytes // 4 if bits == 3 else 0)
 
 def compress(packed, bits:int) -> np.ndarray:
-    "The code planes (uint8, last axis) of int4 `packed` bytes (last axis a multiple of 4) whose nibbles fit `bits`"
+    """The code planes (uint8, last axis) of int4 `packed` bytes (last axis a multiple of 4) whose
+    nibbles fit `bits`"""
     a = np.asarray(packed, np.uint8)
     if a.shape[-1] % 4: raise ValueError(f"{a.shape[-1]} packed bytes: expected a multiple of 4")
     nib = np.empty((*a.shape[:-1], 2 * a.shape[-1]), np.uint8)
@@ -154,7 +157,8 @@ def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:in
         counts = np.bincount(rows + groups.reshape(-1), minlength=groups.size // group * 16)
         counts = counts.reshape(*groups.shape[:-1], 16).astype(np.float32)
         s4, b4 = floats(scales[e:e + chunk], dtype)[..., None], floats(biases[e:e + chunk], dtype)[..., None]
-        levels = np.arange(16, dtype=np.float32) * s4 + b4  # the weight of each int4 code, as `quantize` sees it
+        # the weight of each int4 code, as `quantize` sees it
+        levels = np.arange(16, dtype=np.float32) * s4 + b4
         s, b = _affine(levels, bits, dtype, counts)
         q = np.take_along_axis(_codes(levels, s, b, bits), groups.astype(np.intp), -1).reshape(q4.shape)
         for acc, a in zip(out, (words(q), stored(s[..., 0], dtype), stored(b[..., 0], dtype))): acc.append(a)
@@ -162,7 +166,8 @@ def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:in
 
 # %% ../nbs/00_lowbit.ipynb #a0000020
 def stamp(path) -> str:
-    "A hash of the safetensors file `path`'s header and of 16 blocks of 4 KiB spread evenly over its data"
+    """A hash of the safetensors file `path`'s header and of 16 blocks of 4 KiB spread evenly over
+    its data"""
     h, path = hashlib.sha256(), Path(path)
     with open(path, 'rb') as f:
         size = os.fstat(f.fileno()).st_size

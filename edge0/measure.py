@@ -27,7 +27,8 @@ __all__ = ['DEPTHS', 'ATTENTION', 'Eta', 'eta_curve', 'plot_eta', 'host_id', 'co
 # %% ../nbs/06b_measure.ipynb #c0010
 @dataclass
 class Eta:
-    "Cold read rate (MB/s) by read size and pattern on one disk; `eta` is the fraction of the peak rate"
+    """Cold read rate (MB/s) by read size and pattern on one disk; `eta` is the fraction of the peak
+    rate"""
     sizes:list             # read sizes, bytes, ascending
     mb_s:dict              # {pattern: [MB/s at each size]}
     source:str = ''        # what was read
@@ -58,7 +59,8 @@ def eta_curve(src, sizes=SIZES, patterns=PATTERNS, seconds:float=1.0, max_mb:flo
 
 # %% ../nbs/06b_measure.ipynb #c0014
 def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
-    "Cold read MB/s against read size, both patterns; `grains` `{label: bytes}` marked as vertical lines"
+    """Cold read MB/s against read size, both patterns; `grains` `{label: bytes}` marked as vertical
+    lines"""
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(5.5, 3.4))[1]
     for p, mk in zip(eta.mb_s, 'os'): ax.plot(eta.sizes, eta.mb_s[p], marker=mk, label=p)
@@ -71,7 +73,8 @@ def plot_eta(eta:Eta, grains:dict|None=None, ax=None, title:str=''):
 
 # %% ../nbs/06b_measure.ipynb #c0019
 def host_id() -> dict:
-    "What a compute or disk measurement depends on besides the model: the machine and the library versions"
+    """What a compute or disk measurement depends on besides the model: the machine and the library
+    versions"""
     vers = {p: version(p) for p in ('mlx', 'mlx-lm', 'torch') if _installed(p)}
     return dict(node=platform.node(), machine=platform.machine(), cpus=os.cpu_count(), device=B.device_kind(),
                 **vers)
@@ -82,7 +85,8 @@ def _installed(pkg:str) -> bool:
 
 @functools.cache
 def code_version() -> str:
-    "edge0's version and a digest of its own source: what measured a kept result (code that changed measures again)"
+    """edge0's version and a digest of its own source: what measured a kept result (code that
+    changed measures again)"""
     import edge0
     pkg, h = Path(edge0.__file__).parent, hashlib.sha256()
     for p in sorted(pkg.rglob('*.py')):
@@ -91,7 +95,8 @@ def code_version() -> str:
     return f"{edge0.__version__}+{h.hexdigest()[:12]}"
 
 def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
-    "The JSON result of `make()` for `key` (with this host and this code), measured once, kept in `cache_dir()/kind/`"
+    """The JSON result of `make()` for `key` (with this host and this code), measured once, kept in
+    `cache_dir()/kind/`"""
     full = dict(key, host=host_id(), edge0=code_version())
     p = cache_dir() / kind / (hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16] + '.json')
     if p.exists() and not refresh:
@@ -106,7 +111,8 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
 def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0, reader:str='pread') -> dict:
     """Per-expert ms, CPU ms (every thread of the process) and MB/s of reading `batch` random experts of a random layer
     at a time through the store, with `reader` (`direct`: past the page cache, at the depth a run keeps in flight)"""
-    st = ExpertStore(model_dir, reader=reader, threads=StreamOptions().read_threads(reader))  # as a run reads
+    # as a run reads
+    st = ExpertStore(model_dir, reader=reader, threads=StreamOptions().read_threads(reader))
     rng = np.random.default_rng(seed)
     try:
         E, layers = st.spec.num_experts, list(st.spec.moe_layers)
@@ -139,7 +145,8 @@ def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict
 
 # %% ../nbs/06b_measure.ipynb #4b830697
 def read_ahead_kb(path) -> float|None:
-    "The read-ahead (KB) of the disk that holds `path` (Linux: its queue's `read_ahead_kb`), or None where unknown"
+    """The read-ahead (KB) of the disk that holds `path` (Linux: its queue's `read_ahead_kb`), or
+    None where unknown"""
     if not sys.platform.startswith('linux'): return None
     f = Path(f'/sys/dev/block/{disk_of(path)}/queue/read_ahead_kb')
     try: return float(f.read_text())
@@ -149,7 +156,8 @@ def read_ahead_kb(path) -> float|None:
 DEPTHS = (1, 2, 4, 8, 16)
 
 def expert_grain(model_dir) -> int:
-    "Bytes of the largest byte range of one expert of `model_dir`: what one read of the store asks for"
+    """Bytes of the largest byte range of one expert of `model_dir`: what one read of the store asks
+    for"""
     st = ExpertStore(model_dir, residency=False)
     try: return max(n for layer in st.spec.moe_layers for *_, n in st.ranges(layer, 0))
     finally: st.close()
@@ -168,7 +176,8 @@ def disk_rates(model_dir, size:int|None=None, depths=DEPTHS, max_mb:float=256, r
     return dict(r, mb_s={int(dep): v for dep, v in r['mb_s'].items()})  # JSON keeps keys as strings
 
 # %% ../nbs/06b_measure.ipynb #c0028
-ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')  # a decoder layer's attention child
+# a decoder layer's attention child
+ATTENTION = ('self_attn', 'linear_attn', 'attention', 'attn', 'mixer')
 
 def _timed(fn, log:list):
     "`fn`, made to finish its outputs and append its seconds to `log`"
@@ -182,7 +191,8 @@ def _timed(fn, log:list):
 
 # %% ../nbs/06b_measure.ipynb #c0029
 def _decoder_layers(spec, model) -> list:
-    "`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of `model`"
+    """`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of
+    `model`"""
     path, mlp = spec.block_path.rsplit('.', 1)
     out = []
     for i in range(spec.num_layers):
@@ -207,7 +217,8 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     cold; `join`: cgroup folders this process joins after the prefill"""
     dec, eng, spent = h.decoder, h.engine, []
     def empty():
-        with eng.pool.lock: eng.pool.lru.clear()  # the bundles, not the reservations (slots, resident layers)
+        # the bundles, not the reservations (slots, resident layers)
+        with eng.pool.lock: eng.pool.lru.clear()
     def drop():
         t = time.perf_counter()
         evict_experts(evict)
@@ -230,7 +241,8 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     return out, tot['loads'] / steps, tot['blocked_s'] / steps
 
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
-    "The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert), measured in this process"
+    """The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert),
+    measured in this process"""
     arm = Arm(**arm)
     h = open_arm(arm)
     try:
@@ -242,11 +254,13 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
         plain = _steps(h, ids, prompt, steps)
         logs = {(i, part): [] for i in range(spec.num_layers) for part in ('attention', 'moe')}
         layers = _decoder_layers(spec, h.model)
-        undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))  # over the decoder's own shadows
+        # over the decoder's own shadows
+        undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))
                 for i, layer, att, mlp in layers for name, part in ((att, 'attention'), (mlp, 'moe'))]
         try: synced = _steps(h, ids, prompt, steps)
         finally: unshadow(undo)
-        plain += _steps(h, ids, prompt, steps)  # before and after the synced run: a drift shows in neither alone
+        # before and after the synced run: a drift shows in neither alone
+        plain += _steps(h, ids, prompt, steps)
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / MiB if eng is not None else 0.0
         rss = process_memory().rss / MiB  # its current size (the peak where no system tells it)
@@ -265,7 +279,8 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
 
 # %% ../nbs/06b_measure.ipynb #c0032
 def _pool_sizes(model_dir) -> tuple:
-    "`(spec, bytes of one expert, MiB of a pool that holds every expert)` of the checkpoint in `model_dir`"
+    """`(spec, bytes of one expert, MiB of a pool that holds every expert)` of the checkpoint in
+    `model_dir`"""
     st = ExpertStore(model_dir, residency=False)
     try: every = sum(t.nbytes for ls in st.layers.values() for t in ls.values()) / MiB
     finally: st.close()
@@ -273,9 +288,10 @@ def _pool_sizes(model_dir) -> tuple:
 
 def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
-    "Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host and cached"
+    """Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host
+    and cached"""
     spec, _, every = _pool_sizes(model_dir)
-    arm = Arm(str(model_dir), mode, k, pool_mb=every, kernels=kernels)
+    arm = Arm(str(model_dir), mode, k, pool_mib=every, kernels=kernels)
     key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
     return cached('compute', key, lambda: child(_profile, asdict(arm), prompt, steps,
                                                 what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
@@ -296,7 +312,8 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
         else: _missing_steps(h, ids, prompt, steps)  # reads the steps' experts into the page cache
         warm = _missing_steps(h, ids, prompt, steps)
         warm_cold = stats(eng)['total']['cold_fraction']
-        cold = _missing_steps(h, ids, prompt, steps, arm.model, join)  # the prefill outside the throttle
+        # the prefill outside the throttle
+        cold = _missing_steps(h, ids, prompt, steps, arm.model, join)
         tot = stats(eng)['total']
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
@@ -314,9 +331,11 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     beside its waits (`cpu_ms`); and what a warm miss adds (`warm_miss_ms`) where the pool could hold every expert"""
     spec, nbytes, every = _pool_sizes(model_dir)
     k = k or spec.k
-    plain = cap_mb is None  # without a cap every expert fits in the pool: the plain steps are timed in the same process
+    # without a cap every expert fits in the pool: the plain steps are timed in the same process
+    plain = cap_mb is None
     pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / MiB + 1  # two steps' sets
-    arm = Arm(str(model_dir), mode, k, pool_mb=pool, reader='pread')  # cold against warm: through the page cache
+    # cold against warm: through the page cache
+    arm = Arm(str(model_dir), mode, k, pool_mib=pool, reader='pread')
     key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps,
                paired=True, reader='pread')
     def make():

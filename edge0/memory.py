@@ -28,14 +28,16 @@ def _stat(p:Path) -> dict:
     except (OSError, ValueError): return {}
 
 def _cgroup_dirs(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cgroup')) -> tuple:
-    "`(version, directory)` of this process's memory cgroup (v2 unified or v1 memory controller), or None"
+    """`(version, directory)` of this process's memory cgroup (v2 unified or v1 memory controller),
+    or None"""
     try: lines = proc.read_text().splitlines()
     except OSError: return None
     v1 = v2 = None
     for line in lines:
         hid, ctrls, rel = line.split(':', 2)
         if 'memory' in ctrls.split(','):
-            bases = [b for b in (root / 'memory', root / ctrls) if b.is_dir()]  # its own mount, or a joint one
+            # its own mount, or a joint one
+            bases = [b for b in (root / 'memory', root / ctrls) if b.is_dir()]
             if bases: v1 = bases[0] / rel.lstrip('/')
         elif hid == '0' and (root / 'cgroup.controllers').exists(): v2 = root / rel.lstrip('/')
     return ('v2', v2) if v2 is not None and v1 is None else ('v1', v1) if v1 is not None else None
@@ -50,7 +52,8 @@ class CgroupMemory:
     file:int       # of them, page cache (reclaimable unless mapped and in use)
 
 def cgroup_memory(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cgroup')) -> CgroupMemory|None:
-    "This process's cgroup memory limit (v1 or v2, the smallest up to the root) and usage; None without a limit"
+    """This process's cgroup memory limit (v1 or v2, the smallest up to the root) and usage; None
+    without a limit"""
     found = _cgroup_dirs(root, proc)
     if found is None: return None
     version, d = found
@@ -59,7 +62,8 @@ def cgroup_memory(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/c
     while True:
         lim = _read_int(p / limit_file)
         if version == 'v2':
-            high = _read_int(p / 'memory.high')  # above it the kernel throttles and reclaims: a limit in effect
+            # above it the kernel throttles and reclaims: a limit in effect
+            high = _read_int(p / 'memory.high')
             lim = min(x for x in (lim, high) if x is not None) if (lim or high) else None
         if lim is not None and (best is None or lim < best[0]): best = (lim, p)
         if p == root or p.parent == p or root not in p.parents: break
@@ -97,7 +101,8 @@ class SystemMemory:
     source:str   # where `available` comes from
 
 def system_memory() -> SystemMemory:
-    "Physical memory and what is available now: `MemAvailable` on Linux, free + inactive + purgeable pages on macOS"
+    """Physical memory and what is available now: `MemAvailable` on Linux, free + inactive +
+    purgeable pages on macOS"""
     if sys.platform.startswith('linux'):
         m = _meminfo()
         if 'MemTotal' in m: return SystemMemory(m['MemTotal'], m.get('MemAvailable', m.get('MemFree', 0)),
@@ -113,7 +118,8 @@ def system_memory() -> SystemMemory:
 # %% ../nbs/00_memory.ipynb #41f7cb89
 @dataclass
 class ProcessMemory:
-    "This process's resident memory (bytes): anonymous and file-backed where the system tells them apart"
+    """This process's resident memory (bytes): anonymous and file-backed where the system tells them
+    apart"""
     rss:int
     anon:int|None = None
     file:int|None = None
@@ -138,7 +144,8 @@ def peak_rss() -> int:
 
 # %% ../nbs/00_memory.ipynb #5e275aa5
 def metal_working_set() -> int|None:
-    "Metal's recommended working set (bytes) when MLX runs on a GPU: what GPU-visible buffers should stay within"
+    """Metal's recommended working set (bytes) when MLX runs on a GPU: what GPU-visible buffers
+    should stay within"""
     return B.working_set_limit()
 
 
@@ -152,10 +159,12 @@ class Headroom:
     rss:ProcessMemory
 
 def headroom(active:int=0) -> Headroom:
-    "What this process may still allocate now: the least its cgroup, the system and Metal leave (`active`: MLX's bytes)"
+    """What this process may still allocate now: the least its cgroup, the system and Metal leave
+    (`active`: MLX's bytes)"""
     rss, limits = process_memory(), {}
     cg = cgroup_memory()
-    if cg:  # the cgroup's page cache is reclaimed before anything else, except the pages this process maps
+    # the cgroup's page cache is reclaimed before anything else, except the pages this process maps
+    if cg:
         others = max(cg.usage - cg.file, 0) + (rss.file or 0)
         limits[f"cgroup {cg.version} limit {cg.limit / MiB:.0f} MiB ({cg.path})"] = cg.limit - others
     sm = system_memory()
@@ -229,15 +238,18 @@ def kv_bytes(growth:list, tokens:int) -> int:
 
 # %% ../nbs/00_memory.ipynb #c62d41ee
 def io_counters() -> tuple:
-    "`(bytes read from storage or None where the system does not say, major page faults)` of this process so far"
+    """`(bytes read from storage or None where the system does not say, major page faults)` of this
+    process so far"""
     try: rb = int(re.search(r'^read_bytes: (\d+)', Path('/proc/self/io').read_text(), re.M).group(1))
     except (OSError, AttributeError): rb = None
     return rb, resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 class ThrashWatch:
-    "Says once when decoding reads far more from storage than its experts, or waits on page faults: memory is short"
+    """Says once when decoding reads far more from storage than its experts, or waits on page
+    faults: memory is short"""
     def __init__(self, every:int=16, # tokens a measurement spans
-                 read_mib:float=8.0, # storage reads beyond the experts', per token, that count as thrash
+                 # storage reads beyond the experts', per token, that count as thrash
+                 read_mib:float=8.0,
                  faults:float=64.0): # major page faults per token that count as thrash
         self.every, self.read_limit, self.fault_limit = every, read_mib * MiB, faults
         self.fired, self.mark = None, None

@@ -41,7 +41,8 @@ class ApiError(Exception):
         return JSONResponse(self.body, self.status, {'Retry-After': '1'} if self.status == 503 else None)
 
 def api_error(e:Exception) -> ApiError:
-    "How the API answers `e`: an `ApiError` as it is, an `InputError` a 400, anything else a 500 (logged)"
+    """How the API answers `e`: an `ApiError` as it is, an `InputError` a 400, anything else a 500
+    (logged)"""
     if isinstance(e, ApiError): return e
     if isinstance(e, InputError): return ApiError(400, str(e))
     log.error(f"internal error: {type(e).__name__}: {e}", exc_info=e)
@@ -61,8 +62,10 @@ KINDS = dict(int=(_int, 'an integer'), number=(_num, 'a finite number'), bool=(_
 USED = dict(model='string', max_tokens='int', temperature='number', top_p='number', seed='int', stop='stop',
             stream='bool', stream_options='object', top_k='int', min_p='number', repetition_penalty='number',
             logit_bias='object')
-IGNORED = dict(user='string', metadata='object', store='bool', service_tier='string')  # none changes the text
-NEUTRAL = dict(n=(1,), frequency_penalty=(0,), presence_penalty=(0,))  # accepted only at these values
+# none changes the text
+IGNORED = dict(user='string', metadata='object', store='bool', service_tier='string')
+# accepted only at these values
+NEUTRAL = dict(n=(1,), frequency_penalty=(0,), presence_penalty=(0,))
 ENDPOINTS = dict(
     chat=dict(used=dict(messages='list', max_completion_tokens='int'),
               neutral=dict(logprobs=(False,), top_logprobs=(0,), response_format=({'type': 'text'},), tools=([],),
@@ -73,7 +76,8 @@ ENDPOINTS = dict(
 def _same(v, x) -> bool: return v == x and isinstance(v, bool) == isinstance(x, bool)
 
 def check_fields(body:dict, kind:str) -> dict: # kind: 'chat' or 'text'
-    "The used fields of a request body, after refusing unknown, mistyped and unsupported ones by name"
+    """The used fields of a request body, after refusing unknown, mistyped and unsupported ones by
+    name"""
     used, neutral = {**USED, **ENDPOINTS[kind]['used']}, {**NEUTRAL, **ENDPOINTS[kind]['neutral']}
     body = {k: v for k, v in body.items() if v is not None}
     for name, v in body.items():
@@ -136,7 +140,8 @@ def sampling_of(body:dict) -> Sampling:
     except InputError as e: raise ApiError(400, str(e), str(e).split()[0])
 
 # %% ../nbs/07c_openai_api.ipynb #c0020
-def max_tokens_of(body:dict, kind:str, limit:int) -> int|None: # limit: the server's max_tokens_limit
+# limit: the server's max_tokens_limit
+def max_tokens_of(body:dict, kind:str, limit:int) -> int|None:
     "The max_tokens a checked request asks for (None: as many as the limit and the context allow)"
     a, b = body.get('max_tokens'), body.get('max_completion_tokens')
     if a is not None and b is not None and a != b:
@@ -160,7 +165,8 @@ def include_usage(body:dict) -> bool:
 # %% ../nbs/07c_openai_api.ipynb #c0023
 @dataclass
 class Job:
-    "One request as the worker serves it; `Worker.submit` gives it the event loop and queue its events go back by"
+    """One request as the worker serves it; `Worker.submit` gives it the event loop and queue its
+    events go back by"""
     kind:str  # 'chat' (prompt: messages) or 'text' (prompt: text)
     prompt:object
     max_tokens:int|None  # None: as many as the limit and the context allow
@@ -174,7 +180,8 @@ class Job:
     usage:dict|None = None
 
     def send(self, event):
-        "Hand `event` (a `Piece`, the usage dict at the end, or an `ApiError`) to the waiting response"
+        """Hand `event` (a `Piece`, the usage dict at the end, or an `ApiError`) to the waiting
+        response"""
         try: self.loop.call_soon_threadsafe(self.inbox.put_nowait, event)
         except RuntimeError: self.cancel.set()  # the loop has closed: nobody is listening
 
@@ -187,7 +194,8 @@ class Job:
             if isinstance(ev, dict): return
 
 # %% ../nbs/07c_openai_api.ipynb #c0024
-def job_of(body:dict, kind:str, limit:int) -> Job: # a body `check_fields` passed; limit: the server's max_tokens_limit
+# a body `check_fields` passed; limit: the server's max_tokens_limit
+def job_of(body:dict, kind:str, limit:int) -> Job:
     "The `Job` a request asks for"
     if kind == 'chat': prompt = messages_of(body['messages'])
     else: prompt = body['prompt'] if isinstance(body['prompt'], str) else body['prompt'][0]
@@ -197,10 +205,13 @@ def job_of(body:dict, kind:str, limit:int) -> Job: # a body `check_fields` passe
 
 # %% ../nbs/07c_openai_api.ipynb #c0027
 class Worker:
-    "The thread that owns the `Session` and serves jobs one at a time, in arrival order, from a bounded queue"
+    """The thread that owns the `Session` and serves jobs one at a time, in arrival order, from a
+    bounded queue"""
     def __init__(self, model, # a model directory, a bundled model's name or a Hugging Face repo id
                  max_queue:int=8, # requests that may wait while one is served
-                 **session_kw): # `Session`'s: mode, k, adapter, no_adapter, resident, options, max_kv_size, extra_eos
+                 # `Session`'s: mode, k, adapter, no_adapter, resident, options, max_kv_size,
+                 # extra_eos
+                 **session_kw):
         if not (_int(max_queue) and max_queue >= 1):
             raise InputError(f"max_queue must be at least 1, got {max_queue!r}")
         self.model, self.session_kw, self.session, self.failed = model, session_kw, None, None
@@ -252,7 +263,8 @@ def _run(self:Worker):
     try:
         with self.session:
             for job in iter(self.jobs.get, None): self._serve(job)
-    finally: B.end_thread()  # else the process can abort at exit ("terminate called without an active exception")
+    # else the process can abort at exit ("terminate called without an active exception")
+    finally: B.end_thread()
 
 @patch
 def _serve(self:Worker, job:Job):
@@ -261,7 +273,8 @@ def _serve(self:Worker, job:Job):
     except Exception as e: last = api_error(e)
     job.status = last.status if isinstance(last, ApiError) else 200
     job.times['finished'], self.busy, self.current = time.monotonic(), False, None
-    self.recent.append(job)  # before the last event, so that a client that has its answer finds its job here
+    # before the last event, so that a client that has its answer finds its job here
+    self.recent.append(job)
     job.send(last)
 
 @patch
@@ -283,7 +296,8 @@ def _generate(self:Worker, job:Job) -> dict:
 # %% ../nbs/07c_openai_api.ipynb #c0031
 @patch
 def _budget(self:Worker, job:Job) -> tuple:
-    "The prompt's token ids and how many tokens to generate, within the server's limit and the model's context"
+    """The prompt's token ids and how many tokens to generate, within the server's limit and the
+    model's context"""
     s, what = self.session, 'messages' if job.kind == 'chat' else 'prompt'
     ids = s.prompt_ids(job.prompt, chat=job.kind == 'chat')
     room = s.room(ids)
@@ -319,7 +333,8 @@ class Reply:
         return self._obj([choice], False, usage=usage)
 
     def chunk(self, text:str='', reason:str|None=None, role:bool=False) -> dict:
-        "One stream chunk: some text (chat: in a delta, the first with the role), the finish reason on the last"
+        """One stream chunk: some text (chat: in a delta, the first with the role), the finish
+        reason on the last"""
         if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None, finish_reason=reason)
         else:
             delta = dict(role='assistant', content=text) if role else dict(content=text) if text else {}
@@ -352,7 +367,8 @@ async def _stream(reply:Reply, events, first, state):
     yield 'data: [DONE]\n\n'
 
 class _EventStream(StreamingResponse):
-    "Server-sent events whose job is cancelled however the response ends: finished, failed or its client gone"
+    """Server-sent events whose job is cancelled however the response ends: finished, failed or its
+    client gone"""
     media_type = 'text/event-stream'
     def __init__(self, content, job:Job):
         super().__init__(content, headers={'Cache-Control': 'no-cache'})
@@ -478,7 +494,8 @@ def make_app(worker:Worker, # a started worker: it owns the session
 # %% ../nbs/07c_openai_api.ipynb #c0048
 @dataclass
 class Running:
-    "A server `serve_in_background` started: its base URL (`{url}/v1` for OpenAI clients), its worker and uvicorn's server"
+    """A server `serve_in_background` started: its base URL (`{url}/v1` for OpenAI clients), its
+    worker and uvicorn's server"""
     url:str
     worker:Worker
     server:uvicorn.Server
@@ -492,12 +509,15 @@ def _to_stderr():
     log.setLevel(logging.INFO)
 
 def _socket(host:str, port:int) -> socket.socket:
-    "A socket listening on `host:port` here, so that a taken port or a bad address is one clear error"
+    """A socket listening on `host:port` here, so that a taken port or a bad address is one clear
+    error"""
     sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+    # a restart need not wait out TIME_WAIT
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen()  # the port is ours while the model loads: with SO_REUSEADDR a socket only bound is shared
+        # the port is ours while the model loads: with SO_REUSEADDR a socket only bound is shared
+        sock.listen()
     except OSError as e:
         sock.close()
         raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -515,13 +535,15 @@ def _listen(app, sock:socket.socket) -> tuple:
 
 # %% ../nbs/07c_openai_api.ipynb #c0049
 @contextmanager
-def serve_in_background(model, # a model directory, a bundled model's name or a Hugging Face repo id: fixed for the server's life
+# a model directory, a bundled model's name or a Hugging Face repo id: fixed for the server's life
+def serve_in_background(model,
             host:str='127.0.0.1', port:int=0, # 0: a free port
             max_queue:int=8, # requests that may wait while one is served (503 past them)
             max_tokens_limit:int=2048, # the most tokens one request may ask for
             max_body_bytes:int=2**22, # the largest request body
             name:str|None=None, # the model id clients see and ask for (default: `model` as given)
-            **session_kw): # `Session`'s: mode, k, adapter, no_adapter, resident, options, max_kv_size, extra_eos
+            # `Session`'s: mode, k, adapter, no_adapter, resident, options, max_kv_size, extra_eos
+            **session_kw):
     "Serve `model` from a background thread while the block runs; yields the `Running` server"
     _to_stderr()
     if host not in ('127.0.0.1', 'localhost', '::1'):
@@ -537,20 +559,24 @@ def serve_in_background(model, # a model directory, a bundled model's name or a 
             bound = server.servers[0].sockets[0].getsockname()
             yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker, server, thread)
         finally:
-            worker.stop()  # answers under way end now, so uvicorn's shutdown has nothing to wait for
+            # answers under way end now, so uvicorn's shutdown has nothing to wait for
+            worker.stop()
             server.should_exit = True
             thread.join()
     finally: worker.close()
 
 # %% ../nbs/07c_openai_api.ipynb #c0050
-def _interrupted(signum, frame): raise KeyboardInterrupt  # SIGTERM (a service manager) stops as Ctrl-C does
+# SIGTERM (a service manager) stops as Ctrl-C does
+def _interrupted(signum, frame): raise KeyboardInterrupt
 
 def serve(model, host:str='127.0.0.1', port:int=8080, max_queue:int=8, max_tokens_limit:int=2048,
           max_body_bytes:int=2**22, name:str|None=None, **session_kw):
-    "Serve `model` over HTTP until interrupted (Ctrl-C or SIGTERM): what `edge0 serve` runs (arguments as `serve_in_background`'s)"
+    """Serve `model` over HTTP until interrupted (Ctrl-C or SIGTERM): what `edge0 serve` runs
+    (arguments as `serve_in_background`'s)"""
     if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _interrupted)
     with serve_in_background(model, host, port, max_queue, max_tokens_limit, max_body_bytes, name, **session_kw) as s:
         log.info(f"serving {name or model} at {s.url}/v1 (FIFO, {max_queue} waiting at most); Ctrl-C stops")
-        for note in s.worker.session.handle.notes: log.info(f"note: {note}")  # after the address a client waits for
+        # after the address a client waits for
+        for note in s.worker.session.handle.notes: log.info(f"note: {note}")
         try: s.thread.join()
         except KeyboardInterrupt: log.info('stopping')

@@ -33,22 +33,34 @@ __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model
 class Device:
     "A machine to plan for"
     name:str
-    ram_mb:float                   # memory the model may use (MiB): weights, pool, page cache, the runtime
-    storage_mb_s:float             # cold read rate (MB/s) of large reads, or the storage tier's rate
-    eta:object = None              # read rate by size, an `Eta` of 06b_measure (None: every read size at storage_mb_s)
-    expert_ms:dict|None = None     # `measure_expert_reads` on this device: {'cold'|'warm'|'direct': {batch: row}}
-    miss_cold_ms:float|None = None # the disk's part of a cold miss in a decode, measured in place (`cold_misses`)
-    runtime_mb:float = 300.0       # the process besides the model's weights (libraries, activations, buffers)
+    # memory the model may use (MiB): weights, pool, page cache, the runtime
+    ram_mb:float
+    # cold read rate (MB/s) of large reads, or the storage tier's rate
+    storage_mb_s:float
+    # read rate by size, an `Eta` of 06b_measure (None: every read size at storage_mb_s)
+    eta:object = None
+    # `measure_expert_reads` on this device: {'cold'|'warm'|'direct': {batch: row}}
+    expert_ms:dict|None = None
+    # the disk's part of a cold miss in a decode, measured in place (`cold_misses`)
+    miss_cold_ms:float|None = None
+    # the process besides the model's weights (libraries, activations, buffers)
+    runtime_mb:float = 300.0
     mem_gb_s:float|None = None     # memory bandwidth, for compute estimated from the shape alone
     layer_ms:float = 0.0           # fixed cost per layer in that estimate (kernel launches, syncs)
-    readahead_kb:float = 128.0     # what one page fault of a mapped file reads (static offload): the disk's read-ahead
+    # what one page fault of a mapped file reads (static offload): the disk's read-ahead
+    readahead_kb:float = 128.0
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
-    cache_share:float = 0.5        # of the memory left, what the page cache keeps of pages read once (see below)
-    kv_itemsize:int = 4            # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
-    cold_cpu_ms:dict|None = None   # {mode: ms}: a cold miss's work beside its waits, over a warm one (`cold_misses`)
-    reader:str = 'auto'            # how edge0 reads experts: 'pread' (through the page cache), 'direct' (past it), or
-                                   # 'auto': direct where the pool cannot hold every expert, as a run decides
-    policy:str = 'lfu'             # which expert edge0's pool drops first (`streaming.POLICIES`), as a run's default
+    # of the memory left, what the page cache keeps of pages read once (see below)
+    cache_share:float = 0.5
+    # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
+    kv_itemsize:int = 4
+    # {mode: ms}: a cold miss's work beside its waits, over a warm one (`cold_misses`)
+    cold_cpu_ms:dict|None = None
+    # how edge0 reads experts: 'pread' (through the page cache), 'direct' (past it), or 'auto':
+    # direct where the pool cannot hold every expert, as a run decides
+    reader:str = 'auto'
+    # which expert edge0's pool drops first (`streaming.POLICIES`), as a run's default
+    policy:str = 'lfu'
     note:str = ''
 
 # %% ../nbs/06c_plan.ipynb #c0007
@@ -63,7 +75,8 @@ DEVICES = {
 
 # %% ../nbs/06c_plan.ipynb #c0009
 def _source(model) -> tuple:
-    "`(spec, groups function, directory or None)` of a model directory or a config.json / config dict"
+    """`(spec, groups function, directory or None)` of a model directory or a config.json / config
+    dict"""
     if isinstance(model, dict): return spec_for(model), lambda **kw: config_groups(model, **kw), None
     p = Path(model)
     if (p / 'config.json').is_file() and list(p.glob('*.safetensors')):
@@ -80,7 +93,8 @@ def _config(model) -> dict:
     return json.loads((p if p.is_file() else p / 'config.json').read_text())
 
 def model_bytes(model, k:int|None=None, predicted=()) -> dict:
-    "Resident, expert and per-class bytes of `model` (a directory, a config.json, or a config dict) at `k`"
+    """Resident, expert and per-class bytes of `model` (a directory, a config.json, or a config
+    dict) at `k`"""
     spec, groups_of, d = _source(model)
     k = k or spec.k
     groups = groups_of(k=k, predicted=predicted)
@@ -94,11 +108,13 @@ def model_bytes(model, k:int|None=None, predicted=()) -> dict:
                 ranges=_ranges(spec, d, bundle))
 
 def _codes_part(bundle:float) -> float:
-    "Bytes of a 4-bit g64 bundle that are its weights' codes: the rest is a 2-byte scale and bias per 64 weights"
+    """Bytes of a 4-bit g64 bundle that are its weights' codes: the rest is a 2-byte scale and bias
+    per 64 weights"""
     return bundle / (1 + 2 * 2 / (64 * 0.5))
 
 def _ranges(spec, d, bundle:float) -> list:
-    "Byte lengths of one expert's ranges (from the checkpoint; for a config, nine ranges of 4-bit g64 shapes)"
+    """Byte lengths of one expert's ranges (from the checkpoint; for a config, nine ranges of 4-bit
+    g64 shapes)"""
     if d is not None:
         st = ExpertStore(d, spec, residency=False)
         try: return [n for *_, n in st.ranges(spec.moe_layers[0], 0)]
@@ -109,12 +125,14 @@ def _ranges(spec, d, bundle:float) -> list:
 # %% ../nbs/06c_plan.ipynb #c0012
 @dataclass
 class Compute:
-    "Per-layer decode compute of one strategy (ms): attention and MoE block of each layer, and the rest"
+    """Per-layer decode compute of one strategy (ms): attention and MoE block of each layer, and the
+    rest"""
     attention_ms:list
     moe_ms:list
     rest_ms:float
     source:str = 'measured'
-    miss_ms:float|None = None      # what one miss read from the page cache adds to the step, measured in place
+    # what one miss read from the page cache adds to the step, measured in place
+    miss_ms:float|None = None
     @property
     def step_ms(self) -> float: return sum(self.attention_ms) + sum(self.moe_ms) + self.rest_ms
 
@@ -123,7 +141,8 @@ class Compute:
         return cls(p['attention_ms'], p['moe_ms'], p['rest_ms'], miss_ms=p.get('miss_ms'))
 
 def shape_compute(mb:dict, dev:Device) -> Compute:
-    "Compute estimated from the shape: every active byte streamed at `dev.mem_gb_s`, plus `dev.layer_ms` a layer"
+    """Compute estimated from the shape: every active byte streamed at `dev.mem_gb_s`, plus
+    `dev.layer_ms` a layer"""
     if not dev.mem_gb_s: raise InputError(f"device {dev.name!r} has no compute profile and no mem_gb_s to estimate one")
     spec, ms = mb['spec'], lambda nbytes: nbytes / (dev.mem_gb_s * 1e9) * 1e3
     per_layer = {}
@@ -136,14 +155,16 @@ def shape_compute(mb:dict, dev:Device) -> Compute:
 
 # %% ../nbs/06c_plan.ipynb #c0015
 class NoReads:
-    "What an `ExpertPool` asks of a store, reading nothing (a replay counts hits): each expert an empty one-byte bundle"
+    """What an `ExpertPool` asks of a store, reading nothing (a replay counts hits): each expert an
+    empty one-byte bundle"""
     expert_nbytes = 1
     def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
 
 def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False, policy:str='lru',
            half_life:float=8, # tokens; 'lfu' as a run's pool: each use's weight halving every 8
-           low_from:int|None=None) -> dict: # ids from this one on are lower-bit copies (`E + e`): counted apart too
+           # ids from this one on are lower-bit copies (`E + e`): counted apart too
+           low_from:int|None=None) -> dict:
     """Per decode step and layer: `misses` and `cold` counts of edge0's pool (`pool` bundles, `policy`) shared by the
     layers of `trace`, over a page-cache LRU of `cache` bundles (with `low_from`, also `low` and `low_cold`: those of
     the copies)"""
@@ -157,7 +178,8 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
         if t == prompt or (cold_steps and t > prompt): pc.clear()
         for j, layer in enumerate(layers):
             ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
-            if low_from is not None:  # a copy whose int4 expert the pool holds is served by it, as a run's pool does
+            # a copy whose int4 expert the pool holds is served by it, as a run's pool does
+            if low_from is not None:
                 ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from) else e
                                          for e in ids))
             if t >= prompt:
@@ -178,10 +200,13 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
     return dict(layers=layers, misses=miss, cold=cold, **copies)
 
 # %% ../nbs/06c_plan.ipynb #c0018
-SKEW = 1.3  # Zipf exponent: with reuse 0.3, an LRU of a quarter of the experts hits ~70% (the published figures)
+# Zipf exponent: with reuse 0.3, an LRU of a quarter of the experts hits ~70% (the published
+# figures)
+SKEW = 1.3
 
 def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=SKEW, seed:int=0) -> dict:
-    "`{layer: (tokens, k) expert ids}` with previous-token reuse `reuse` and Zipf(`skew`) popularity per layer"
+    """`{layer: (tokens, k) expert ids}` with previous-token reuse `reuse` and Zipf(`skew`)
+    popularity per layer"""
     rng, E, out = np.random.default_rng(seed), spec.num_experts, {}
     for layer in spec.moe_layers:
         p = 1.0 / np.arange(1, E + 1) ** skew
@@ -202,13 +227,15 @@ def reuse_of(trace:dict) -> float:
     return float(np.mean([len(set(a) & set(b)) / len(a) for ids in trace.values() for a, b in zip(ids[1:], ids[:-1])]))
 
 def trace_stats(trace:dict, num_experts:int) -> dict:
-    "`reuse` (`reuse_of`) and `lru_quarter`: the mean hit rate of an LRU of a quarter of each layer's experts"
+    """`reuse` (`reuse_of`) and `lru_quarter`: the mean hit rate of an LRU of a quarter of each
+    layer's experts"""
     ids = [np.asarray(v) for v in trace.values()]
     return dict(reuse=reuse_of(trace), lru_quarter=float(np.mean([lru_hits(a, max(num_experts // 4, 1)) for a in ids])))
 
 # %% ../nbs/06c_plan.ipynb #c0021
 def served_trace(trace:dict, planned, recall, num_experts:int, seed:int=0) -> dict:
-    "The sets a prerouted decode serves: each own expert kept with `recall` (a float or `{layer: recall}`)"
+    """The sets a prerouted decode serves: each own expert kept with `recall` (a float or `{layer:
+    recall}`)"""
     rng, out = np.random.default_rng(seed), {}
     for layer, ids in trace.items():
         if layer not in planned:
@@ -228,7 +255,8 @@ def served_trace(trace:dict, planned, recall, num_experts:int, seed:int=0) -> di
 
 # %% ../nbs/06c_plan.ipynb #c0024
 def read_mb_s(dev:Device, nbytes:float) -> float:
-    "The cold read rate (MB/s) of reads of `nbytes` on `dev`: its read curve, held to the storage's rate"
+    """The cold read rate (MB/s) of reads of `nbytes` on `dev`: its read curve, held to the
+    storage's rate"""
     return min(dev.storage_mb_s, dev.eta.rate(nbytes)) if dev.eta else dev.storage_mb_s
 
 def miss_ms(mb:dict, dev:Device, batch:int, cold:bool, direct:bool=False) -> float:
@@ -240,7 +268,8 @@ def miss_ms(mb:dict, dev:Device, batch:int, cold:bool, direct:bool=False) -> flo
         return float(np.interp(batch, sizes, [rows[b]['ms_per_expert'] for b in sizes]))
     disk = sum(n / (read_mb_s(dev, n) * 1e6) * 1e3 for n in mb['ranges'])
     if direct: return disk
-    copy = 2 * mb['bundle'] / ((dev.mem_gb_s or 10.0) * 1e9) * 1e3  # out of the page cache, into the pool
+    # out of the page cache, into the pool
+    copy = 2 * mb['bundle'] / ((dev.mem_gb_s or 10.0) * 1e9) * 1e3
     return copy + disk if cold else copy
 
 def direct_cpu_ms(dev:Device, batch:int) -> float:
@@ -283,7 +312,8 @@ def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
 
 # %% ../nbs/06c_plan.ipynb #28e547e2
 def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
-    "Page faults on the mapped checkpoint, each reading the read-around window it falls in; an LRU cache of windows"
+    """Page faults on the mapped checkpoint, each reading the read-around window it falls in; an LRU
+    cache of windows"""
     used = dev.runtime_mb + mb['resident'] / MiB
     ra = max(dev.readahead_kb, 4) * 1024
     r = replay(fault_windows(mb, trace, ra), max(int((dev.ram_mb - used) * MiB / ra), 0), 0, prompt)
@@ -299,16 +329,19 @@ def _expert_cache(mb:dict, dev:Device, used:float, direct:bool=False) -> int:
     return _cache_bundles(dev, used + mb['resident'] / MiB, mb['bundle'], dev.cache_share)
 
 def _cold_cpu(dev:Device, mode:str) -> float:
-    "What a cold miss costs a step of `mode` beside its waits, over a warm one: measured in place, else nothing"
+    """What a cold miss costs a step of `mode` beside its waits, over a warm one: measured in place,
+    else nothing"""
     return max((dev.cold_cpu_ms or {}).get(mode, 0.0), 0.0)
 
-def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, c:Compute, direct:bool=False) -> dict:
-    "Pool misses, cold where the page cache behind the pool had dropped them (`direct`: all of them)"
-    used = dev.runtime_mb + mb['resident'] / MiB + pool_mb
-    r = replay(trace, max(int(pool_mb * MiB / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
+def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, c:Compute, direct:bool=False) -> dict:
+    """Pool misses, cold where the page cache behind the pool had dropped them (`direct`: all of
+    them)"""
+    used = dev.runtime_mb + mb['resident'] / MiB + pool_mib
+    r = replay(trace, max(int(pool_mib * MiB / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
                dev.cold_steps, dev.policy)
     warm, cold = _read_ms(mb, dev, r, c.miss_ms, direct)
-    cpu = 0 if direct else r['cold'] * _cold_cpu(dev, 'off')  # a direct read's work is in its measured time
+    # a direct read's work is in its measured time
+    cpu = 0 if direct else r['cold'] * _cold_cpu(dev, 'off')
     return dict(read_ms=warm + cold + cpu, misses=r['misses'], cold=r['cold'], peak_mb=used,
                 bytes=r['misses'].sum(1).mean() * mb['bundle'])
 
@@ -337,25 +370,31 @@ def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.nda
     warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
     return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
 
-def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned:set, recall, c:Compute,
+def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall, c:Compute,
              served:dict|None=None, within:bool=False,
              exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
              direct:bool=False,
              low_bits:int|None=None, # exact top-M's K-M other slots read as copies at these bits
-             stage_ahead:int=1) -> dict: # planned layers read at once: the K experts each further one holds reserved
-    "Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by `recall`); the rest resident"
+             # planned layers read at once: the K experts each further one holds reserved
+             stage_ahead:int=1) -> dict:
+    """Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by
+    `recall`); the rest resident"""
     spec, E, k = mb['spec'], mb['spec'].num_experts, mb['k']
     held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * k * mb['bundle']
             + (stage_ahead - 1) * k * mb['bundle'])
-    if within: pool_mb = max(pool_mb - held / MiB, k * mb['bundle'] / MiB)  # 'auto': one budget holds all
-    used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mb
+    # 'auto': one budget holds all
+    if within: pool_mib = max(pool_mib - held / MiB, k * mb['bundle'] / MiB)
+    used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mib
     served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
-    share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0  # a copy's bytes, in bundles
+    # a copy's bytes, in bundles
+    share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0
     slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
-             if low_bits else served[l] for l in sorted(planned)}  # as `Decoder.plan_next`: a copy is `E + e`
+             # as `Decoder.plan_next`: a copy is `E + e`
+             if low_bits else served[l] for l in sorted(planned)}
     read = {l: _new_in_slots(rows, prompt) for l, rows in slots.items()}
-    mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0  # the pool holds copies at their size
-    bundles, cache = max(int(pool_mb * MiB / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
+    # the pool holds copies at their size
+    mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0
+    bundles, cache = max(int(pool_mib * MiB / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
     r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy, low_from=E if low_bits else None)
     if low_bits:  # each copy's miss counted as the bundles its bytes are
         r = dict(r, misses=r['misses'] - (1 - share) * r['low'], cold=r['cold'] - (1 - share) * r['low_cold'])
@@ -366,23 +405,28 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mb:float, planned
                                         1.0) for row in ms])
     exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
-    if exact_top:  # the own heaviest the heads did not serve: read in the foreground, the layer waiting
+    # the own heaviest the heads did not serve: read in the foreground, the layer waiting
+    if exact_top:
         fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), slots[l])]
               for l in sorted(planned)}  # a heaviest expert staged as its copy is read at int4 too
         f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
         warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
-        exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)  # as `off`
+        # as `off`
+        exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)
         nbytes += f['misses'].sum(1).mean() * mb['bundle']
     return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
                 syncs=1 + len(planned) * (exact_top > 0), copies=float(r['low'].sum(1).mean()) if low_bits else 0.0)
 
 # %% ../nbs/06c_plan.ipynb #f1d04cb2
 def kv_per_token(config:dict, itemsize:int) -> float:
-    "Bytes of KV cache a token adds, from a config alone (a run measures its own: `streaming.kv_growth`)"
+    """Bytes of KV cache a token adds, from a config alone (a run measures its own:
+    `streaming.kv_growth`)"""
     c = {**config, **config.get('text_config', {})}
     layers, heads = c['num_hidden_layers'], c.get('num_key_value_heads') or c['num_attention_heads']
-    if c.get('full_attention_interval'): layers //= c['full_attention_interval']  # the others keep a fixed state
-    if c.get('kv_lora_rank'):  # multi-head latent attention, as mlx-lm caches it: every head's keys and values
+    # the others keep a fixed state
+    if c.get('full_attention_interval'): layers //= c['full_attention_interval']
+    # multi-head latent attention, as mlx-lm caches it: every head's keys and values
+    if c.get('kv_lora_rank'):
         per = c['num_attention_heads'] * (c['qk_nope_head_dim'] + c['qk_rope_head_dim'] + c['v_head_dim'])
     else: per = 2 * heads * (c.get('head_dim') or c['hidden_size'] // c['num_attention_heads'])
     return float(layers * per * itemsize)
@@ -397,13 +441,14 @@ def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS, direct:bool=False)
     step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts, tokens, direct)
     free = (dev.ram_mb - dev.runtime_mb) * MiB - mb['resident']
     pool = pool_budget(int(free), int(kv), step, room, sum(mb['experts'].values()), int(k * bundle))
-    return dict(pool_mb=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens, step_mb=step / MiB,
+    return dict(pool_mib=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens, step_mb=step / MiB,
                 room_mb=room / MiB, refused=pool < k * bundle)
 
-def plan_reader(mb:dict, dev:Device, pool_mb:float) -> str:
-    "How a run with a pool of `pool_mb` MiB reads experts on `dev`: its `reader`; 'auto' decides as a run does"
+def plan_reader(mb:dict, dev:Device, pool_mib:float) -> str:
+    """How a run with a pool of `pool_mib` MiB reads experts on `dev`: its `reader`; 'auto' decides
+    as a run does"""
     if dev.reader != 'auto': return dev.reader
-    return StreamOptions.auto_reader(pool_mb * MiB, sum(mb['experts'].values()))
+    return StreamOptions.auto_reader(pool_mib * MiB, sum(mb['experts'].values()))
 
 # %% ../nbs/06c_plan.ipynb #c0033
 def _check_strategies(strategies):
@@ -419,12 +464,15 @@ def _check_device(dev:Device):
     if dev.policy not in POLICIES:
         raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
 
-def plan(model, dev:Device, k:int|None=None, pool_mb:float|str=AUTO, strategies=STRATEGIES, trace:dict|None=None,
+def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES, trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
          kv_tokens:int=KV_TOKENS, exact_top:int=0,
-         low_bits:int|None=None, # routing: exact top-M's K-M other slots read as copies at these bits
-         stage_ahead:int|None=None) -> dict: # routing's planned layers read at once (None: as a run of `model` does)
-    "Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k` (`served`: the heads' sets)"
+         # routing: exact top-M's K-M other slots read as copies at these bits
+         low_bits:int|None=None,
+         # routing's planned layers read at once (None: as a run of `model` does)
+         stage_ahead:int|None=None) -> dict:
+    """Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k`
+    (`served`: the heads' sets)"""
     _check_strategies(strategies)
     _check_device(dev)
     mb = model_bytes(model, k)
@@ -441,12 +489,14 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|str=AUTO, strategies=
     compute = compute or {}
     c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
     budget = auto_budget(mb, dev, kv_tokens)
-    pool = pool_mb if pool_mb != AUTO else max(budget['pool_mb'], mb['bundle'] * k / MiB)
+    pool = pool_mib if pool_mib != AUTO else max(budget['pool_mib'], mb['bundle'] * k / MiB)
     reader = plan_reader(mb, dev, pool)
-    if reader == 'direct' and pool_mb == AUTO:  # as a run: the budget made again for direct's smaller room
+    # as a run: the budget made again for direct's smaller room
+    if reader == 'direct' and pool_mib == AUTO:
         budget = auto_budget(mb, dev, kv_tokens, direct=True)
-        pool = max(budget['pool_mb'], mb['bundle'] * k / MiB)
-    if pool_mb == AUTO:  # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
+        pool = max(budget['pool_mib'], mb['bundle'] * k / MiB)
+    # as a run: lent what decode steps leave unused (the KV cache at the trace's end, K experts)
+    if pool_mib == AUTO:
         T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / MiB
         kv_free = budget['kv_mb'] * max(1 - T / budget['kv_tokens'], 0)
         budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free, every - pool), 0)
@@ -464,7 +514,7 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|str=AUTO, strategies=
         r = (_static(mb, dev, trace, prompt) if s == 'static' else
              _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
              _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                      within=pool_mb == AUTO, exact_top=exact_top, direct=direct, low_bits=low_bits,
+                      within=pool_mib == AUTO, exact_top=exact_top, direct=direct, low_bits=low_bits,
                       stage_ahead=ahead))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
@@ -476,15 +526,16 @@ def plan(model, dev:Device, k:int|None=None, pool_mb:float|str=AUTO, strategies=
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
-                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mb=pool,
-                budget=budget if pool_mb == AUTO else None, reader=reader,
+                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mib=pool,
+                budget=budget if pool_mib == AUTO else None, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
 # %% ../nbs/06c_plan.ipynb #c0034
 def stage_ahead_of(mb:dict) -> int:
-    "Planned layers a run of `mb` (`model_bytes`) reads at once by default: as the engine decides from its layout"
+    """Planned layers a run of `mb` (`model_bytes`) reads at once by default: as the engine decides
+    from its layout"""
     layout = ((mb.get('config') or {}).get('edge0_layout') or {}).get('experts')
     return StreamOptions().stage_ahead_for(packed=layout == 'torch-cpu')
 
@@ -502,7 +553,7 @@ def plan_table(p:dict) -> str:
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / MiB:.2f}" for c, v in by.items())
                     for view, by in p['per_class'].items())
     how = {'direct': 'past the page cache (direct)', 'pread': 'through the page cache (pread)'}
-    lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mb']:.0f} MiB, compute: {p['compute']}",
+    lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mib']:.0f} MiB, compute: {p['compute']}",
              *([f"the trace replayed: previous-token reuse {p['routing']['reuse']:.2f}, an LRU of a quarter of a "
                 f"layer's experts hits {p['routing']['lru_quarter']:.0%}"] if p.get('routing') else []),
              *([f"edge0 reads experts {how[p['reader']]}; pool policy {p['policy']}"] if p.get('reader') else []),
@@ -569,7 +620,8 @@ def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3, skew:
 
 # %% ../nbs/06c_plan.ipynb #c0060
 def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> list:
-    "Per MoE layer and tier (`{name: MB/s}`): `s_l`, `B * C_attn_l`, whether it hides, and the ms added with/without"
+    """Per MoE layer and tier (`{name: MB/s}`): `s_l`, `B * C_attn_l`, whether it hides, and the ms
+    added with/without"""
     rows = []
     for l in mb['spec'].moe_layers:
         s, att = mb['k'] * mb['bundle'], c.attention_ms[l]
@@ -577,13 +629,15 @@ def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> l
         tiers = {}
         for t, b in rates.items():
             bps = b * 1e6 / 1e3  # bytes per ms
-            probe = exposed_latency([Job('named', 0.0, att, r * s)], bps) + (1 - r) * s / bps  # ms: times in ms
+            # ms: times in ms
+            probe = exposed_latency([Job('named', 0.0, att, r * s)], bps) + (1 - r) * s / bps
             tiers[t] = dict(window=bps * att, hides=s <= bps * att, with_probe_ms=probe, without_ms=s / bps)
         rows.append(dict(layer=l, s_bytes=s, attention_ms=att, recall=r, tiers=tiers))
     return rows
 
 def window_table(rows:list) -> str:
-    "`attention_window` rows: per layer, KiB to hide, the window's KiB per tier, and ms added with / without the probe"
+    """`attention_window` rows: per layer, KiB to hide, the window's KiB per tier, and ms added with
+    / without the probe"""
     tiers = list(rows[0]['tiers'])
     head = ''.join(f"  {t + ' window KiB, ms +probe/-':>29}" for t in tiers)
     lines = [f"{'layer':>5}{'s_l KiB':>9}{'attn ms':>8}{'recall':>7}{head}"]

@@ -54,13 +54,16 @@ def _not_planned(src, k:int|None) -> str:
             f"given; train them (`edge0 train {src} --phase heads --k {k}`) or pass --recall R")
 
 # %% ../nbs/06c_plan_verdict.ipynb #c0065
-def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|str=AUTO,
+def plan_for(model, device:str='here', k:int|None=None, pool_mib:float|str=AUTO,
              strategies=STRATEGIES, tier=None, cap_mb:float|None=None, ram_mb:float|None=None,
              storage_mb_s:float|None=None, mem_gb_s:float|None=None, recall:float|None=None,
              reuse:float=0.3, exact_top:int=0,
-             skew:float=SKEW, # a config's synthetic routing: previous-token reuse and popularity skew
-             reader:str|None=None, # how edge0 reads experts (Device.reader); None: the device's, 'auto'
-             low_bits:int|None=None, # routing: exact top-M's other slots read as copies at these bits
+             # a config's synthetic routing: previous-token reuse and popularity skew
+             skew:float=SKEW,
+             # how edge0 reads experts (Device.reader); None: the device's, 'auto'
+             reader:str|None=None,
+             # routing: exact top-M's other slots read as copies at these bits
+             low_bits:int|None=None,
             ) -> dict:
     """`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else
     a `DEVICES` entry"""
@@ -96,7 +99,7 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|str=AUTO,
         dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
         dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s),
                                                 ('reader', reader)) if v})
-        p = plan(src, dev, k, pool_mb, strategies,
+        p = plan(src, dev, k, pool_mib, strategies,
                  model_trace(src, k, heaviest_first=exact_top > 0), compute, recall, planned,
                  served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
                  exact_top=exact_top, low_bits=low_bits)
@@ -111,7 +114,7 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mb:float|str=AUTO,
     # synthetic: the first M stand for them
     trace = (model_trace(src, k, heaviest_first=exact_top > 0) if has_weights
              else synthetic_trace(spec, k or spec.k, 128, reuse=reuse, skew=skew))
-    return dict(plan(src, dev, k, pool_mb, strategies, trace, None, recall, planned,
+    return dict(plan(src, dev, k, pool_mib, strategies, trace, None, recall, planned,
                      exact_top=exact_top, low_bits=low_bits),
                 recall_from=source, notes=notes)
 
@@ -130,10 +133,10 @@ def keep_verdict(p:dict, model_dir, heads, k:int, exact_top:int=0, cap_mb:float|
     `heads`, for mode 'auto'"""
     rows = p['rows']
     entry = dict(host=host_id(), heads=heads_fingerprint(heads), k=k, exact_top=exact_top,
-                 cap_mb=cap_mb, pool_mb=round(p['pool_mb'], 1), off=rows['off']['tps'],
+                 cap_mb=cap_mb, pool_mib=round(p['pool_mib'], 1), off=rows['off']['tps'],
                  routing=rows['routing']['tps'], date=time.strftime('%Y-%m-%d %H:%M'))
     same = lambda e: all(e.get(f) == entry[f]
-                         for f in ('host', 'heads', 'k', 'exact_top', 'cap_mb', 'pool_mb'))
+                         for f in ('host', 'heads', 'k', 'exact_top', 'cap_mb', 'pool_mib'))
     kept = [e for e in _read_verdicts(model_dir) if not same(e)] + [entry]
     try:
         with atomic_file(_verdicts(model_dir)) as tmp: tmp.write_text(json.dumps(kept, indent=1))
@@ -160,15 +163,15 @@ def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
         t.nbytes for ls in handle.engine.store.layers.values() for t in ls.values())) / MiB
     host, hf = host_id(), heads_fingerprint(heads)
     mine = [e for e in _read_verdicts(d) if e.get('host') == host and e.get('heads') == hf
-            and e.get('k') == k and e.get('exact_top') == exact_top and e.get('pool_mb')]
-    near = min(mine, key=lambda e: abs(math.log(e['pool_mb'] / pool)), default=None)
+            and e.get('k') == k and e.get('exact_top') == exact_top and e.get('pool_mib')]
+    near = min(mine, key=lambda e: abs(math.log(e['pool_mib'] / pool)), default=None)
     cmd = f"`edge0 plan {d} --k {k}" + (f" --exact-top {exact_top}" if exact_top else '') + '`'
-    if near is None or abs(math.log(near['pool_mb'] / pool)) > math.log(1.5):
-        seen = f" (the nearest was planned for a pool of {near['pool_mb']:.0f} MiB)" if near else ''
+    if near is None or abs(math.log(near['pool_mib'] / pool)) > math.log(1.5):
+        seen = f" (the nearest was planned for a pool of {near['pool_mib']:.0f} MiB)" if near else ''
         return 'routing', (f"auto: no plan of this machine for {d.name} near this run's pool of "
                            f"{pool:.0f} MiB{seen}: serving routing; {cmd} measures it once "
                            "(minutes), then auto serves the faster")
     mode = 'routing' if near['routing'] > near['off'] else 'off'
     return mode, (f"auto: the plan of this machine ({near['date']}, pool "
-                  f"{near['pool_mb']:.0f} MiB) predicts routing {near['routing']:.2f} against off "
+                  f"{near['pool_mib']:.0f} MiB) predicts routing {near['routing']:.2f} against off "
                   f"{near['off']:.2f} tok/s: serving {mode}")

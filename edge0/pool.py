@@ -27,10 +27,13 @@ class LayerStats:
     cold_pages:int = 0
     pages:int = 0
     hits:int = 0           # bundles served from the pool or resident slots
-    low_loads:int = 0      # of the loads, experts read as their lower-bit copy (`StreamOptions.low_bits`)
-    low_upgraded:int = 0   # copies asked for that the pool served with their int4 expert (`StreamOptions.low_upgrade`)
+    # of the loads, experts read as their lower-bit copy (`StreamOptions.low_bits`)
+    low_loads:int = 0
+    # copies asked for that the pool served with their int4 expert (`StreamOptions.low_upgrade`)
+    low_upgraded:int = 0
     blocked_s:float = 0.0  # main thread waiting for reads
-    read_s:float = 0.0     # seconds the reads took (summed over reads, in whichever thread ran them)
+    # seconds the reads took (summed over reads, in whichever thread ran them)
+    read_s:float = 0.0
     peak_active:int = 0    # most backend memory held after this layer's calls
     def add(self, other:LayerStats):
         for name, v in asdict(other).items():
@@ -56,20 +59,27 @@ class ExpertPool:
     `half_life` requests (a request: one layer's experts for one step)"""
     def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None,
                  policy:str='lru', half_life:float=256,
-                 count:bool=False, # count the requests per (layer, expert) in `uses` (for a usage profile)
-                 upgrade:bool=False): # a lower-bit copy asked for (id E + e) is served by its int4 expert e where
-                                      # that is held (nothing read, more exact), and putting e drops the copy
+                 # count the requests per (layer, expert) in `uses` (for a usage profile)
+                 count:bool=False,
+                 # a lower-bit copy asked for (id E + e) is served by its int4 expert e where that
+                 # is held (nothing read, more exact), and putting e drops the copy
+                 upgrade:bool=False):
         if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of {', '.join(POLICIES)}")
-        self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k  # `lru`: the bundles held, by recency
+        # `lru`: the bundles held, by recency
+        self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
         self.policy, self.rate, self.clock = policy, math.log(2) / half_life, 0
-        self.score, self.heap = {}, []  # lfu: log of the decayed uses x 2**(clock / half_life), and a heap of them
-        self.uses = Counter() if count else None  # requests per (layer, expert) since load: a usage profile's counts
+        # lfu: log of the decayed uses x 2**(clock / half_life), and a heap of them
+        self.score, self.heap = {}, []
+        # requests per (layer, expert) since load: a usage profile's counts
+        self.uses = Counter() if count else None
         self.upgrade, self.E = upgrade, store.spec.num_experts if upgrade else None
         self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
-        self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes  # in bundles
-        self.reserved = 0                           # bundles' worth held outside the LRU (slots, resident layers)
+        # in bundles
+        self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes
+        # bundles' worth held outside the LRU (slots, resident layers)
+        self.reserved = 0
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
         if self.max_bundles < self.k:
             raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} MiB) is smaller "
@@ -83,7 +93,8 @@ class ExpertPool:
     def bytes_reserved(self) -> int: return self.reserved * self.store.expert_nbytes
 
     def reserve(self, nbytes:int, what:str):
-        "Take `nbytes` held outside the LRU (`what`) out of the budget, evicting bundles to make room"
+        """Take `nbytes` held outside the LRU (`what`) out of the budget, evicting bundles to make
+        room"""
         n = -(-nbytes // self.store.expert_nbytes)
         with self.lock:
             if self.max_bundles - n < self.k:
@@ -137,7 +148,8 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     out, miss = {}, []
     with self.lock:
         self.clock += 1
-        if self.uses is not None:  # an expert's lower-bit copy (id E + e) counts as a use of the expert
+        # an expert's lower-bit copy (id E + e) counts as a use of the expert
+        if self.uses is not None:
             self.uses.update((layer, e % self.store.spec.num_experts) for e in experts)
         for e in experts:
             key = self._held(layer, e)
@@ -160,7 +172,8 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
 
 @patch
 def _held(self:ExpertPool, layer:int, e:int):
-    "The key of the bundle that serves expert id `e` of `layer` now, or None: a copy's int4 expert first (`upgrade`)"
+    """The key of the bundle that serves expert id `e` of `layer` now, or None: a copy's int4 expert
+    first (`upgrade`)"""
     if self.upgrade and e >= self.E and (layer, e - self.E) in self.lru: return (layer, e - self.E)
     return (layer, e) if (layer, e) in self.lru else None
 
@@ -171,10 +184,12 @@ def has(self:ExpertPool, layer:int, e:int) -> bool:
 @patch
 def put(self:ExpertPool, layer:int, e:int, bundle:dict):
     with self.lock:
-        if self.upgrade and e < self.E: self.lru.pop((layer, e + self.E), None)  # the int4 expert replaces its copy
+        # the int4 expert replaces its copy
+        if self.upgrade and e < self.E: self.lru.pop((layer, e + self.E), None)
         self.lru[layer, e] = bundle
         self.lru.move_to_end((layer, e))
-        self._touch((layer, e))  # a bundle read counts as used once now: a prefetch is kept for its use
+        # a bundle read counts as used once now: a prefetch is kept for its use
+        self._touch((layer, e))
         self._trim()
 
 @patch

@@ -28,7 +28,8 @@ class Head(B.Module):
         s = 1 / math.sqrt(d_in)
         self.fc1 = dict(weight=B.normal((hidden, d_in), scale=s), bias=B.zeros((hidden,)))
         self.fc2 = dict(weight=B.zeros((e_out, hidden)), bias=B.zeros((e_out,)))
-        self.skip = dict(weight=B.zeros((e_out, d_in)))  # linear path, warm-started from the next router
+        # linear path, warm-started from the next router
+        self.skip = dict(weight=B.zeros((e_out, d_in)))
     def __call__(self, f):
         z = bnn.gelu_erf(bnn.linear(f, self.fc1['weight'], self.fc1['bias']))
         return bnn.linear(z, self.fc2['weight'], self.fc2['bias']) + bnn.linear(f, self.skip['weight'])
@@ -48,7 +49,8 @@ def router_weight(spec:MoESpec, model, layer:int):
     "Float32 (E, D) router weight of `layer` (dequantized if the router is quantized)"
     r = attr_at(block(spec, model, layer), spec.router)
     if isinstance(r, bq.TorchLinear): return r.dense_weight()  # served by torch's kernels
-    if not isinstance(r, dict): return r.astype(B.float32)  # a plain weight array (DeepSeek's MoEGate)
+    # a plain weight array (DeepSeek's MoEGate)
+    if not isinstance(r, dict): return r.astype(B.float32)
     w = r['weight']
     if 'scales' in r:
         w = bq.dequantize(w, r['scales'].astype(B.float32), r['biases'].astype(B.float32), r.group_size, r.bits)
@@ -86,18 +88,21 @@ def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=
 
 # %% ../nbs/02a_prerouter.ipynb #168c2943
 def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
-    "`{layer: dict(h=(T, D), logits=(T, E), routed=(T, k))}` over `tokens`, windows of `seq` (T = whole windows only)"
+    """`{layer: dict(h=(T, D), logits=(T, E), routed=(T, k))}` over `tokens`, windows of `seq` (T =
+    whole windows only)"""
     wins = list(routed_windows(spec, model, tokens, k, seq, inputs=True))
     return {l: {n: np.concatenate([w[l][n] for w in wins]) for n in ('h', 'logits', 'routed')} for l in spec.moe_layers}
 
 # %% ../nbs/02a_prerouter.ipynb #2f3843af
 def pair_positions(T:int, seq:int=256) -> np.ndarray:
-    "Positions `t` of `T` captured tokens (windows of `seq`) with a token before and after them in the same window"
+    """Positions `t` of `T` captured tokens (windows of `seq`) with a token before and after them in
+    the same window"""
     t = np.arange(max(T - 1, 0))
     return t[(t % seq != 0) & ((t + 1) % seq != 0)]
 
 def pairs(cap:dict, n:int, n_next:int, seq:int=256):
-    "`(h, routed, routed_prev, target_logits, target_routed, prev_routed_next)` for owner `n` over a capture"
+    """`(h, routed, routed_prev, target_logits, target_routed, prev_routed_next)` for owner `n` over
+    a capture"""
     t = pair_positions(len(cap[n]['h']), seq)
     a, b = cap[n], cap[n_next]
     return a['h'][t], a['routed'][t], a['routed'][t - 1], b['logits'][t + 1], b['routed'][t + 1], b['routed'][t]
@@ -113,7 +118,8 @@ def predict(self:Prerouter, n:int, h, routed, routed_prev):
     return self(n, features(B.array(h), B.array(routed), B.array(routed_prev), self.spec.num_experts))
 
 def heaviest_hit(pred, target_logits, r:Routing, k:int, bias=None) -> float:
-    "Share of rows whose heaviest routed expert (largest routing weight at `k`) is in the predicted set `pred`"
+    """Share of rows whose heaviest routed expert (largest routing weight at `k`) is in the
+    predicted set `pred`"""
     inds, w = route(r, B.array(target_logits), k, bias)
     top = np.take_along_axis(np.array(inds), np.argmax(B.to_numpy(w.astype(B.float32)), -1)[:, None], -1)
     return float((np.asarray(pred) == top).any(-1).mean())
@@ -138,26 +144,31 @@ def score_probs(spec, lg):
     return s / s.sum(axis=-1, keepdims=True)
 
 def weighted_nll(spec:MoESpec, q, target_logits, routed):
-    "Mean over rows of -sum over the routed experts of (routing weight, summing to 1) x log q: heavy experts count more"
+    """Mean over rows of -sum over the routed experts of (routing weight, summing to 1) x log q:
+    heavy experts count more"""
     w = weigh(spec.routing, target_logits, routed).astype(B.float32)
     w = w / w.sum(axis=-1, keepdims=True)
     return -(w * B.log(B.take_along_axis(q, routed, axis=-1) + 1e-9)).sum(axis=-1).mean()
 
 # %% ../nbs/02a_prerouter.ipynb #29e86c0f
 def head_batch(n:int, step:int, seed:int, positions:np.ndarray, batch:int) -> np.ndarray:
-    "The pair positions head `n` trains on at `step`: drawn from a generator of its own, so any step can be redrawn"
+    """The pair positions head `n` trains on at `step`: drawn from a generator of its own, so any
+    step can be redrawn"""
     return positions[np.random.default_rng([seed, n, step]).integers(0, len(positions), batch)]
 
 # %% ../nbs/02a_prerouter.ipynb #f54c03a3
 def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
-               h, routed, target_logits, # captures of layer n (h, routed) and of `next_layer[n]` (logits): any
-                                         # row-indexable arrays, memory-mapped files included
+               # captures of layer n (h, routed) and of `next_layer[n]` (logits): any row-indexable
+               # arrays, memory-mapped files included
+               h, routed, target_logits,
                steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0, seq:int=256,
-               start:int=0, opt=None, # resume: the step to start at and the optimizer state reached there
+               # resume: the step to start at and the optimizer state reached there
+               start:int=0, opt=None,
                log:list|None=None, on_step=None, show:bool=True,
                target_routed=None, # the next layer's routed ids (T, K): needed when `weighted` > 0
                weighted:float=1.0) -> list: # weight of the routing-weighted term (0: KL alone)
-    "Train head `n` on its captured pairs by KL to the next router (plus `weighted` x the routing-weighted NLL); KL log"
+    """Train head `n` on its captured pairs by KL to the next router (plus `weighted` x the
+    routing-weighted NLL); KL log"""
     head, spec = pr.heads[f"layer{n}"], pr.spec
     if weighted and target_routed is None: raise ValueError("a routing-weighted loss needs the next layer's routed ids")
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
@@ -186,7 +197,8 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
 # %% ../nbs/02a_prerouter.ipynb #0242159c
 def train_on_capture(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0,
                      show:bool=True, seq:int=256, weighted:float=1.0) -> list:
-    "Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the mean KL log"
+    """Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the
+    mean KL log"""
     logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps, batch, lr, seed,
                        seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'], weighted=weighted)
             for n in pr.owners]
@@ -196,19 +208,22 @@ def train_on_capture(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:fl
 FORMAT = 'edge0-prerouter/1'
 
 def base_fingerprints(base_dir) -> set:
-    "The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it was converted"
+    """The fingerprints heads and adapters of `base_dir` may carry: its own, and its source's if it
+    was converted"""
     d = Path(base_dir)
     layout = read_json(d / 'config.json', 'model config').get('edge0_layout') or {}
     source = layout.get('source_fingerprint') if isinstance(layout, dict) else None
     return {fingerprint(d)} | ({source} if source else set())
 
 def prerouter_file(spec:MoESpec, k:int|None=None) -> str:
-    "`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a narrowed K"
+    """`prerouter.safetensors` for heads at the model's native K, `prerouter-k{k}.safetensors` for a
+    narrowed K"""
     return 'prerouter.safetensors' if k in (None, spec.k) else f'prerouter-k{k}.safetensors'
 
 # %% ../nbs/02a_prerouter.ipynb #34704af7
 def _in_hf_cache(d:Path) -> bool:
-    "Whether `d` is (inside) a snapshot of the Hugging Face hub cache, by its path or by where it really is"
+    """Whether `d` is (inside) a snapshot of the Hugging Face hub cache, by its path or by where it
+    really is"""
     from huggingface_hub.constants import HF_HUB_CACHE
     for p in (Path(d).absolute(), Path(d).resolve()):
         if any(a.startswith('models--') and b == 'snapshots' for a, b in zip(p.parts, p.parts[1:])): return True
@@ -216,7 +231,8 @@ def _in_hf_cache(d:Path) -> bool:
     return False
 
 def heads_dir_for(model_dir) -> Path:
-    "The folder new heads of the model in `model_dir` go to: the model's own, else `edge0_home()/heads/<fingerprint>`"
+    """The folder new heads of the model in `model_dir` go to: the model's own, else
+    `edge0_home()/heads/<fingerprint>`"""
     d = Path(model_dir)
     why = 'is in the Hugging Face cache' if _in_hf_cache(d) else None if is_writable(d) else 'is not writable'
     if why is None: return d
@@ -227,7 +243,8 @@ def heads_dir_for(model_dir) -> Path:
 
 # %% ../nbs/02a_prerouter.ipynb #6de2618d
 def heads_places(model_dir, spec:MoESpec|None=None, k:int|None=None) -> list:
-    "Where heads for `k` of the model in `model_dir` are looked for, in order: beside it, then under `edge0_home()`"
+    """Where heads for `k` of the model in `model_dir` are looked for, in order: beside it, then
+    under `edge0_home()`"""
     d = Path(model_dir)
     name, own = prerouter_file(spec or model_spec(d), k), fingerprint(d)
     return [d / name] + [edge0_home() / 'heads' / fp / name for fp in [own, *sorted(base_fingerprints(d) - {own})]]
@@ -237,7 +254,8 @@ def find_heads(model_dir, spec:MoESpec|None=None, k:int|None=None) -> Path|None:
     return next((p for p in heads_places(model_dir, spec, k) if p.is_file()), None)
 
 def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Path:
-    "`path`, else the heads `find_heads` finds; `FileNotFoundError` naming every place looked and how to train them"
+    """`path`, else the heads `find_heads` finds; `FileNotFoundError` naming every place looked and
+    how to train them"""
     if path is not None:
         if not Path(path).is_file(): raise FileNotFoundError(f"prerouter heads {path} do not exist")
         return Path(path)
@@ -248,19 +266,22 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
                             f"`edge0 train {model_dir} --phase heads --k {k or spec.k}`")
 
 def heads_fingerprint(path) -> str:
-    "Hash of a heads file's bytes: what an adapter was trained with, and what a measurement of the heads is keyed on"
+    """Hash of a heads file's bytes: what an adapter was trained with, and what a measurement of the
+    heads is keyed on"""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 # %% ../nbs/02a_prerouter.ipynb #68dda16e
 def _describe(out:Path, base_dir):
-    "`model.json` in `out`: which model the heads there belong to, for a person looking in the folder"
+    """`model.json` in `out`: which model the heads there belong to, for a person looking in the
+    folder"""
     d = Path(base_dir)
     info = dict(path=str(d.absolute()), model_type=read_json(d / 'config.json', 'model config').get('model_type'),
                 fingerprint=fingerprint(d), note='prerouter heads of this model; edge0 finds them by the fingerprint')
     replace_whole(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
 
 def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
-    "Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else `heads_dir_for`"
+    """Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else
+    `heads_dir_for`"""
     meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
                 num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})
@@ -293,7 +314,8 @@ def _provenance(p:Path) -> dict:
     return out
 
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
-    "Heads from `path`, else from where `find_heads` finds them, checked against the base in `base_dir`"
+    """Heads from `path`, else from where `find_heads` finds them, checked against the base in
+    `base_dir`"""
     d = Path(base_dir)
     spec = spec or model_spec(d)
     p = heads_file(d, spec, k, path)

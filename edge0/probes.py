@@ -26,9 +26,11 @@ def decoder_layer(spec:MoESpec, model, layer:int):
     return attr_at(model, spec.block_path.format(layer=layer).rsplit('.', 1)[0])
 
 class PreAttnTap:
-    "Records `{layer: [pre-attention hidden states (B, L, D), one per forward pass]}` at every MoE layer of `model`"
+    """Records `{layer: [pre-attention hidden states (B, L, D), one per forward pass]}` at every MoE
+    layer of `model`"""
     def __init__(self, spec:MoESpec, model,
-                 norm:str='input_layernorm'): # the decoder layer's norm whose output attention reads
+                 # the decoder layer's norm whose output attention reads
+                 norm:str='input_layernorm'):
         self.norm, self.layers, self.seen = norm, {l: decoder_layer(spec, model, l) for l in spec.moe_layers}, {}
         missing = [l for l, layer in self.layers.items() if norm not in layer]
         if missing: raise ValueError(f"MoE layers {missing} of this {spec.model_type} model have no {norm!r}")
@@ -37,7 +39,8 @@ class PreAttnTap:
                 y = f(x)
                 self.seen.setdefault(l, []).append(y)
                 return y
-            # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the norm until `remove`
+            # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the
+            # norm until `remove`
             object.__setattr__(layer, norm, tapped)
 
     def remove(self):
@@ -47,7 +50,8 @@ class PreAttnTap:
 
 # %% ../nbs/06d_probes.ipynb #628b515b
 def capture_pre(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
-    "`capture`, with `pre` (T, D) added at every MoE layer: its pre-attention hidden state at the same tokens"
+    """`capture`, with `pre` (T, D) added at every MoE layer: its pre-attention hidden state at the
+    same tokens"""
     with PreAttnTap(spec, model) as tap: cap = capture(spec, model, tokens, k, seq)
     for l, states in tap.seen.items():
         cap[l]['pre'] = np.concatenate([B.to_numpy(s.reshape(-1, s.shape[-1]).astype(B.float32)) for s in states])
@@ -55,7 +59,8 @@ def capture_pre(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> d
 
 # %% ../nbs/06d_probes.ipynb #45964746
 class Probes(B.Module):
-    "One probe per MoE layer: `heads[l]` maps layer l's pre-attention hidden state to l's own router logits"
+    """One probe per MoE layer: `heads[l]` maps layer l's pre-attention hidden state to l's own
+    router logits"""
     def __init__(self, spec:MoESpec,
                  layers=None, # MoE layers with a probe (default: all)
                  hidden:int=256, # width of each probe's MLP
@@ -69,7 +74,8 @@ class Probes(B.Module):
     def __call__(self, l:int, x): return self.heads[f"layer{l}"](x)
 
 def init_probes(spec:MoESpec, model, layers=None, hidden:int=256, k:int|None=None, seed:int=0) -> Probes:
-    "Probes with `skip` warm-started from each layer's own router weight: untrained, a probe is its layer's router"
+    """Probes with `skip` warm-started from each layer's own router weight: untrained, a probe is
+    its layer's router"""
     B.seed(seed)
     probes = Probes(spec, layers, hidden, k)
     for l in probes.layers: probes.heads[f"layer{l}"].skip['weight'] = router_weight(spec, model, l)
@@ -77,13 +83,15 @@ def init_probes(spec:MoESpec, model, layers=None, hidden:int=256, k:int|None=Non
 
 # %% ../nbs/06d_probes.ipynb #c87f2cc9
 def _kl(spec:MoESpec, target, logits):
-    "Phase 1's loss: KL from the router distribution of `target` logits to that of `logits`, mean over tokens"
+    """Phase 1's loss: KL from the router distribution of `target` logits to that of `logits`, mean
+    over tokens"""
     p, q = score_probs(spec, target), score_probs(spec, logits)
     return (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
 
 def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own forward passes
                  steps:int=500, batch:int=512, lr:float=1e-3, seed:int=0, show:bool=True) -> list:
-    "Distil every probe from its own layer's router on the captured tokens; returns the loss log (mean KL per step)"
+    """Distil every probe from its own layer's router on the captured tokens; returns the loss log
+    (mean KL per step)"""
     opt, rng, log, t0 = bnn.optim.Adam(lr), np.random.default_rng(seed), [], time.time()
     def loss_fn(probes, xs, targets): return sum(_kl(probes.spec, targets[l], probes(l, xs[l])) for l in xs) / len(xs)
     loss_and_grad = bnn.value_and_grad(probes, loss_fn)
@@ -101,18 +109,22 @@ def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own fo
 # %% ../nbs/06d_probes.ipynb #6776cf3e
 @patch
 def routed(self:Probes, model, l:int, pre, k:int) -> np.ndarray:
-    "Experts (n, k) that layer `l` routes to with the probe's logits for pre-attention states `pre` (n, D)"
+    """Experts (n, k) that layer `l` routes to with the probe's logits for pre-attention states
+    `pre` (n, D)"""
     return np.array(route(self.spec.routing, self(l, B.array(pre)), k, router_bias_of(self.spec, model, l))[0])
 
 # %% ../nbs/06d_probes.ipynb #932fb1e6
 def probe_recall(probes:Probes, model,
                  cap:dict, # a `capture_pre` at `k`, in `capture`'s default 256-token windows
                  k:int,
-                 prerouter:Prerouter|None=None) -> dict: # heads at `k`: a `head` column for the layers they predict
-    "Per layer: recall of its own top-k at a token by the probe, its warm start, the previous token's experts, a head"
+                 # heads at `k`: a `head` column for the layers they predict
+                 prerouter:Prerouter|None=None) -> dict:
+    """Per layer: recall of its own top-k at a token by the probe, its warm start, the previous
+    token's experts, a head"""
     if prerouter is not None and prerouter.k != k:
         raise ValueError(f"the heads serve K={prerouter.k}, recall is asked at K={k}")
-    s = pair_positions(len(cap[probes.layers[0]]['pre'])) + 1  # the tokens recall_report scores heads on
+    # the tokens recall_report scores heads on
+    s = pair_positions(len(cap[probes.layers[0]]['pre'])) + 1
     heads = recall_report(prerouter, model, cap, k) if prerouter is not None else {}
     ahead = {prerouter.next_layer[n]: r['head'] for n, r in heads.items()}
     rows = {}
@@ -131,7 +143,8 @@ def probes_file(k:int) -> str:
     return f'probes-k{k}.safetensors'
 
 def save_probes(probes:Probes, base_dir, extra:dict|None=None) -> Path:
-    "Write the probes beside the base in `base_dir` (file named by `probes_file`), with their provenance"
+    """Write the probes beside the base in `base_dir` (file named by `probes_file`), with their
+    provenance"""
     meta = dict(format=PROBES_FORMAT, base_fingerprint=fingerprint(base_dir), k=str(probes.k),
                 layers=json.dumps(list(probes.layers)), num_layers=str(probes.spec.num_layers),
                 hidden=str(probes.hidden), date=time.strftime('%Y-%m-%d'),

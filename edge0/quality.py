@@ -21,17 +21,19 @@ from .memory import MiB
 
 
 # %% auto #0
-__all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'Served', 'quality']
+__all__ = ['SERVED_MODES', 'rung_metrics', 'repetition', 'heldout_windows', 'served_options', 'Served', 'quality']
 
 # %% ../nbs/05b_quality.ipynb #448e7bad
 def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4, show:bool=False) -> dict:
-    "Perplexity, top-1 agreement with `teacher`, mean KL(teacher || served) and the reverse KL of `served` on `windows`"
+    """Perplexity, top-1 agreement with `teacher`, mean KL(teacher || served) and the reverse KL of
+    `served` on `windows`"""
     kl, rkl, agree, nll = [], [], [], []
     for i in tqdm(range(0, len(windows), batch), desc='windows', unit='batch', leave=False, disable=not show):
         x = B.array(windows[i:i + batch].astype(np.int32))
         lp, lq = log_softmax(teacher(x).astype(B.float32)), log_softmax(served(x).astype(B.float32))
         kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
-        rkl.append(np.array((B.exp(lq) * (lq - lp)).sum(-1))[:, :-1])  # KL(served || teacher): what phase 3 minimizes
+        # KL(served || teacher): what phase 3 minimizes
+        rkl.append(np.array((B.exp(lq) * (lq - lp)).sum(-1))[:, :-1])
         agree.append(np.array(B.argmax(lp, axis=-1) == B.argmax(lq, axis=-1))[:, :-1])
         targets = windows[i:i + batch, 1:, None].astype(np.int64)
         nll.append(-np.take_along_axis(np.array(lq[:, :-1]), targets, -1)[..., 0])
@@ -40,39 +42,54 @@ def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4, show:bool=Fal
                 reverse_kl=float(rkl.mean()), tokens=int(kl.size))
 
 def repetition(ids:list, n:int=4) -> float:
-    "Share of a sample's `n`-grams that repeat an earlier one (0: no loop; near 1: one phrase over and over)"
+    """Share of a sample's `n`-grams that repeat an earlier one (0: no loop; near 1: one phrase over
+    and over)"""
     grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 # %% ../nbs/05b_quality.ipynb #f1dcf5f3
 def heldout_windows(tokenizer, seq:int, n:int, name:str|None=None) -> np.ndarray:
-    "Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids (teacher `name`'s own, if given)"
+    """Up to `n` consecutive windows (n, seq) of the held-out excerpt's token ids (teacher `name`'s
+    own, if given)"""
     ids = heldout_ids(tokenizer, corpus='prose' if name is None else teacher_corpus(name))
     n = min(n, len(ids) // seq)
     return ids[:n * seq].reshape(n, seq)
 
 # %% ../nbs/05b_quality.ipynb #de4924b0
-SERVED_MODES = ('off', 'routing')  # of decode.MODES, those whose tokens differ: prefetch and oracle serve off's
+# of decode.MODES, those whose tokens differ: prefetch and oracle serve off's
+SERVED_MODES = ('off', 'routing')
+
+def served_options(pool_mib:float|str|None) -> StreamOptions|None:
+    """How `Served` streams within `pool_mib` MiB (or 'auto'): every prompt exactly; None (resident)
+    for None"""
+    if pool_mib is None: return None
+    return StreamOptions(pool_bytes=pool_mib if pool_mib == 'auto' else int(pool_mib * MiB), prefill_path='exact')
 
 class Served:
-    "One way of serving the int4 model `model_dir`, resident or streamed: `mode` at `k`, heads, recovery adapter"
+    """One configuration (`Serving`) of the int4 model `model_dir`, resident or streamed, measured
+    teacher-forced"""
     def __init__(self, model_dir, # a model directory or a committed teacher's name ('edge0-tiny')
-                 mode:str='off', # 'off': each layer's own router; 'routing': the heads' prediction after the prompt
-                 k:int|None=None, # experts per token (default: the model's own K)
-                 prerouter=None, # heads file (default: `prerouter[-k{k}].safetensors` beside the base)
-                 adapter=None, # a recovery LoRA file (`lora-k{k}.safetensors`), attached unmerged
-                 dtype=None, # compute dtype (default: the backend's, float32 on a CPU)
-                 pool_mb:float|str|None=None): # stream the experts within this many MiB or 'auto' (None: resident)
-        if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
-        self.resident = pool_mb is None
-        options = None if self.resident else StreamOptions(
-            pool_bytes=pool_mb if pool_mb == 'auto' else int(pool_mb * MiB), prefill_path='exact')
-        # the heads are loaded, not installed: `logits` drives them teacher-forced, `generate` decodes with them
-        serving = Serving(mode, k or None, heads=prerouter, adapter=adapter, resident=self.resident, options=options,
-                          dtype=dtype)
+                 serving:Serving|str='off', # the configuration; or its mode, 'off' or 'routing'
+                 k:int|None=None, # with a mode: experts per token (default: the model's own K)
+                 # with a mode: stream within this many MiB or 'auto' (None: resident)
+                 pool_mib:float|str|None=None,
+                 # with a mode: the other fields of `Serving` (heads, adapter, dtype, exact_top)
+                 **fields):
+        if isinstance(serving, Serving):
+            if k is not None or pool_mib is not None or fields:
+                raise TypeError("Served takes a Serving or its fields, not both")
+        elif serving not in SERVED_MODES: raise InputError(f"mode {serving!r} is not one of {SERVED_MODES}")
+        else: serving = Serving(serving, k or None, resident=pool_mib is None, options=served_options(pool_mib),
+                                **fields)
+        if (serving.mode or 'off') not in SERVED_MODES:
+            raise InputError(f"mode {serving.mode!r} is not one of {SERVED_MODES}")
+        # the heads are loaded, not installed: `logits` drives them teacher-forced, `generate`
+        # decodes with them
+        self.serving, self.resident = serving, serving.resident
         self.handle = h = open_served(model_dir, serving, decoder=False)
-        self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, mode, h.k
-        self.heads_path, self.heads = h.heads, h.prerouter  # in the dtype the decoder runs them in (`decode.load`)
+        self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, serving.mode or 'off', h.k
+        # in the dtype the decoder runs them in (`decode.load`)
+        self.heads_path, self.heads = h.heads, h.prerouter
         self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter
 
     def close(self):
@@ -84,7 +101,8 @@ class Served:
 # %% ../nbs/05b_quality.ipynb #20de68f1
 @patch
 def logits(self:Served, ids, # (B, L) token ids
-           prefill:int=1): # the first `prefill` positions are the prompt (own routing in every mode)
+           # the first `prefill` positions are the prompt (own routing in every mode)
+           prefill:int=1):
     "Teacher-forced logits (B, L, V) of `ids` as this configuration serves them"
     if prefill < 1: raise InputError(f"prefill={prefill}: the prompt has at least one token")
     x = B.array(np.asarray(ids).astype(np.int32))
@@ -101,8 +119,10 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
              max_tokens:int,
              until=(), # stop once the decoded text contains one of these strings
              sampling:Sampling|None=None) -> list: # how tokens are drawn (default: greedy)
-    "Token ids decoded after `prompt_ids` as the decoder serves them (the end-of-sequence token left out)"
-    engine = None if self.resident else self.handle.engine  # resident: the experts are at hand (torch-packed too)
+    """Token ids decoded after `prompt_ids` as the decoder serves them (the end-of-sequence token
+    left out)"""
+    # resident: the experts are at hand (torch-packed too)
+    engine = None if self.resident else self.handle.engine
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:
@@ -115,6 +135,7 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
 
 # %% ../nbs/05b_quality.ipynb #94c73d68
 def quality(served:Served, reference, windows:np.ndarray, prefill:int=1, batch:int=4, show:bool=False) -> dict:
-    "`dict(ppl, agreement, kl, tokens)` of `served` against `reference` (a `Served`, or a function ids -> logits)"
+    """`dict(ppl, agreement, kl, tokens)` of `served` against `reference` (a `Served`, or a function
+    ids -> logits)"""
     fn = lambda m: partial(m.logits, prefill=prefill) if isinstance(m, Served) else m
     return rung_metrics(fn(served), fn(reference), windows, batch, show)

@@ -22,7 +22,9 @@ __all__ = ['AddressClass', 'WeightGroup', 'key_group', 'weight_groups', 'bytes_b
 class AddressClass(IntEnum):
     "When a weight group's address (which of its bytes a token needs) becomes known"
     A0 = 0  # at token sampling: embedding rows of the sampled token, per-layer token tables
-    A1 = 1  # one layer or one token ahead: routed experts predicted by a prerouter head (or a pre-attention probe)
+    # one layer or one token ahead: routed experts predicted by a prerouter head (or a pre-attention
+    # probe)
+    A1 = 1
     A2 = 2  # only at the layer's own router: routed experts without prediction
     A3 = 3  # always used: attention, norms, routers, shared experts, the head
 
@@ -30,11 +32,13 @@ class AddressClass(IntEnum):
 @dataclass(frozen=True)
 class WeightGroup:
     "Weights whose address becomes known at one moment, and the bytes a decode token reads of them"
-    name:str           # 'embed', 'layer3.attention', 'layer3.router', 'layer3.experts', 'layer3.shared', 'head'
+    # 'embed', 'layer3.attention', 'layer3.router', 'layer3.experts', 'layer3.shared', 'head'
+    name:str
     cls:AddressClass
     layer:int|None     # None: outside the layers (embedding, head)
     nbytes:int         # bytes stored
-    per_token:float    # bytes a decode token reads of it at K (experts: K/E of nbytes; embedding: one row)
+    # bytes a decode token reads of it at K (experts: K/E of nbytes; embedding: one row)
+    per_token:float
 
 # %% ../nbs/06_roofline.ipynb #ddac13fa
 _LAYER = re.compile(r'(?:^|\.)layers\.(\d+)\.')
@@ -94,7 +98,8 @@ def _check_predicted(spec:MoESpec, predicted) -> set:
     return set(predicted)
 
 def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(), rows:dict|None=None) -> list:
-    "The `WeightGroup`s of the tensors `{safetensors key: nbytes}` of a model, at `k` experts per token"
+    """The `WeightGroup`s of the tensors `{safetensors key: nbytes}` of a model, at `k` experts per
+    token"""
     k, predicted, rows = _check_k(spec, k), _check_predicted(spec, predicted), rows or {}
     def row(key):
         if not rows.get(key): raise InputError(f"token table {key}: its row count is not given (rows)")
@@ -113,7 +118,8 @@ def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(), row
 
 # %% ../nbs/06_roofline.ipynb #17ca9850
 def bytes_by_class(groups) -> dict:
-    "`{AddressClass: bytes a decode token reads}` over `groups`, every class present (0.0 where none)"
+    """`{AddressClass: bytes a decode token reads}` over `groups`, every class present (0.0 where
+    none)"""
     out = dict.fromkeys(AddressClass, 0.0)
     for g in groups: out[g.cls] += g.per_token
     return out
@@ -134,7 +140,8 @@ def predicted_layers(spec:MoESpec, owners) -> tuple:
 
 # %% ../nbs/06_roofline.ipynb #7b2f5925
 def _config_quant(model, bits:int, group_size:int) -> dict:
-    "`{module path: (bits, group_size)}` of the modules mlx-lm's converter quantizes (its `quant_predicate` applied)"
+    """`{module path: (bits, group_size)}` of the modules mlx-lm's converter quantizes (its
+    `quant_predicate` applied)"""
     pred, out = getattr(model, 'quant_predicate', None), {}
     for path, m in model.named_modules():
         if not hasattr(m, 'to_quantized') or m.weight.shape[-1] % group_size: continue
@@ -145,7 +152,8 @@ def _config_quant(model, bits:int, group_size:int) -> dict:
 
 # %% ../nbs/06_roofline.ipynb #a623fa83
 def config_tensors(config:dict, bits:int=4, group_size:int=64) -> tuple:
-    "`({key: nbytes}, {key: rows})` of `config`'s model as an affine-quantized mlx-lm checkpoint, from shapes alone"
+    """`({key: nbytes}, {key: rows})` of `config`'s model as an affine-quantized mlx-lm checkpoint,
+    from shapes alone"""
     Model, Args = model_class(config)
     try: model = Model(Args.from_dict(config))  # lazy arrays: nothing is computed or allocated
     except Exception as e: raise InputError(f"config: mlx-lm cannot build a {config.get('model_type')} model ({e})")
@@ -161,7 +169,8 @@ def config_tensors(config:dict, bits:int=4, group_size:int=64) -> tuple:
     return sizes, rows
 
 def config_groups(config:dict, k:int|None=None, bits:int=4, group_size:int=64, predicted=()) -> list:
-    "The `WeightGroup`s of `config`'s model quantized to `bits` (affine, `group_size`), from the config alone"
+    """The `WeightGroup`s of `config`'s model quantized to `bits` (affine, `group_size`), from the
+    config alone"""
     spec = spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size, mode='affine')})
     sizes, rows = config_tensors(config, bits, group_size)
     return weight_groups(spec, sizes, k, predicted, rows)
@@ -190,7 +199,8 @@ def _lengths(jobs, bandwidth) -> list:
 
 # %% ../nbs/06_roofline.ipynb #bcabe9ae
 def deficits(jobs, bandwidth) -> list:
-    "`(deficit s, r_i, d_j, job names)` of every interval [r_i, d_j] holding a job's window, largest deficit first"
+    """`(deficit s, r_i, d_j, job names)` of every interval [r_i, d_j] holding a job's window,
+    largest deficit first"""
     lengths, out = _lengths(jobs, bandwidth), []
     for r in sorted({j.release for j, _ in lengths}):
         inside, total, names = sorted((j.deadline, p, j.name) for j, p in lengths if j.release >= r), 0.0, []
@@ -201,11 +211,13 @@ def deficits(jobs, bandwidth) -> list:
     return sorted(out, key=lambda x: (-x[0], x[1], x[2]))
 
 def exposed_latency(jobs, bandwidth) -> float:
-    "Seconds the latest transfer runs past its deadline at best: the largest interval deficit, at least 0"
+    """Seconds the latest transfer runs past its deadline at best: the largest interval deficit, at
+    least 0"""
     return max(0.0, max((x[0] for x in deficits(jobs, bandwidth)), default=0.0))
 
 def feasible(jobs, bandwidth, tol:float=1e-12) -> bool:
-    "Can every transfer be done by its deadline? (every interval's bytes fit its time, to `tol` seconds)"
+    """Can every transfer be done by its deadline? (every interval's bytes fit its time, to `tol`
+    seconds)"""
     return exposed_latency(jobs, bandwidth) <= tol
 
 # %% ../nbs/06_roofline.ipynb #d7a0f253
@@ -215,11 +227,13 @@ def _extend(segments:list, name:str, s:float, e:float):
     else: segments.append((name, s, e))
 
 def edf(jobs, bandwidth) -> dict:
-    "Preemptive EDF on one channel: per job start/finish/lateness (s), the busy segments and the max lateness"
+    """Preemptive EDF on one channel: per job start/finish/lateness (s), the busy segments and the
+    max lateness"""
     jobs = list(jobs)
     length = [p for _, p in _lengths(jobs, bandwidth)]
     left = list(length)
-    todo = sorted(range(len(jobs)), key=lambda i: -jobs[i].release)  # a stack: the next release on top
+    # a stack: the next release on top
+    todo = sorted(range(len(jobs)), key=lambda i: -jobs[i].release)
     ready, t, segments, start, finish = [], -math.inf, [], {}, {}
     while todo or ready:
         if not ready: t = max(t, jobs[todo[-1]].release)
@@ -229,11 +243,13 @@ def edf(jobs, bandwidth) -> dict:
             else: heapq.heappush(ready, (jobs[i].deadline, jobs[i].release, i))
         if not ready: continue
         i = ready[0][2]
-        run = min(left[i], (jobs[todo[-1]].release if todo else math.inf) - t)  # until done or the next release
+        # until done or the next release
+        run = min(left[i], (jobs[todo[-1]].release if todo else math.inf) - t)
         start.setdefault(i, t)
         _extend(segments, jobs[i].name, t, t + run)
         t, left[i] = t + run, left[i] - run
-        if left[i] <= 1e-12 * length[i]:  # done (up to the float residue of a cut at a release it meets)
+        # done (up to the float residue of a cut at a release it meets)
+        if left[i] <= 1e-12 * length[i]:
             finish[i] = t
             heapq.heappop(ready)
     per = {j.name: dict(release=j.release, deadline=j.deadline, nbytes=j.nbytes, start=start[i], finish=finish[i],
@@ -243,17 +259,20 @@ def edf(jobs, bandwidth) -> dict:
 
 # %% ../nbs/06_roofline.ipynb #79ee3d70
 def brute_force_lateness(lengths, releases, deadlines) -> int:
-    "Least max lateness of integer jobs, by exhaustive search over preemptive schedules in unit time slots"
+    """Least max lateness of integer jobs, by exhaustive search over preemptive schedules in unit
+    time slots"""
     n = len(lengths)
     if not n or len(releases) != n or len(deadlines) != n:
         raise InputError(f"{n} lengths, {len(releases)} releases, {len(deadlines)} deadlines: expected as many (>= 1)")
     def fits(late:int) -> bool:
-        "Can every job get its slots in [release, deadline + late)? (a job with no work is done at its release)"
+        """Can every job get its slots in [release, deadline + late)? (a job with no work is done at
+        its release)"""
         due = [d + late for d in deadlines]
         @lru_cache(maxsize=None)
         def go(t:int, left:tuple) -> bool:
             if not any(left): return True
-            if any(w and w > due[i] - t for i, w in enumerate(left)): return False  # too few slots before it is due
+            # too few slots before it is due
+            if any(w and w > due[i] - t for i, w in enumerate(left)): return False
             runnable = [i for i, w in enumerate(left) if w and releases[i] <= t]
             return any(go(t + 1, tuple(w - (i == j) for i, w in enumerate(left))) for j in [*runnable, None])
         return all(r <= e for p, r, e in zip(lengths, releases, due) if p == 0) and go(min(releases), tuple(lengths))
@@ -263,7 +282,8 @@ def brute_force_lateness(lengths, releases, deadlines) -> int:
 
 # %% ../nbs/06_roofline.ipynb #28f10b11
 def gantt(schedule:dict, ax=None, scale:float=1e3, unit:str='ms'):
-    "Plot an `edf` schedule: each job's window (outline) and deadline (tick), its transfer (red past the deadline)"
+    """Plot an `edf` schedule: each job's window (outline) and deadline (tick), its transfer (red
+    past the deadline)"""
     import matplotlib.pyplot as plt
     jobs = schedule['jobs']
     ax = ax or plt.subplots(figsize=(8, 0.6 + 0.45 * len(jobs)))[1]

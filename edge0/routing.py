@@ -47,7 +47,8 @@ class Routing:
 
 # %% ../nbs/00_routing.ipynb #50eb5662
 def _select(s, k:int, how:str):
-    "Indices of the K largest entries of `s`, in the order the model's own `argpartition` form gives"
+    """Indices of the K largest entries of `s`, in the order the model's own `argpartition` form
+    gives"""
     xp = B.ops_of(s)  # MLX arrays, or torch tensors in the torch step
     if how == 'head': i = xp.argpartition(-s, kth=k - 1, axis=-1)[..., :k]
     elif how == 'tail': i = xp.argpartition(s, kth=-k, axis=-1)[..., -k:]
@@ -130,7 +131,8 @@ class QuantSpec:
 
     @classmethod
     def from_config(cls, config:dict, path:str) -> QuantSpec|None:
-        "Quantization of the module at `path` per an mlx-lm config's `quantization` entry (None: not quantized)"
+        """Quantization of the module at `path` per an mlx-lm config's `quantization` entry (None:
+        not quantized)"""
         q = config.get('quantization') or config.get('quantization_config')
         if not q: return None
         if not isinstance(q, dict): raise InputError(f"config.json: quantization is {q!r}, expected an object")
@@ -162,12 +164,14 @@ class MoESpec:
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
     expert_bias:bool=False    # routed experts carry bias vectors
-    out_cast:str|None=None    # the block casts the weighted sum of expert outputs to the dtype of the
-                              # 'experts' outputs or of the block 'input'; None: no cast
+    # the block casts the weighted sum of expert outputs to the dtype of the 'experts' outputs or of
+    # the block 'input'; None: no cast
+    out_cast:str|None=None
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.switch_mlp.{proj}.{part}'
     quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
-    quant_paths:tuple=()      # ((module path, QuantSpec|None), ...): the config's own entries for expert projections
+    # ((module path, QuantSpec|None), ...): the config's own entries for expert projections
+    quant_paths:tuple=()
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
 
     @property
@@ -177,18 +181,21 @@ class MoESpec:
 
     @property
     def next_moe(self) -> dict:
-        "`{MoE layer: the MoE layer after it}`: the layer a prerouter head owned by the first predicts"
+        """`{MoE layer: the MoE layer after it}`: the layer a prerouter head owned by the first
+        predicts"""
         return dict(zip(self.moe_layers, self.moe_layers[1:]))
 
     def quant_of(self, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
-        "How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if scales are stored"
+        """How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if
+        scales are stored"""
         own = dict(self.quant_paths)
         path = f"{self.block_path.format(layer=layer)}.switch_mlp.{proj}"
         return own[path] if path in own else self.quant if stored else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
 def attr_at(obj, path:str):
-    "Follow a dotted path; module children are read as items, so a tap shadowing an attribute is seen through"
+    """Follow a dotted path; module children are read as items, so a tap shadowing an attribute is
+    seen through"""
     for p in path.split('.'):
         obj = obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj else getattr(obj, p)
     return obj
@@ -202,13 +209,16 @@ def check_moe_layer(spec:MoESpec, layer:int):
         raise ValueError(f"layer {layer} has no MoE block; MoE layers are {list(spec.moe_layers)}")
 
 def quant_parts(quant:QuantSpec|None) -> tuple:
-    "The stored parts of a projection quantized by `quant`: affine has biases, the float modes only scales"
+    """The stored parts of a projection quantized by `quant`: affine has biases, the float modes
+    only scales"""
     if quant is None: return ('weight',)
-    if quant.mode == 'torch': return bq.TORCH_PARTS  # for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
+    # for torch's int4 kernel (`edge0 convert --layout torch-cpu`)
+    if quant.mode == 'torch': return bq.TORCH_PARTS
     return ('weight', 'scales', 'biases') if quant.mode == 'affine' else ('weight', 'scales')
 
 def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
-    "`{(proj, part): safetensors key}` of `layer`'s stacked routed experts (`quant`: `{proj: QuantSpec|None}`)"
+    """`{(proj, part): safetensors key}` of `layer`'s stacked routed experts (`quant`: `{proj:
+    QuantSpec|None}`)"""
     check_moe_layer(spec, layer)
     blk = spec.block_path.format(layer=layer)
     if spec.layout == 'fused': return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
@@ -236,7 +246,8 @@ def router_bias(spec:MoESpec, blk):
     return attr_at(blk, spec.router_bias) if spec.router_bias else None
 
 def route_block(spec:MoESpec, blk, x, k:int|None=None):
-    "`(indices, weights)` for hidden states `x` through `blk`'s router and edge0's routing, at `k` (default: native K)"
+    """`(indices, weights)` for hidden states `x` through `blk`'s router and edge0's routing, at `k`
+    (default: native K)"""
     return route(spec.routing, router_logits(spec, blk, x), k or spec.k, router_bias(spec, blk))
 
 # %% ../nbs/00_routing.ipynb #4dc29d6a
@@ -256,7 +267,8 @@ def _count(c:dict, key:str, mt:str, default:int|None=None, least:int=1) -> int:
 def _layers(n:int, pred) -> tuple: return tuple(i for i in range(n) if pred(i))
 
 def _common(c, mt, experts_key:str, size_key:str, routing, block='model.layers.{layer}.mlp', **kw):
-    "The spec fields every family reads the same way; `experts_key`, `size_key`: its expert count and size keys"
+    """The spec fields every family reads the same way; `experts_key`, `size_key`: its expert count
+    and size keys"""
     E, k = _count(c, experts_key, mt), _count(c, 'num_experts_per_tok', mt)
     if k > E: raise InputError(f"config.json: num_experts_per_tok is {k}, expected at most {experts_key} ({E})")
     return dict(model_type=mt, num_layers=_count(c, 'num_hidden_layers', mt), num_experts=E, k=k,
@@ -271,7 +283,8 @@ def _qwen(c, mt):
     shared = dict(shared='shared_expert', shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk,
                 out_cast='experts' if mt == 'qwen3_moe' else None, **shared)
-    if mt == 'qwen3_5_moe': step, only = 1, set()  # mlx-lm's qwen3_5 makes every layer MoE: it reads neither key
+    # mlx-lm's qwen3_5 makes every layer MoE: it reads neither key
+    if mt == 'qwen3_5_moe': step, only = 1, set()
     d['moe_layers'] = _layers(d['num_layers'], lambda i: i not in only and (i + 1) % step == 0)
     return d
 
@@ -382,19 +395,23 @@ def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
     mt = resolve_model_type(config)
     if mt != 'qwen3_5_moe': return mt, model_class(config)[1], config
-    src = config.get('text_config', config)  # the language model reads its text config through qwen3_5's args class
+    # the language model reads its text config through qwen3_5's args class
+    src = config.get('text_config', config)
     if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected an object")
     return mt, importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, src
 
 def absent_args(config:dict) -> list:
-    "Keys mlx-lm's args class requires (no default) that `config` lacks: without them mlx-lm cannot build the model"
+    """Keys mlx-lm's args class requires (no default) that `config` lacks: without them mlx-lm
+    cannot build the model"""
     _, Args, src = _args_source(config)
     return [n for n, p in inspect.signature(Args).parameters.items() if p.default is p.empty and n not in src]
 
 def model_args(config:dict) -> dict:
-    "`config` as mlx-lm's model reads it: its args class's fields, with the class's defaults and derived values"
+    """`config` as mlx-lm's model reads it: its args class's fields, with the class's defaults and
+    derived values"""
     mt, Args, src = _args_source(config)
-    # keys the class requires but the config lacks: `spec_for` refuses those it needs, `check_buildable` (at load) all
+    # keys the class requires but the config lacks: `spec_for` refuses those it needs,
+    # `check_buildable` (at load) all
     absent = absent_args(config)
     try: args = Args.from_dict({**dict.fromkeys(absent), **src})
     except Exception as e: raise InputError(f"config.json: mlx-lm's {mt} model cannot read it ({e})")
@@ -402,7 +419,8 @@ def model_args(config:dict) -> dict:
     return {**meta, **{k: v for k, v in vars(args).items() if not (k in absent and v is None)}}
 
 def check_buildable(config:dict):
-    "Refuse a config mlx-lm cannot build the model from (a required key missing), before it fails with a TypeError"
+    """Refuse a config mlx-lm cannot build the model from (a required key missing), before it fails
+    with a TypeError"""
     absent = absent_args(config)
     if absent:
         raise InputError(f"config.json: key {absent[0]!r} is missing (mlx-lm's {resolve_model_type(config)} model "
@@ -446,7 +464,8 @@ def _quant_paths(config:dict, block_path:str, moe_layers, layout:str) -> tuple:
     return tuple((path, QuantSpec.from_config(config, path)) for path in paths if path in q)
 
 def spec_for(config:dict, layout:str='separate') -> MoESpec:
-    "The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise `InputError`"
+    """The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise
+    `InputError`"""
     mt = resolve_model_type(config)
     if mt not in _FAMILIES:
         raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported MoE; "
@@ -462,19 +481,22 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
 # %% ../nbs/00_routing.ipynb #b3c7f3be
 def block_routing(spec:MoESpec, blk, x):
     "`(indices, weights)` exactly as `blk` itself routes `x` (reference for parity checks)"
-    if spec.router != 'gate': return blk.gate(x)  # these routers return (indices, weights) themselves
+    # these routers return (indices, weights) themselves
+    if spec.router != 'gate': return blk.gate(x)
     seen = {}
     def probe(h, inds):
         seen['inds'] = inds
         eye = (B.arange(h.shape[-1])[None] == B.arange(inds.shape[-1])[:, None]).astype(B.float32)
         return B.zeros(inds.shape + (h.shape[-1],), B.float32) + eye
-    # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child): shadows it until popped
+    # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
+    # shadows it until popped
     object.__setattr__(blk, 'switch_mlp', probe)
     if spec.shared: object.__setattr__(blk, spec.shared, lambda h: B.zeros(h.shape, h.dtype))
     try: y = blk(x)
     finally:
         for a in ('switch_mlp', spec.shared): blk.__dict__.pop(a, None)
-    # inline routers weigh in the hidden states' dtype; the probe's float32 sum holds those values exactly
+    # inline routers weigh in the hidden states' dtype; the probe's float32 sum holds those values
+    # exactly
     return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(x.dtype)
 
 # %% ../nbs/00_routing.ipynb #a1c2b4f2
@@ -506,7 +528,8 @@ def weigh(r:Routing, logits, inds):
 
 # %% ../nbs/00_routing.ipynb #c0a1e006
 class RouterTap:
-    "Records `{layer: (block input, router logits, chosen experts or None)}` of each forward pass through `model`"
+    """Records `{layer: (block input, router logits, chosen experts or None)}` of each forward pass
+    through `model`"""
     def __init__(self, spec:MoESpec, model):
         self.spec, self.blocks, self.seen = spec, {l: block(spec, model, l) for l in spec.moe_layers}, {}
         for l, blk in self.blocks.items():
@@ -514,7 +537,8 @@ class RouterTap:
                 out = gate(x)
                 self.seen[l] = (x, out, None) if spec.router == 'gate' else (x, router_logits(spec, blk, x), out[0])
                 return out
-            # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the router until `remove`
+            # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the
+            # router until `remove`
             object.__setattr__(blk, 'gate', tapped)
 
     def remove(self):
@@ -525,7 +549,8 @@ class RouterTap:
 # %% ../nbs/00_routing.ipynb #5d275e89
 def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:int=256, whole:bool=True,
                    inputs:bool=False, heaviest_first:bool=False):
-    "Per window of `seq` tokens: `{layer: dict(routed=(T, k) ids, logits=(T, E) float32, h=(T, D) if inputs)}`"
+    """Per window of `seq` tokens: `{layer: dict(routed=(T, k) ids, logits=(T, E) float32, h=(T, D)
+    if inputs)}`"""
     k, end = k or spec.k, len(tokens) - seq + 1 if whole else len(tokens) - 1
     with RouterTap(spec, model) as tap:
         for start in range(0, max(end, 0), seq):

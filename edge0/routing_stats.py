@@ -16,14 +16,17 @@ __all__ = ['routing_trace', 'lru_hits', 'routing_stats', 'checkpoint_routing', '
 
 # %% ../nbs/04b_routing_stats.ipynb #e6b83283
 def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:int=256,
-                  heaviest_first:bool=False) -> dict: # each token's ids ordered by routing weight, heaviest first
-    "`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`, windows of `seq`)"
+                  # each token's ids ordered by routing weight, heaviest first
+                  heaviest_first:bool=False) -> dict:
+    """`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`,
+    windows of `seq`)"""
     wins = list(routed_windows(spec, model, tokens, k, seq, whole=False, heaviest_first=heaviest_first))
     return {l: np.concatenate([w[l]['routed'] for w in wins]) for l in spec.moe_layers}
 
 # %% ../nbs/04b_routing_stats.ipynb #f2e5cee8
 def lru_hits(ids:np.ndarray, capacity:int) -> float:
-    "Hit rate of an LRU cache of `capacity` experts serving a layer's trace `ids` (tokens x K), token by token"
+    """Hit rate of an LRU cache of `capacity` experts serving a layer's trace `ids` (tokens x K),
+    token by token"""
     held, hits = {}, 0  # expert -> the token that last used it
     for t, row in enumerate(ids.tolist()):
         hits += sum(e in held for e in row)
@@ -47,7 +50,8 @@ def routing_stats(trace:dict, n_experts:int) -> dict:
 
 # %% ../nbs/04b_routing_stats.ipynb #b5267063
 def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) -> dict:
-    "Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used over `n_tokens` tokens"
+    """Per MoE layer of the checkpoint in `model_dir`: reuse recall and the share of experts used
+    over `n_tokens` tokens"""
     load_kw = dict(dict(prefill_path='exact', pool_bytes=64 * MiB), **load_kw)
     with load(model_dir, **load_kw) as h:
         tokens = heldout_ids(h.tokenizer, corpus=model_corpus(model_dir))[:n_tokens + 1]

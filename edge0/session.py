@@ -20,9 +20,11 @@ __all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
 
 # %% ../nbs/07a_session.ipynb #c0006
 def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
-    "The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it, and a note says why)"
+    """The torch step that serves `handle` off Metal where it can (None: the MLX graph serves it,
+    and a note says why)"""
     if handle.kernels != 'torch': return None
-    from edge0.torchstep import TorchStep, check_torch_step, packed_for_torch  # torch is there: `kernels` is it
+    # torch is there: `kernels` is it
+    from edge0.torchstep import TorchStep, check_torch_step, packed_for_torch
     if not options.torch_step:
         if packed_for_torch(handle):
             handle.notes.append("the MLX graph computes each step, torch's kernels each projection: the torch step is "
@@ -32,7 +34,8 @@ def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
     if why is None:
         handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to MLX within it)")
         return TorchStep(handle)
-    if packed_for_torch(handle):  # converted for torch's kernels, so the user expects the torch step
+    # converted for torch's kernels, so the user expects the torch step
+    if packed_for_torch(handle):
         handle.notes.append(f"the MLX graph computes each step, torch's kernels each projection: {why}")
     return None
 
@@ -43,13 +46,17 @@ def _add_eos(tokenizer, token):
 # %% ../nbs/07a_session.ipynb #c0007
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
-    def __init__(self, model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
+    # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
+    def __init__(self, model,
                  serving:Serving|None=None, # how it is served (default: made from `fields`)
-                 max_kv_size:int|None=None, # a rotating KV cache of this many tokens (None: it grows)
+                 # a rotating KV cache of this many tokens (None: it grows)
+                 max_kv_size:int|None=None,
                  extra_eos=(), # more tokens (strings or ids) that end a generation
                  no_adapter:bool=False, # with `fields`: serve the base alone
-                 **fields): # `Serving`'s fields (mode, k, exact_top, adapter, resident, options, dtype, trace, ...);
-                            # the adapter beside the base for this K is served unless one is named or `no_adapter`
+                 # `Serving`'s fields (mode, k, exact_top, adapter, resident, options, dtype, trace,
+                 # ...); the adapter beside the base for this K is served unless one is named or
+                 # `no_adapter`
+                 **fields):
         if max_kv_size is not None and max_kv_size < 1:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
         if serving is None:
@@ -96,7 +103,8 @@ def _check_messages(messages) -> list:
 
 @patch
 def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` messages
-               chat:bool|None=None, # through the chat template (default: when the tokenizer has one)
+               # through the chat template (default: when the tokenizer has one)
+               chat:bool|None=None,
                system_prompt:str|None=None) -> list: # a system message before the others
     "The token ids of `prompt`, through the chat template when there is one"
     tok, text = self.tokenizer, isinstance(prompt, str)
@@ -109,7 +117,8 @@ def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` 
     messages = [dict(role='user', content=prompt)] if text else _check_messages(prompt)
     if system_prompt is not None: messages = [dict(role='system', content=system_prompt)] + messages
     try: text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except (TemplateError, TypeError) as e:  # a template that does not compile, or refuses these messages
+    # a template that does not compile, or refuses these messages
+    except (TemplateError, TypeError) as e:
         raise InputError(f"{self.model_dir}: the chat template cannot render these messages "
                          f"({type(e).__name__}: {str(e)[:200]})") from None
     return tok.encode(text, add_special_tokens=False)
@@ -120,7 +129,8 @@ class Piece:
     "What one step of a generation adds to the text; the last piece says why it stopped"
     text:str
     token:int|None = None
-    finish_reason:str|None = None  # on the last piece: 'stop' (end of sequence, a stop string) or 'length'
+    # on the last piece: 'stop' (end of sequence, a stop string) or 'length'
+    finish_reason:str|None = None
 
 def _shared(a:list, b:list) -> int:
     n = 0
@@ -131,7 +141,8 @@ def _shared(a:list, b:list) -> int:
 
 @patch
 def reuse(self:Session, ids:list) -> int:
-    "Trim the prompt cache to the longest prefix it shares with `ids` (leaving one id to feed); returns its length"
+    """Trim the prompt cache to the longest prefix it shares with `ids` (leaving one id to feed);
+    returns its length"""
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
     n = min(_shared(self.tokens, ids), len(ids) - 1)
     if self.step is not None:  # the torch step's cache: always trimmable
@@ -148,7 +159,8 @@ def reuse(self:Session, ids:list) -> int:
 # %% ../nbs/07a_session.ipynb #c0014
 @patch
 def room(self:Session, ids:list) -> float:
-    "How many tokens the model's context leaves after `ids` (unbounded with a rotating cache or no known context)"
+    """How many tokens the model's context leaves after `ids` (unbounded with a rotating cache or no
+    known context)"""
     return self.context_length - len(ids) if self.context_length and self.max_kv_size is None else math.inf
 
 def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
@@ -180,9 +192,11 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     if h.decoder is not None: h.decoder.reset()
     detok, hold = self.tokenizer.detokenizer, max((len(s) for s in stop), default=1) - 1
     detok.reset()
-    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,  # torch step, or graph
+    # torch step, or graph
+    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
                        vocab_size=self.vocab_size, sampling=sampling, cache=self.cache, history=self.tokens)
-    times, ok, paused = [], False, False  # paused: at a yield, where a consumer that stops leaves the cache whole
+    # paused: at a yield, where a consumer that stops leaves the cache whole
+    times, ok, paused = [], False, False
     try:
         for t, dt in gen:
             times.append(dt)
@@ -212,8 +226,10 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         yield Piece(text[sent:], None, reason)
     finally:
         gen.close()
-        if ok or paused: self.tokens = self.tokens + todo + got[:-1]  # the last token drawn was never fed
-        else: self.cache, self.tokens = None, []  # the model failed or was interrupted within a step: drop the cache
+        # the last token drawn was never fed
+        if ok or paused: self.tokens = self.tokens + todo + got[:-1]
+        # the model failed or was interrupted within a step: drop the cache
+        else: self.cache, self.tokens = None, []
 
 # %% ../nbs/07a_session.ipynb #c0016
 @patch

@@ -36,8 +36,9 @@ class TensorInfo:
     path:Path    # the shard file
     start:int    # absolute byte offset in `path`
     nbytes:int
-    stride:int = 0  # bytes from one expert's slice to the next where a layer's experts are stored expert by expert
-                    # (edge0's aligned layout, `read_header`); 0: the slices back to back
+    # bytes from one expert's slice to the next where a layer's experts are stored expert by expert
+    # (edge0's aligned layout, `read_header`); 0: the slices back to back
+    stride:int = 0
     @property
     def end(self) -> int:
         "One past the tensor's last byte in `path`"
@@ -50,7 +51,8 @@ _MAX_HEADER = 100 * MiB
 def _is_count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 def _header_bytes(path:Path) -> tuple[bytes, int]:
-    "The raw JSON header of `path` and the file size; the length is checked before the header is read"
+    """The raw JSON header of `path` and the file size; the length is checked before the header is
+    read"""
     if not path.exists(): raise StoreError(f"{path} does not exist")
     if path.is_dir(): raise StoreError(f"{path} is a directory, expected a safetensors file")
     try:
@@ -66,7 +68,8 @@ def _header_bytes(path:Path) -> tuple[bytes, int]:
 
 # %% ../nbs/01a_store.ipynb #97ed1925
 def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
-    "One header entry, checked: a known dtype, and a shape and data offsets that agree and fit in the file"
+    """One header entry, checked: a known dtype, and a shape and data offsets that agree and fit in
+    the file"""
     where = f"{path}: tensor {name}"
     if not isinstance(entry, dict):
         raise StoreError(f"{where} is {entry!r:.60}, expected an object with dtype, shape and data_offsets")
@@ -85,7 +88,8 @@ def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
     return TensorInfo(name, dt, tuple(shape), path, base + b, want)
 
 def _check_disjoint(path:Path, tensors:dict, base:int):
-    "Every tensor owns its bytes: sorted by start, each range begins at or after the end of those before it"
+    """Every tensor owns its bytes: sorted by start, each range begins at or after the end of those
+    before it"""
     end, owner = base, None
     for t in sorted(tensors.values(), key=lambda t: (t.start, t.nbytes)):
         if t.start < end:
@@ -93,7 +97,8 @@ def _check_disjoint(path:Path, tensors:dict, base:int):
                              f"overlap tensor {owner.name}'s, which end at {end - base}; the header is corrupt")
         if t.start + t.nbytes > end: end, owner = t.start + t.nbytes, t
 
-EXPERTS_META = 'edge0_experts'  # __metadata__ key of a file holding a layer's experts expert by expert
+# __metadata__ key of a file holding a layer's experts expert by expert
+EXPERTS_META = 'edge0_experts'
 
 def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
     """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8 tensor of experts x
@@ -125,14 +130,16 @@ def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
     return out
 
 def gather(t:TensorInfo, buf, at:int) -> np.ndarray:
-    "The bytes of `t` (experts x its slice), contiguous, from `buf` holding its file from offset `at` on"
+    """The bytes of `t` (experts x its slice), contiguous, from `buf` holding its file from offset
+    `at` on"""
     a = np.frombuffer(buf, np.uint8)[t.start - at:]
     if not t.stride: return a[:t.nbytes]
     return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0], t.nbytes // t.shape[0]), (t.stride, 1),
                                                                 writeable=False)).reshape(-1)
 
 def read_header(path) -> tuple[dict, dict]:
-    "`({name: TensorInfo}, metadata)` of the safetensors file `path`, every offset checked against its size"
+    """`({name: TensorInfo}, metadata)` of the safetensors file `path`, every offset checked against
+    its size"""
     path = Path(path)
     raw, size = _header_bytes(path)
     try: hdr = json.loads(raw)
@@ -148,8 +155,10 @@ def read_header(path) -> tuple[dict, dict]:
 _INDEX = 'model.safetensors.index.json'
 
 def _shard_names(d:Path) -> list:
-    "The shard files of the checkpoint in `d`: those its index names, else `model*.safetensors` as mlx-lm globs them"
-    if not (d / _INDEX).exists(): return sorted(p.name for p in d.glob("model*.safetensors"))  # adapters are not shards
+    """The shard files of the checkpoint in `d`: those its index names, else `model*.safetensors` as
+    mlx-lm globs them"""
+    # adapters are not shards
+    if not (d / _INDEX).exists(): return sorted(p.name for p in d.glob("model*.safetensors"))
     weight_map = read_json(d / _INDEX, 'safetensors index').get('weight_map')
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise StoreError(f"{d / _INDEX}: weight_map is {weight_map!r:.60}, "
@@ -161,7 +170,8 @@ def _shard_names(d:Path) -> list:
     return sorted(set(weight_map.values()))
 
 def shard_files(model_dir) -> list:
-    "The checkpoint's shards (paths) as the store reads them: heads and adapters saved beside them are not shards"
+    """The checkpoint's shards (paths) as the store reads them: heads and adapters saved beside them
+    are not shards"""
     d = Path(model_dir)
     return [d / s for s in _shard_names(d)]
 
@@ -215,7 +225,8 @@ class Residency:
 
 # %% ../nbs/01a_store.ipynb #931f6457
 def drop_cache(path):
-    "Ask the kernel to evict `path` from the page cache (POSIX_FADV_DONTNEED), so the next read is cold"
+    """Ask the kernel to evict `path` from the page cache (POSIX_FADV_DONTNEED), so the next read is
+    cold"""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)  # dirty pages cannot be dropped
@@ -223,7 +234,8 @@ def drop_cache(path):
     finally: os.close(fd)
 
 def cold_share(path) -> float:
-    "The share of `path`'s pages not in the page cache now (a file system that keeps every page in memory: 0)"
+    """The share of `path`'s pages not in the page cache now (a file system that keeps every page in
+    memory: 0)"""
     fd = os.open(path, os.O_RDONLY)
     res = Residency(fd, os.fstat(fd).st_size)
     try: cold, pages = res.cold_pages(0, res.size)
@@ -237,16 +249,19 @@ SIZES = tuple(4096 * 4 ** i for i in range(7))  # 4 KiB ... 16 MiB
 PATTERNS = ('sequential', 'scattered')
 
 def read_files(src) -> list:
-    "The files a read benchmark reads: `src` itself, or the safetensors shards of the model directory `src`"
+    """The files a read benchmark reads: `src` itself, or the safetensors shards of the model
+    directory `src`"""
     p = Path(src)
     if p.is_file(): return [p]
-    files = shard_files(p) if p.is_dir() else []  # the shards alone: heads and adapters beside them are not read
+    # the shards alone: heads and adapters beside them are not read
+    files = shard_files(p) if p.is_dir() else []
     if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors files")
     return files
 
 # %% ../nbs/01a_store.ipynb #c0006
 def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
-    "`[(file index, offset)]` of `n` reads of `size` bytes over files of `sizes`, whole reads inside one file"
+    """`[(file index, offset)]` of `n` reads of `size` bytes over files of `sizes`, whole reads
+    inside one file"""
     slots = np.array([s // size for s in sizes])
     first = np.concatenate([[0], np.cumsum(slots)])
     if pattern == 'sequential':
@@ -258,8 +273,10 @@ def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
 
 def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256, seed:int=0,
               cold:bool=True, # drop the files from the page cache first
-              min_mb:float=0) -> dict: # read the plan again (cold again) until this many MB and `seconds` are done
-    "MB/s (1e6 bytes) of `size`-byte reads of the files of `src`, `pattern` sequential or scattered, from cold pages"
+              # read the plan again (cold again) until this many MB and `seconds` are done
+              min_mb:float=0) -> dict:
+    """MB/s (1e6 bytes) of `size`-byte reads of the files of `src`, `pattern` sequential or
+    scattered, from cold pages"""
     if pattern not in PATTERNS: raise InputError(f"read pattern {pattern!r}: expected one of {', '.join(PATTERNS)}")
     files = read_files(src)
     sizes = [f.stat().st_size for f in files]
@@ -285,10 +302,13 @@ def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:
     return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
 
 # %% ../nbs/01a_store.ipynb #33099c20
-ALIGN = 4096  # what O_DIRECT asks of offsets, lengths and buffers: a page, which every disk's logical block divides
+# what O_DIRECT asks of offsets, lengths and buffers: a page, which every disk's logical block
+# divides
+ALIGN = 4096
 
 def open_direct(path) -> tuple:
-    "`(fd, direct)`: `path` opened for reads past the page cache (O_DIRECT; F_NOCACHE on macOS), else as usual"
+    """`(fd, direct)`: `path` opened for reads past the page cache (O_DIRECT; F_NOCACHE on macOS),
+    else as usual"""
     if hasattr(os, 'O_DIRECT'):
         try: return os.open(path, os.O_RDONLY | os.O_DIRECT), True
         except OSError as e:
@@ -316,7 +336,8 @@ def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -
         left, got = iter(plan), [0] * depth
         def reader(slot:int):
             buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
-            for i, off in left:  # a shared iterator: each read is taken once, by whichever reader is free
+            # a shared iterator: each read is taken once, by whichever reader is free
+            for i, off in left:
                 got[slot] += os.preadv(opened[i][0], [buf], off)
             buf.close()
         t0 = time.perf_counter()
@@ -329,8 +350,10 @@ def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -
 
 # %% ../nbs/01a_store.ipynb #b9c6ff3f
 class Slabs:
-    "Page-aligned read buffers, each taken back for reuse once nothing views it (at most `keep` bytes kept free)"
-    def __init__(self, keep:int=32 << 20):  # RLock: a garbage collection inside `take` may give a buffer back
+    """Page-aligned read buffers, each taken back for reuse once nothing views it (at most `keep`
+    bytes kept free)"""
+    # RLock: a garbage collection inside `take` may give a buffer back
+    def __init__(self, keep:int=32 << 20):
         self.free, self.kept, self.keep, self.lock = {}, 0, keep, threading.RLock()
     def take(self, size:int) -> np.ndarray:
         "A writable, page-aligned uint8 array of `size` bytes (rounded up to whole pages)"
@@ -352,7 +375,8 @@ class Slabs:
         with self.lock: self.free, self.kept = {}, 0
 
 def _fill(fd:int, path, mv, at:int, need:int):
-    "Read into `mv` from offset `at` of `path` until at least `need` bytes are in (a span may end past the file's end)"
+    """Read into `mv` from offset `at` of `path` until at least `need` bytes are in (a span may end
+    past the file's end)"""
     got = 0
     while got < need:
         k = os.preadv(fd, [mv[got:]], at + got)
@@ -361,7 +385,8 @@ def _fill(fd:int, path, mv, at:int, need:int):
                              "(file truncated while open?)")
         got += k
 
-GAP = 64  # bytes between two ranges that one read takes along (the padding between an expert's parts)
+# bytes between two ranges that one read takes along (the padding between an expert's parts)
+GAP = 64
 
 class PreadReader:
     "`os.preadv` through the page cache, into `Slabs`"
@@ -370,11 +395,13 @@ class PreadReader:
     def prepare(self, spans:list) -> tuple[list, list]:
         """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new buffer, and the reads
         (callables, one a range, to run on any threads) that fill it"""
-        a, runs = self.align, []  # one read a run of neighbouring ranges: [path, start, end, [(start, n), ...]]
+        # one read a run of neighbouring ranges: [path, start, end, [(start, n), ...]]
+        a, runs = self.align, []
         for p, s, n in spans:
             b, e = s // a * a, -(-(s + n) // a) * a
             r = runs[-1] if runs else None
-            if r and r[0] == p and r[1] <= b <= r[2] + GAP: r[2] = max(r[2], e)  # it starts at (or just past) its end
+            # it starts at (or just past) its end
+            if r and r[0] == p and r[1] <= b <= r[2] + GAP: r[2] = max(r[2], e)
             else: runs.append([p, b, e, []])
             runs[-1][3].append((s, n))
         buf, at, views, reads = self.slabs.take(sum(e - b for _, b, e, _ in runs)), 0, [], []
@@ -386,7 +413,8 @@ class PreadReader:
             at += e - b
         return views, reads
     def read_spans(self, spans:list) -> list:
-        "Views of the byte ranges `[(path, start, n)]`, all read (now, in this thread) into one buffer of their own"
+        """Views of the byte ranges `[(path, start, n)]`, all read (now, in this thread) into one
+        buffer of their own"""
         views, reads = self.prepare(spans)
         for r in reads: r()
         return views
@@ -396,14 +424,16 @@ class PreadReader:
     def close(self): self.slabs.clear()
 
 class DirectReader(PreadReader):
-    "Reads past the page cache (O_DIRECT; F_NOCACHE on macOS) of the aligned span around each range; `direct`: if so"
+    """Reads past the page cache (O_DIRECT; F_NOCACHE on macOS) of the aligned span around each
+    range; `direct`: if so"""
     kind = 'direct'
     def __init__(self, paths, slabs:Slabs|None=None):
         opened = {p: open_direct(p) for p in paths}
         super().__init__({p: fd for p, (fd, _) in opened.items()}, slabs)
         self.direct = all(d for _, d in opened.values())
         self.align = ALIGN if self.direct else 1
-    def hint(self, path, start:int, n:int): pass  # WILLNEED would read into the page cache these reads bypass
+    # WILLNEED would read into the page cache these reads bypass
+    def hint(self, path, start:int, n:int): pass
     def close(self):
         super().close()
         for fd in self.fds.values(): os.close(fd)
@@ -414,7 +444,8 @@ class MmapReader:
     kind, direct = 'mmap', False
     def __init__(self, fds:dict): self.maps = {p: mmap.mmap(fd, 0, access=mmap.ACCESS_READ) for p, fd in fds.items()}
     def read(self, path, start:int, n:int): return memoryview(self.maps[path])[start:start + n]
-    def prepare(self, spans:list) -> tuple[list, list]: return [self.read(*s) for s in spans], []  # faults read
+    # faults read
+    def prepare(self, spans:list) -> tuple[list, list]: return [self.read(*s) for s in spans], []
     def read_spans(self, spans:list) -> list: return self.prepare(spans)[0]
     def hint(self, path, start:int, n:int):
         a0 = start // PAGE * PAGE
@@ -426,22 +457,26 @@ class MmapReader:
             except BufferError: pass  # a view is still alive; the map goes with it
 
 READERS = ('pread', 'direct', 'mmap')
-DIRECT_DEPTH = 8  # reads in flight past the page cache: what a virtual disk and an NVMe SSD need to reach their rate
+# reads in flight past the page cache: what a virtual disk and an NVMe SSD need to reach their rate
+DIRECT_DEPTH = 8
 
 # %% ../nbs/01a_store.ipynb #abaf0851
 def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
-    "`{proj: QuantSpec|None}` of `layer`'s experts, decided as mlx-lm does: the config's entry, else stored scales"
+    """`{proj: QuantSpec|None}` of `layer`'s experts, decided as mlx-lm does: the config's entry,
+    else stored scales"""
     blk = spec.block_path.format(layer=layer)
     key = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
     def quant(p):
         q = spec.quant_of(layer, p, key(p, 'scales') in tensors)
-        if key(p, 'packed') in tensors:  # converted with --layout torch-cpu: packed for torch's int4 kernel
+        # converted with --layout torch-cpu: packed for torch's int4 kernel
+        if key(p, 'packed') in tensors:
             return QuantSpec(4, q.group_size if q else 64, 'torch')
         return q
     return {p: quant(p) for p in expert_projs(spec.layout)}
 
 def expected_shapes(spec:MoESpec, quant:dict) -> dict:
-    "`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's quantization imply"
+    """`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's
+    quantization imply"""
     D, F = spec.hidden_size, spec.expert_size
     io = {'gate_proj': (F, D), 'up_proj': (F, D), 'down_proj': (D, F), 'gate_up_proj': (2 * F, D)}
     out = {}
@@ -482,7 +517,8 @@ def model_spec(model_dir) -> MoESpec:
 class ExpertStore:
     "Routed experts of a checkpoint, read on demand by byte range"
     def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True,
-                 low_bits:int|None=None): # also serve the experts' copies at these bits: expert `E + e` is `e`'s
+                 # also serve the experts' copies at these bits: expert `E + e` is `e`'s
+                 low_bits:int|None=None):
         self.dir = Path(model_dir)
         spec = spec or model_spec(self.dir)
         if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
@@ -491,20 +527,25 @@ class ExpertStore:
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
         self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values())
         self.low_bits = None if low_bits is None else lowbit.check_low_bits(low_bits)
-        self.low_target = {}  # a copy's codes tensor -> (int4 key, dtype, per-expert shape and bytes) it expands to
+        # a copy's codes tensor -> (int4 key, dtype, per-expert shape and bytes) it expands to
+        self.low_target = {}
         self.low = {l: self._low_layer(l) for l in spec.moe_layers} if low_bits else {}
         self.ids = spec.num_experts * (2 if low_bits else 1)  # expert ids the store serves
-        # experts packed for torch are read straight into torch tensors that view the read buffers: no copy, no MLX
+        # experts packed for torch are read straight into torch tensors that view the read buffers:
+        # no copy, no MLX
         self.torch_out = self.torch_packed and bq.torch_available()
-        self.repack, self.notes = None, []  # experts packed for another CPU's torch: re-packed as they are read
+        # experts packed for another CPU's torch: re-packed as they are read
+        self.repack, self.notes = None, []
         if self.torch_out:
             self.repack, note = check_packing(self.dir)
             self.notes += [note] if note else []
-        # the largest expert of any layer: with per-tensor quantization layers differ, and budgets must hold any of them
+        # the largest expert of any layer: with per-tensor quantization layers differ, and budgets
+        # must hold any of them
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
         paths = sorted({t.path for ts in (*self.layers.values(), *self.low.values()) for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
-        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None  # kept free: K experts' buffers
+        # kept free: K experts' buffers
+        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None
         self.use_reader(reader)
         self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
         self.threads, self.pool = threads, None  # reads in flight
@@ -548,7 +589,8 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
         t = self.tensors.get(name)
         if t is None: raise StoreError(f"layer {layer}: expert tensor {name} is in no shard of {self.dir}")
         kind, shape = expected[key]
-        if kind == 'float' and key[1] == 'weight' and t.dtype in ('U32', 'U8'):  # packed, but no scales were found
+        # packed, but no scales were found
+        if kind == 'float' and key[1] == 'weight' and t.dtype in ('U32', 'U8'):
             scales = name[:-len('weight')] + 'scales'
             raise StoreError(f"layer {layer}: {name} is packed ({t.dtype}) but {scales} is in no shard of {self.dir}")
         if not (t.dtype == kind if kind != 'float' else t.dtype in ('F32', 'F16', 'BF16')):
@@ -614,7 +656,8 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
 
 @patch
 def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]:
-    "`(views, reads)` of `[(key, TensorInfo, offset, length, shape)]` in one buffer; residency counted into `stats`"
+    """`(views, reads)` of `[(key, TensorInfo, offset, length, shape)]` in one buffer; residency
+    counted into `stats`"""
     if self.res:
         for _, t, off, n, _ in parts:
             cold, pages = self.res[t.path].cold_pages(off, n)
@@ -624,15 +667,18 @@ def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]
 
 @patch
 def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:bool=False) -> dict:
-    "`{key: array}` of `parts` from their `views`, once read (a lower-bit copy's: `expanded` by the read already)"
+    """`{key: array}` of `parts` from their `views`, once read (a lower-bit copy's: `expanded` by
+    the read already)"""
     out = {}
     if not expanded and any(key[1] == 'codes' for key, *_ in parts): views = self._expand_low(parts, views)
     for (key, t, off, n, shape), buf in zip(parts, views):
         dtype = t.dtype
-        if key[1] == 'codes': key, dtype, shape, _ = self.low_target[t.name]  # expanded: the int4 layout's bytes
+        # expanded: the int4 layout's bytes
+        if key[1] == 'codes': key, dtype, shape, _ = self.low_target[t.name]
         if key[1] == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
         out[key] = (bq.torch_from_buffer(buf, dtype, shape) if self.torch_out else
-                    bio.from_buffer(buf, dtype, shape, evaluate=False))  # MLX copies: the buffer is free again
+                    # MLX copies: the buffer is free again
+                    bio.from_buffer(buf, dtype, shape, evaluate=False))
         stats.nbytes += n
     if not self.torch_out: bio.materialize(*out.values())  # once per read, in this thread
     return out
@@ -686,7 +732,8 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
         views[i] = self._expand_low(parts[i], views[i])
     low = [e >= self.spec.num_experts for e in experts]
     reads = iter([functools.partial(copy_task, i) for i in range(len(experts)) if low[i]] +
-                 [r for i, (_, rs) in enumerate(prepared) if not low[i] for r in rs])  # each taken once, by any thread
+                 # each taken once, by any thread
+                 [r for i, (_, rs) in enumerate(prepared) if not low[i] for r in rs])
     for f in [self.pool.submit(_drain, reads) for _ in range(self.threads)]: f.result()
     out = [self._arrays(p, v, s, expanded=x) for p, v, s, x in zip(parts, views, stats, low)]
     for s in stats: s.seconds = (time.perf_counter() - t0) / len(experts)
@@ -724,7 +771,8 @@ def hint_layer(self:ExpertStore, layer:int):
 
 @patch
 def use_reader(self:ExpertStore, reader:str, note:bool=True):
-    "Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass the page cache)"
+    """Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass
+    the page cache)"""
     if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
     if self.reader is not None: self.reader.close()
     paths = sorted(self.fds)

@@ -36,14 +36,16 @@ _JSON_FILES = {'tokenizer.json': 'tokenizer (a tokenizers JSON file)', 'tokenize
                'vocab.json': "tokenizer's vocabulary", 'generation_config.json': 'generation settings (end tokens)'}
 
 def check_tokenizer(model_dir):
-    "An `InputError` for a model directory without tokenizer files, or with a JSON one that is not a JSON object"
+    """An `InputError` for a model directory without tokenizer files, or with a JSON one that is not
+    a JSON object"""
     d = Path(model_dir)
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
         raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
     files = {name: read_json(d / name, what) for name, what in _JSON_FILES.items() if (d / name).exists()}
     t = files.get('tokenizer_config.json', {}).get('chat_template')
     named = isinstance(t, list) and all(isinstance(x, dict) and isinstance(x.get('template'), str) for x in t)
-    if not (t is None or isinstance(t, str) or named):  # else it fails at the first prompt, not here
+    # else it fails at the first prompt, not here
+    if not (t is None or isinstance(t, str) or named):
         raise InputError(f"{d / 'tokenizer_config.json'}: chat_template is {str(t)[:60]!r}, expected a Jinja "
                          "template (a string) or a list of {'name', 'template'} objects")
 
@@ -53,15 +55,18 @@ def _brief(e:Exception) -> str:
     return f"{type(e).__name__}: {msg[:200]}" if msg else type(e).__name__
 
 def _tokenizer_of(d:Path, eos_token_ids=None):
-    "mlx-lm's tokenizer of `d` (its files checked by `check_tokenizer`); one it cannot make is an `InputError`"
+    """mlx-lm's tokenizer of `d` (its files checked by `check_tokenizer`); one it cannot make is an
+    `InputError`"""
     from mlx_lm.utils import load_tokenizer
     try: return load_tokenizer(d, eos_token_ids=eos_token_ids)
-    except Exception as e:  # transformers and tokenizers fail in many types (KeyError, TypeError, a bare Exception)
+    # transformers and tokenizers fail in many types (KeyError, TypeError, a bare Exception)
+    except Exception as e:
         files = ', '.join(f for f in (*_TOKENIZER_FILES, 'tokenizer_config.json') if (d / f).is_file())
         raise InputError(f"{d}: no tokenizer can be made from {files} ({_brief(e)})") from None
 
 def open_tokenizer(model_dir, eos_token_ids=None):
-    "mlx-lm's tokenizer of `model_dir`, its files checked first: every way they can be wrong is an `InputError`"
+    """mlx-lm's tokenizer of `model_dir`, its files checked first: every way they can be wrong is an
+    `InputError`"""
     check_tokenizer(model_dir)
     return _tokenizer_of(Path(model_dir), eos_token_ids)
 
@@ -71,9 +76,11 @@ def serving_dtype(spec:MoESpec, dtype=None):
     return dtype or B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
 
 def cast_params(model, spec:MoESpec, dtype=None):
-    "Apply the backend's dtype policy to `model`'s float parameters, but not to those its own `cast_predicate` keeps"
+    """Apply the backend's dtype policy to `model`'s float parameters, but not to those its own
+    `cast_predicate` keeps"""
     dt = serving_dtype(spec, dtype)
-    cast = getattr(model, 'cast_predicate', lambda name: True)  # mlx-lm's rule: e.g. A_log, router biases stay float32
+    # mlx-lm's rule: e.g. A_log, router biases stay float32
+    cast = getattr(model, 'cast_predicate', lambda name: True)
     model.update(B.tree_unflatten([(n, w.astype(dt)) for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt
                                    and cast(n)]))
@@ -90,14 +97,19 @@ class Handle:
     engine:StreamEngine|None = None                           # None: a resident model
     decoder:object = None                                     # a prerouted `edge0.decode.Decoder`
     adapter:object = None                                     # an attached `edge0.lora.Adapter`
-    k:int|None = None                                         # experts per token it serves (None: the model's)
-    heads:object = None                                       # the prerouter heads file (`edge0.decode.load`)
+    # experts per token it serves (None: the model's)
+    k:int|None = None
+    # the prerouter heads file (`edge0.decode.load`)
+    heads:object = None
     prerouter:object = None                                   # those heads, loaded
     kernels:str = 'mlx'                                       # what computes the quantized products
-    notes:list = field(default_factory=list)                  # what the user should know about how it is served
-    originals:list = field(default_factory=list, repr=False)  # (block, name, module) the streaming layers replaced
+    # what the user should know about how it is served
+    notes:list = field(default_factory=list)
+    # (block, name, module) the streaming layers replaced
+    originals:list = field(default_factory=list, repr=False)
     def close(self):
-        "Restore the model's own modules, stop every thread and close every file (closing twice is harmless)"
+        """Restore the model's own modules, stop every thread and close every file (closing twice is
+        harmless)"""
         if self.adapter is not None: self.adapter.detach()
         if self.decoder is not None: self.decoder.close()
         for blk, name, module in reversed(self.originals): blk[name] = module
@@ -115,18 +127,21 @@ def _leaf(x):
     return x
 
 def _cache_growth(c) -> tuple:
-    "`(bytes per token, fixed bytes, cap in tokens or None)` of one layer's cache after one token went through it"
+    """`(bytes per token, fixed bytes, cap in tokens or None)` of one layer's cache after one token
+    went through it"""
     if hasattr(c, 'caches'):  # mlx-lm's CacheList: the layer's caches side by side
         parts = [_cache_growth(x) for x in c.caches]
         caps = [cap for per, _, cap in parts if per]
         return sum(p[0] for p in parts), sum(p[1] for p in parts), max(caps) if caps and None not in caps else None
     keys = getattr(c, 'keys', None)
     if keys is None or not hasattr(c, 'offset'): return 0.0, int(getattr(c, 'nbytes', 0) or 0), None
-    return c.nbytes / _leaf(keys).shape[-2], 0, getattr(c, 'max_size', None)  # allocated in steps: bytes per slot
+    # allocated in steps: bytes per slot
+    return c.nbytes / _leaf(keys).shape[-2], 0, getattr(c, 'max_size', None)
 
 # %% ../nbs/01b_streaming.ipynb #d25ed33f
 def kv_growth(model, engine:StreamEngine) -> list:
-    "Per layer of `model`'s prompt cache `(bytes per token, fixed bytes, cap)`, from one token with no expert read"
+    """Per layer of `model`'s prompt cache `(bytes per token, fixed bytes, cap)`, from one token
+    with no expert read"""
     from mlx_lm.models.cache import make_prompt_cache
     cache, engine.dry = make_prompt_cache(model), True
     try: B.eval(model(B.array([[0]]), cache=cache))
@@ -136,19 +151,24 @@ def kv_growth(model, engine:StreamEngine) -> list:
 
 # %% ../nbs/01b_streaming.ipynb #e7093d27
 def budget_for(engine:StreamEngine, model, options:StreamOptions,
-               growth:list|None=None) -> Budget: # the KV cache's growth where measured already (`kv_growth`)
-    "The expert budget of a loaded model: `options.pool_bytes`, or `'auto'` from the memory left (see above)"
+               # the KV cache's growth where measured already (`kv_growth`)
+               growth:list|None=None) -> Budget:
+    """The expert budget of a loaded model: `options.pool_bytes`, or `'auto'` from the memory left
+    (see above)"""
     spec, store, k = engine.spec, engine.store, engine.k
     bundle = store.expert_nbytes
     per_layer = [sum(t.nbytes for t in store.layers[layer].values()) for layer in spec.moe_layers]
     ctx = getattr(getattr(model, 'args', None), 'max_position_embeddings', None) or KV_TOKENS
     tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), growth or kv_growth(model, engine), []
     h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
-    experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle  # and the slots and hot sets beside them
+    # and the slots and hot sets beside them
+    experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle
     step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens, store.reader.direct)
-    fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)  # with n tokens' cache
+    # with n tokens' cache
+    fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)
     if options.kv_tokens is None and options.pool_bytes == 'auto' and fits(tokens) < 2 * minimum:
-        n = tokens  # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
+        # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
+        n = tokens
         while n > 256 and fits(n) < 2 * minimum: n //= 2
         n = max(n, 256)
         if n < tokens:
@@ -163,7 +183,8 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions,
 
 # %% ../nbs/01b_streaming.ipynb #00a92d7c
 def apply_budget(engine:StreamEngine, where):
-    "Size the pool by `engine.budget`: refuse a budget below one token's working set, warn of one past the memory"
+    """Size the pool by `engine.budget`: refuse a budget below one token's working set, warn of one
+    past the memory"""
     b = engine.budget
     fits = b.fits
     if b.asked != 'auto':
@@ -189,21 +210,25 @@ def apply_budget(engine:StreamEngine, where):
 def _token_id(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
-    "mlx-lm's model and tokenizer of `d`, from one read of its config (`strict=False`: experts stored for torch)"
+    """mlx-lm's model and tokenizer of `d`, from one read of its config (`strict=False`: experts
+    stored for torch)"""
     from mlx_lm.utils import load_model
-    config = read_json(d / 'config.json', 'model config')  # its tokenizer files: checked by the callers
+    # its tokenizer files: checked by the callers
+    config = read_json(d / 'config.json', 'model config')
     check_buildable(config)
     eos = config.get('eos_token_id')
     if not (eos is None or _token_id(eos) or isinstance(eos, list) and all(map(_token_id, eos))):
         raise InputError(f"config.json: eos_token_id is {eos!r}, expected a token id or a list of them")
     try: model, config = load_model(d, lazy=lazy, strict=strict)
-    except (TypeError, ValueError, KeyError) as e:  # a config value mlx-lm cannot build from, a weight missing
+    # a config value mlx-lm cannot build from, a weight missing
+    except (TypeError, ValueError, KeyError) as e:
         raise InputError(f"{d}: mlx-lm cannot build the model ({_brief(e)})") from None
     return model, _tokenizer_of(d, config.get('eos_token_id'))
 
 # %% ../nbs/01b_streaming.ipynb #634a49c1
 def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
-    "Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user should know otherwise"
+    """Refuse experts (`packed` for torch or not) that `kernels` cannot compute; what the user
+    should know otherwise"""
     if packed and kernels != 'torch':
         source = read_json(d / 'config.json', 'model config').get('edge0_layout', {}).get('source')
         raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted with --layout "
@@ -218,12 +243,14 @@ def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
 # %% ../nbs/01b_streaming.ipynb #48b7501c
 def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
          **kw) -> Handle:
-    "A `Handle` on the model in `model_dir`, every routed `SwitchGLU` streamed from disk (kwargs go to `StreamOptions`)"
+    """A `Handle` on the model in `model_dir`, every routed `SwitchGLU` streamed from disk (kwargs
+    go to `StreamOptions`)"""
     d = Path(model_dir)
     spec = spec or model_spec(d)
     options = options or StreamOptions(**kw)
     check_tokenizer(d)
-    reader = 'pread' if options.reader == 'auto' else options.reader  # auto: decided once the budget is known
+    # auto: decided once the budget is known
+    reader = 'pread' if options.reader == 'auto' else options.reader
     store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader), residency=options.residency,
                         low_bits=options.low_bits)
     try: engine = StreamEngine(store, options, k)
@@ -235,26 +262,34 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
         try: handle.kernels = bq.check_kernels(options.kernels)
         except ValueError as e: raise InputError(str(e)) from None
         packed = store.torch_packed
-        handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes  # + experts re-packed for this CPU
+        # + experts re-packed for this CPU
+        handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes
         handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
         for layer in spec.moe_layers:
             blk = block(spec, handle.model, layer)
             handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
             blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
         cast_params(handle.model, spec, dtype)
-        if handle.kernels == 'torch':  # MLX's copies of the swapped weights are freed (read back only by close)
-            shards = sorted({t.path for t in store.tensors.values()})  # the store's index of the checkpoint
+        # MLX's copies of the swapped weights are freed (read back only by close)
+        if handle.kernels == 'torch':
+            # the store's index of the checkpoint
+            shards = sorted({t.path for t in store.tensors.values()})
             handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(shards))
             B.clear_cache()
-        engine.budget = budget_for(engine, handle.model, options)  # measured now that the model is in memory
+        # measured now that the model is in memory
+        engine.budget = budget_for(engine, handle.model, options)
         apply_budget(engine, d)
         b = engine.budget
-        if options.reader == 'auto' and options.auto_reader(b.pool, b.experts) == 'direct':  # streamed
+        # streamed
+        if options.reader == 'auto' and options.auto_reader(b.pool, b.experts) == 'direct':
             store.use_reader('direct', note=False)
-            if store.reader.direct:  # else it reads through the page cache, as pread: what auto means there
+            # else it reads through the page cache, as pread: what auto means there
+            if store.reader.direct:
                 store.use_threads(options.read_threads('direct'))
-                if b.asked == 'auto':  # its page-cache room is smaller (an asked budget stays as asked)
-                    engine.budget = budget_for(engine, handle.model, options, b.growth)  # no second dry token
+                # its page-cache room is smaller (an asked budget stays as asked)
+                if b.asked == 'auto':
+                    # no second dry token
+                    engine.budget = budget_for(engine, handle.model, options, b.growth)
                     apply_budget(engine, d)
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
@@ -265,7 +300,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
 
 # %% ../nbs/01b_streaming.ipynb #a3389424
 def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
-    "A `Handle` on a resident model in `model_dir` (every expert in memory, no reads after load), same dtype policy"
+    """A `Handle` on a resident model in `model_dir` (every expert in memory, no reads after load),
+    same dtype policy"""
     d = Path(model_dir)
     spec = spec or model_spec(d)
     store = ExpertStore(d, spec, residency=False)
@@ -277,14 +313,17 @@ def load_resident(model_dir, spec:MoESpec|None=None, dtype=None) -> Handle:
     return Handle(cast_params(model, spec, dtype), tokenizer, spec)
 
 def _resident_packed(d:Path, spec:MoESpec, dtype=None) -> Handle:
-    "Experts packed for torch (mlx-lm cannot load them): `load`'s streaming layers, every MoE layer read once and kept"
-    h = load(d, StreamOptions(pool_bytes=None), spec=spec, dtype=dtype)  # refused where torch's kernels are not
+    """Experts packed for torch (mlx-lm cannot load them): `load`'s streaming layers, every MoE
+    layer read once and kept"""
+    # refused where torch's kernels are not
+    h = load(d, StreamOptions(pool_bytes=None), spec=spec, dtype=dtype)
     try:
         for layer in spec.moe_layers: h.engine.keep_resident(layer)
     except BaseException:
         h.close()
         raise
-    h.engine.stats = {layer: LayerStats() for layer in spec.moe_layers}  # the counters start after load, as streamed
+    # the counters start after load, as streamed
+    h.engine.stats = {layer: LayerStats() for layer in spec.moe_layers}
     h.notes.append(f"the experts of {d.name} are packed for torch's kernels (--layout torch-cpu), which mlx-lm cannot "
                    f"load: they are served resident through edge0's streaming layer, every layer read once at load")
     return h

@@ -26,14 +26,16 @@ __all__ = ['TEACHERS', 'write_excerpt', 'train_tokenizer', 'encode', 'TeacherSpe
 
 # %% ../nbs/04a_teachers.ipynb #b3b03f02
 def write_excerpt(heldout_texts:list, dst_dir, chars:int=20_000):
-    "Write the first `chars` characters (at a line boundary) of each held-out text to `dst_dir/heldout-<part>.txt`"
+    """Write the first `chars` characters (at a line boundary) of each held-out text to
+    `dst_dir/heldout-<part>.txt`"""
     for part, text in zip(PARTS, heldout_texts):
         (Path(dst_dir) / f'heldout-{part}.txt').write_text(line_cut(text, chars), encoding='utf-8')
 
 
 # %% ../nbs/04a_teachers.ipynb #3efe23d4
 def train_tokenizer(texts:list, dst, vocab:int=8192, show:bool=False) -> Path:
-    "Train a byte-level BPE of `vocab` tokens on `texts` and save it (HF format) into `dst` (`show`: its progress)"
+    """Train a byte-level BPE of `vocab` tokens on `texts` and save it (HF format) into `dst`
+    (`show`: its progress)"""
     tokenizer = Tokenizer(tok_models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -72,11 +74,13 @@ class TeacherSpec:
     warmup:int = 50
     weight_decay:float = 0.05
     aux_coef:float = 0.01       # switch-style load-balance loss
-    bias_rate:float = 0.0       # correction-bias update speed (aux-loss-free balancing, DeepSeek-V3)
+    # correction-bias update speed (aux-loss-free balancing, DeepSeek-V3)
+    bias_rate:float = 0.0
     seed:int = 0
 
 def _llm_config(model_type:str, hidden:int=128, layers:int=6, vocab:int=8192, **overrides) -> dict:
-    "An mlx-lm config of `model_type`: 4 attention heads (2 for keys and values), bf16; `overrides` win"
+    """An mlx-lm config of `model_type`: 4 attention heads (2 for keys and values), bf16;
+    `overrides` win"""
     base = dict(model_type=model_type, hidden_size=hidden, num_hidden_layers=layers, vocab_size=vocab,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, rms_norm_eps=1e-6,
                 rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype='bfloat16')
@@ -96,7 +100,8 @@ TEACHERS = {
 
 # %% ../nbs/04a_teachers.ipynb #d8f7d4ea
 def windows_at(tokens:np.ndarray, step:int, seed:int, batch:int, seq:int) -> np.ndarray:
-    "The `batch` windows of `seq + 1` tokens that training step `step` reads (seeded by the step: a resumed run agrees)"
+    """The `batch` windows of `seq + 1` tokens that training step `step` reads (seeded by the step:
+    a resumed run agrees)"""
     starts = np.random.default_rng([seed, step]).integers(0, len(tokens) - seq - 1, batch)
     return np.stack([tokens[s:s + seq + 1] for s in starts])
 
@@ -115,7 +120,8 @@ def balance_loss(taps:RouterTap):
         else: probs = B.sigmoid(logits) / B.sigmoid(logits).sum(-1, keepdims=True)
         if chosen is None: chosen = B.argpartition(-logits, kth=spec.k - 1, axis=-1)[:, :spec.k]
         picked = B.arange(spec.num_experts)[None, None] == chosen.reshape(-1, spec.k)[..., None]
-        share = B.stop_gradient(picked.astype(B.float32).mean(axis=(0, 1)))  # f_e: share of the assignments
+        # f_e: share of the assignments
+        share = B.stop_gradient(picked.astype(B.float32).mean(axis=(0, 1)))
         total = total + spec.num_experts * (share * probs.mean(axis=0)).sum()
     return total
 
@@ -142,7 +148,8 @@ class Trainer:
         Model, Args = model_class(teacher.config)
         self.model = randomize(Model(Args.from_dict(teacher.config)), teacher.seed)
         self.spec = spec_for(teacher.config)
-        if self.spec.router_bias:  # a fresh router starts unbiased; balancing moves the bias, the optimizer never does
+        # a fresh router starts unbiased; balancing moves the bias, the optimizer never does
+        if self.spec.router_bias:
             for layer in self.spec.moe_layers:
                 gate = block(self.spec, self.model, layer)['gate']
                 setattr(gate, self.spec.router_bias_param, B.zeros((self.spec.num_experts,)))
@@ -176,7 +183,8 @@ def train_step(self:Trainer) -> float:
 # %% ../nbs/04a_teachers.ipynb #eccabd33
 @patch
 def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, file=None):
-    "Train to step `until` (default: all steps), checkpointing every `ckpt_every` steps; a bar shows loss and tok/s"
+    """Train to step `until` (default: all steps), checkpointing every `ckpt_every` steps; a bar
+    shows loss and tok/s"""
     until = until or self.teacher.steps
     bar = tqdm(total=self.teacher.steps, initial=self.step, desc=self.teacher.name, unit='step', file=file,
                disable=not show)
@@ -195,7 +203,8 @@ def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, f
 # %% ../nbs/04a_teachers.ipynb #219778d9
 @patch
 def save(self:Trainer):
-    "Write the checkpoint (model, optimizer, step, log) to `self.out`; the previous one stays until this one is whole"
+    """Write the checkpoint (model, optimizer, step, log) to `self.out`; the previous one stays
+    until this one is whole"""
     with atomic_dir(self.out, overwrite=True) as tmp:
         B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(self.model.parameters())))
         B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(self.opt.state)))
@@ -207,7 +216,8 @@ def resume(self:Trainer, ckpt=None):
     ckpt = Path(ckpt or self.out)
     clear_stale(ckpt)  # a checkpoint that a killed save had set aside comes back
     state = read_json(ckpt / 'state.json', 'training state')
-    if state['teacher'] != json.loads(json.dumps(asdict(self.teacher))):  # compared as JSON: tuples are lists there
+    # compared as JSON: tuples are lists there
+    if state['teacher'] != json.loads(json.dumps(asdict(self.teacher))):
         saved = state['teacher']
         raise InputError(f"{ckpt / 'state.json'} was written for another recipe: {saved['name']}, {saved['steps']} "
                          f"steps; remove {ckpt} or use another work folder")
@@ -218,7 +228,8 @@ def resume(self:Trainer, ckpt=None):
 
 # %% ../nbs/04a_teachers.ipynb #24518f36
 def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8, show:bool=False) -> float:
-    "exp(mean next-token cross-entropy) of `model` over `tokens`, in non-overlapping windows of `seq`"
+    """exp(mean next-token cross-entropy) of `model` over `tokens`, in non-overlapping windows of
+    `seq`"""
     n_windows = (len(tokens) - 1) // seq
     windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n_windows)]).astype(np.int32)
     total_ce = 0.0
@@ -229,7 +240,8 @@ def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8, show:bool=Fal
 
 # %% ../nbs/04a_teachers.ipynb #72d5b184
 def _write_checkpoint(model, config:dict, tok_dir, dst, provenance:dict) -> Path:
-    "An mlx-lm checkpoint of `model` in `dst`, written atomically, with `provenance` in its metadata and config.json"
+    """An mlx-lm checkpoint of `model` in `dst`, written atomically, with `provenance` in its
+    metadata and config.json"""
     with atomic_dir(dst, overwrite=True) as tmp:
         for name in ('tokenizer.json', 'tokenizer_config.json'): shutil.copy2(Path(tok_dir) / name, tmp / name)
         metadata = dict(format='mlx', edge0_provenance=json.dumps(provenance))
@@ -242,9 +254,11 @@ def _token_id(tok_dir, token:str) -> int:
 
 def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst_dir, name:str,
                        provenance:dict) -> tuple[Path, Path]:
-    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained mlx-lm `model` into `dst_dir`"
+    """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained mlx-lm `model`
+    into `dst_dir`"""
     to_bf16 = [(key, weight.astype(B.bfloat16)) for key, weight in B.tree_flatten(model.parameters())
-               if not (balancing_bias and key.endswith(balancing_bias))]  # a correction bias stays float32
+               # a correction bias stays float32
+               if not (balancing_bias and key.endswith(balancing_bias))]
     model.update(B.tree_unflatten(to_bf16))
     config = dict(config, eos_token_id=_token_id(tok_dir, '<|im_end|>'))
     full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / name, dict(provenance, precision='bf16'))
@@ -254,13 +268,15 @@ def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst
     return full, base
 
 def export_teacher(trainer:Trainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
-    "Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into `dst_dir`"
+    """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into
+    `dst_dir`"""
     return export_checkpoints(trainer.model, trainer.teacher.config, trainer.spec.router_bias_param, tok_dir, dst_dir,
                               trainer.teacher.name, provenance)
 
 # %% ../nbs/04a_teachers.ipynb #6556516e
 def blas_in_use() -> str:
-    "Which BLAS this process was started with (it changes the float sums, so it is part of a run's provenance)"
+    """Which BLAS this process was started with (it changes the float sums, so it is part of a run's
+    provenance)"""
     return 'openblas (LD_PRELOAD)' if 'openblas' in os.environ.get('LD_PRELOAD', '') else 'bundled'
 
 def recipe(name:str, steps:int|None=None) -> TeacherSpec:
@@ -269,7 +285,8 @@ def recipe(name:str, steps:int|None=None) -> TeacherSpec:
     return TEACHERS[name] if steps is None else TeacherSpec(**dict(asdict(TEACHERS[name]), steps=steps))
 
 def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
-    "Tokenizer directory, training token ids and held-out texts, made once under `work` and reused (`show`: progress)"
+    """Tokenizer directory, training token ids and held-out texts, made once under `work` and reused
+    (`show`: progress)"""
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     train_texts, heldout_texts = corpus_split(corpus_dir)
@@ -282,7 +299,8 @@ def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
     return tok_dir, np.load(token_cache), heldout_texts
 
 def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:bool=True) -> tuple[Path, Path]:
-    "Train teacher `name` of `TEACHERS` from the corpus and write its bf16 and int4 checkpoints into `dst_dir`"
+    """Train teacher `name` of `TEACHERS` from the corpus and write its bf16 and int4 checkpoints
+    into `dst_dir`"""
     teacher = recipe(name, steps)
     tok_dir, tokens, heldout_texts = prepare(corpus_dir, work, show)
     trainer = Trainer(teacher, tokens, Path(work) / f"{name}-ckpt")
@@ -303,7 +321,8 @@ def teacher_corpus(name:str) -> str:
     return model_corpus(teacher_path(name))
 
 def teacher_tokens(name:str, corpus_dir, work, show:bool=False) -> np.ndarray:
-    "Token ids of the training split of teacher `name`'s corpus, by its own tokenizer, made once under `work`"
+    """Token ids of the training split of teacher `name`'s corpus, by its own tokenizer, made once
+    under `work`"""
     if teacher_corpus(name) == 'prose': return prepare(corpus_dir, work, show)[1]
     cache = Path(work) / f"{name}-train_tokens.npy"
     if not cache.exists():

@@ -21,15 +21,18 @@ __all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 
            'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts', 'TorchStep', 'TorchExecutor']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
-TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')  # attention it computes
-_INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu  # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
+# attention it computes
+TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')
+# (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
+_INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu
 
 def _f32(a) -> torch.Tensor:
     "A float32 torch copy of the MLX array `a`"
     return torch.from_numpy(np.array(B.to_numpy(a), np.float32))
 
 def _rows(wq, scales, biases, group:int):
-    "`take(idx) -> (R, in) float32`: rows of an MLX int4 affine weight dequantized in torch, on demand"
+    """`take(idx) -> (R, in) float32`: rows of an MLX int4 affine weight dequantized in torch, on
+    demand"""
     q = torch.from_numpy(np.asarray(wq).view(np.uint8))  # (out, in/2) bytes, low nibble first
     s, b = _f32(scales), _f32(biases)
     def take(idx):
@@ -40,12 +43,15 @@ def _rows(wq, scales, biases, group:int):
 
 # %% ../nbs/02c_torch_step.ipynb #b737141f
 class Proj:
-    "One projection of an mlx-lm module in torch: int4 by torch's kernel, else a float32 weight; a LoRA's delta added"
-    def __init__(self, m=None, refine:int=0): # m None: a blank one, its fields set by the caller (`fuse`, `_tied`)
+    """One projection of an mlx-lm module in torch: int4 by torch's kernel, else a float32 weight; a
+    LoRA's delta added"""
+    # m None: a blank one, its fields set by the caller (`fuse`, `_tied`)
+    def __init__(self, m=None, refine:int=0):
         self.packed = self.sz = self.w = self.bias = self.exact = self.lora = self.source = self.group = None
         self.refine = self.out_features = 0
         if m is None: return
-        if hasattr(m, 'lora_a') and hasattr(m, 'base'):  # a recovery LoRA's `LoRALinear` around the projection
+        # a recovery LoRA's `LoRALinear` around the projection
+        if hasattr(m, 'lora_a') and hasattr(m, 'base'):
             self.lora = (_f32(m.lora_a), _f32(m.lora_b), m.scale)
             m = m.base
         if isinstance(m, bq.TorchLinear):
@@ -74,7 +80,8 @@ class Proj:
         return y if self.bias is None else y + self.bias
 
     def _exact_top(self, x, y):
-        "Each row's `refine` largest outputs recomputed in float32 from the int4 weight (the kernel's are bfloat16)"
+        """Each row's `refine` largest outputs recomputed in float32 from the int4 weight (the
+        kernel's are bfloat16)"""
         top = torch.topk(y, min(self.refine, y.shape[-1]), dim=-1).indices
         for i in range(len(x)):
             y[i, top[i]] = self.exact(top[i]) @ x[i]
@@ -86,7 +93,8 @@ def fuse(projs:list) -> Proj|None:
     weights stack when each but the last fills whole blocks; the originals become views into the stack"""
     if not all(p.packed is not None and p.lora is None and not p.refine and p.group == projs[0].group for p in projs):
         return None
-    rows = bq.pack_rows()  # asked of the running torch: a packing edge0 does not know is not stacked
+    # asked of the running torch: a packing edge0 does not know is not stacked
+    rows = bq.pack_rows()
     if rows is None or any(p.out_features % rows for p in projs[:-1]): return None
     f = Proj()
     f.packed, f.sz = torch.cat([p.packed for p in projs]), torch.cat([p.sz for p in projs], 1).contiguous()
@@ -94,7 +102,8 @@ def fuse(projs:list) -> Proj|None:
     biases = [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in projs]
     f.bias = None if all(p.bias is None for p in projs) else torch.cat(biases)
     f.out_features, start = sum(p.out_features for p in projs), 0
-    for p in projs:  # the stack holds the bytes once: the projections (and the MLX graph's `TorchLinear`s) view it
+    # the stack holds the bytes once: the projections (and the MLX graph's `TorchLinear`s) view it
+    for p in projs:
         p.packed, start = f.packed[start:start + p.out_features], start + p.out_features
         if p.source is not None: p.source._packed = p.packed
     return f
@@ -106,7 +115,8 @@ class Norm:
     def __call__(self, x): return F.rms_norm(x, self.shape, self.w, self.eps)
 
 class Rope:
-    "An mlx-lm `RoPE` (default scaling: traditional or not, partial dims) in torch; cos/sin tables grown as needed"
+    """An mlx-lm `RoPE` (default scaling: traditional or not, partial dims) in torch; cos/sin tables
+    grown as needed"""
     def __init__(self, m:RoPE):
         self.dims, self.traditional = m.dims, m.traditional
         self.inv = m.scale * m.base ** (-torch.arange(0, m.dims, 2, dtype=torch.float64) / m.dims)
@@ -149,10 +159,12 @@ class KV:
 
 # %% ../nbs/02c_torch_step.ipynb #6c3660d9
 class Attention:
-    "Grouped-query attention of the torch families: projections, optional q/k RMSNorm, RoPE, a causal softmax"
+    """Grouped-query attention of the torch families: projections, optional q/k RMSNorm, RoPE, a
+    causal softmax"""
     def __init__(self, a):
         self.scale, self.rope = a.scale, Rope(a.rope)
-        if hasattr(a, 'query_key_value'):  # Ling: q, k and v stored as one projection, the output one is `dense`
+        # Ling: q, k and v stored as one projection, the output one is `dense`
+        if hasattr(a, 'query_key_value'):
             self.qkv, self.o = Proj(a.query_key_value), Proj(a.dense)
             self.heads, self.kv_heads, self.head_dim = a.num_attention_heads, a.num_key_value_heads, a.head_dim
             self.sizes = [self.heads * self.head_dim] + 2 * [self.kv_heads * self.head_dim]
@@ -166,7 +178,8 @@ class Attention:
             self.qkv = fuse([self.q, self.k, self.v])  # one product where the three share a packing
             qn, kn = getattr(a, 'q_norm', None), getattr(a, 'k_norm', None)
         self.q_norm, self.k_norm = (None if n is None else Norm(n) for n in (qn, kn))
-        self.per_head = qn is not None and qn.weight.size == self.head_dim  # qwen3: per head; olmoe: the whole row
+        # qwen3: per head; olmoe: the whole row
+        self.per_head = qn is not None and qn.weight.size == self.head_dim
         if self.per_head:  # both heads' norms in one call: no weight, then each head's own
             self.qk_w = torch.cat([self.q_norm.w.expand(self.heads, 1, -1), self.k_norm.w.expand(self.kv_heads, 1, -1)])
 
@@ -206,19 +219,24 @@ class MLP:
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02
 class Experts:
-    "The routed experts of one streamed layer, computed by torch's int4 kernel on the engine's torch-packed bundles"
+    """The routed experts of one streamed layer, computed by torch's int4 kernel on the engine's
+    torch-packed bundles"""
     def __init__(self, engine, layer:int):
         self.engine, self.layer, self.group = engine, layer, torch_quant(engine.quant[layer]).group_size
         self.calls = 0  # kernel calls, for the profile
-        self.held, self.views = None, {}  # the resident layer's arrays, and each expert's views into them
+        # the resident layer's arrays, and each expert's views into them
+        self.held, self.views = None, {}
 
     def bundles(self, experts:list) -> dict:
-        "`{expert: {(proj, part): torch tensor}}`: from a resident layer, else the pool (misses read now)"
+        """`{expert: {(proj, part): torch tensor}}`: from a resident layer, else the pool (misses
+        read now)"""
         eng, layer = self.engine, self.layer
         w = eng.resident.get(layer)
-        if w is None: self.held, self.views = None, {}  # no longer resident: its arrays are not kept alive here
+        # no longer resident: its arrays are not kept alive here
+        if w is None: self.held, self.views = None, {}
         else:
-            if w is not self.held: self.held, self.views = w, {}  # kept anew (or another time): new views
+            # kept anew (or another time): new views
+            if w is not self.held: self.held, self.views = w, {}
             for e in experts:
                 if e not in self.views: self.views[e] = {key: bq.torch_view(a)[e] for key, a in w.items()}
             return {e: self.views[e] for e in experts}
@@ -231,8 +249,10 @@ class Experts:
         return y if (proj, 'bias') not in w else y + w[proj, 'bias'].to(y.dtype)
 
     def __call__(self, x, inds:np.ndarray, bundles:dict|None=None):
-        "`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in one product"
-        if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))  # what the step leaves unused
+        """`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in
+        one product"""
+        # what the step leaves unused
+        if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))
         self.engine.stats[self.layer].calls += 1
         if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
         uniq = np.unique(inds).tolist()
@@ -247,7 +267,8 @@ class Experts:
         return out
 
     def one(self, x, ids:list, bundles:dict|None=None):
-        "`(K, D)`: the experts `ids` on the one token `x` (1, D); the elementwise work done once for all K"
+        """`(K, D)`: the experts `ids` on the one token `x` (1, D); the elementwise work done once
+        for all K"""
         bundles = bundles or self.bundles(list(dict.fromkeys(ids)))
         ws = [bundles[e] for e in ids]
         xb = x.to(torch.bfloat16)
@@ -258,7 +279,8 @@ class Experts:
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
 def _router(m) -> Proj:
-    "A block's router: a projection module (`gate`, `gate.gate_proj`), or a bare weight (`gate.weight`)"
+    """A block's router: a projection module (`gate`, `gate.gate_proj`), or a bare weight
+    (`gate.weight`)"""
     if isinstance(m, (Linear, QuantizedLinear, bq.TorchLinear)): return Proj(m)
     p = Proj()
     p.w = _f32(m)
@@ -266,12 +288,14 @@ def _router(m) -> Proj:
     return p
 
 class MoE:
-    "One MoE block in torch: its router, its streamed experts, and the shared expert where the family has one"
+    """One MoE block in torch: its router, its streamed experts, and the shared expert where the
+    family has one"""
     def __init__(self, spec:MoESpec, blk, engine, layer:int):
         _check_routing(spec.routing, spec)
         self.spec, self.routing, self.layer = spec, spec.routing, layer
         self.router = _router(attr_at(blk, spec.router))
-        self.bias = _f32(attr_at(blk, spec.router_bias)) if spec.router_bias else None  # the correction bias
+        # the correction bias
+        self.bias = _f32(attr_at(blk, spec.router_bias)) if spec.router_bias else None
         self.experts = Experts(engine, layer)
         self.shared = MLP(getattr(blk, spec.shared)) if spec.shared else None
         self.shared_gate = Proj(getattr(blk, spec.shared_gate)) if spec.shared_gate else None
@@ -286,7 +310,8 @@ class MoE:
 
 
 class Layer:
-    "One decoder layer of a torch family: attention, then its MoE block or dense MLP, each after an RMSNorm"
+    """One decoder layer of a torch family: attention, then its MoE block or dense MLP, each after
+    an RMSNorm"""
     def __init__(self, spec:MoESpec, model, i:int, engine):
         lyr = model.model.layers[i]
         self.attn, self.norm1 = Attention(_attention(lyr)), Norm(lyr.input_layernorm)
@@ -296,7 +321,8 @@ class Layer:
 
 # %% ../nbs/02c_torch_step.ipynb #be7e2450
 def packed_for_torch(handle) -> bool:
-    "Whether every routed expert of the streamed `handle` is stored for torch's int4 kernel (`--layout torch-cpu`)"
+    """Whether every routed expert of the streamed `handle` is stored for torch's int4 kernel
+    (`--layout torch-cpu`)"""
     return handle.engine is not None and all(torch_quant(q) for q in handle.engine.quant.values())
 
 def check_torch_step(handle) -> str|None:
@@ -350,10 +376,12 @@ def _tied(tied, refine:int) -> Proj:
 class StepCounts:
     "What a torch step did, for the profile (its int4 kernel calls: `TorchStep.kernel_calls`)"
     steps:int = 0
-    crossings:int = 0     # arrays passed between torch and MLX (sampling through mlx-lm's sampler: one per step)
+    # arrays passed between torch and MLX (sampling through mlx-lm's sampler: one per step)
+    crossings:int = 0
 
 class TorchStep(Step):
-    "The whole forward pass of a streamed model in torch, its experts from the engine, its decoder's policy kept"
+    """The whole forward pass of a streamed model in torch, its experts from the engine, its
+    decoder's policy kept"""
     def __init__(self, handle):
         why = check_torch_step(handle)
         if why: raise InputError(f"the torch step cannot serve this model: {why}")
@@ -361,7 +389,8 @@ class TorchStep(Step):
         model, spec = handle.model, handle.spec
         inner = model.model
         emb = getattr(inner, 'embed_tokens', None)
-        self.embed, tied = _embedding(emb if emb is not None else inner.word_embeddings)  # Ling: `word_embeddings`
+        # Ling: `word_embeddings`
+        self.embed, tied = _embedding(emb if emb is not None else inner.word_embeddings)
         self.layers = [Layer(spec, model, i, self.engine) for i in range(spec.num_layers)]
         self.norm = Norm(inner.norm)
         head = getattr(model, 'lm_head', None)
@@ -386,7 +415,8 @@ class TorchStep(Step):
         for c in self.caches: c.trim(n)
 
     def __call__(self, ids, every:bool=False) -> torch.Tensor:
-        "Float32 logits (V,) of the last of token ids `ids` (a prompt, or a decode step's one token); `every`: (L, V)"
+        """Float32 logits (V,) of the last of token ids `ids` (a prompt, or a decode step's one
+        token); `every`: (L, V)"""
         h = self.embed(torch.as_tensor(ids, dtype=torch.long))
         for L, cache in zip(self.layers, self.caches):
             h = h + L.attn(L.norm1(h), cache)
@@ -402,7 +432,8 @@ class TorchStep(Step):
 from fastcore.basics import patch
 
 class TorchExecutor(Executor):
-    "The torch step computes what its decoder decides (`decode.Executor`): a block is the step's `MoE` of that layer"
+    """The torch step computes what its decoder decides (`decode.Executor`): a block is the step's
+    `MoE` of that layer"""
     def __init__(self, step): self.step = step
     def logits(self, m, x): return m.router(x)
     def bias(self, layer): return self.step.layers[layer].moe.bias
@@ -438,7 +469,8 @@ def flush(self:TorchStep, tok=None):
 # %% ../nbs/02c_torch_step.ipynb #55645f29
 @patch
 def begin(self:TorchStep, history:list|None):
-    "Start a generation after `history`, the tokens the step's KV cache holds (None or empty: a new sequence)"
+    """Start a generation after `history`, the tokens the step's KV cache holds (None or empty: a
+    new sequence)"""
     if not history: self.reset()
     elif self.offset != len(history):
         raise ValueError(f"the step's cache holds {self.offset} tokens, the history {len(history)}")
@@ -447,7 +479,8 @@ def begin(self:TorchStep, history:list|None):
 def logits(self:TorchStep, ids:list): return self(ids)
 
 @patch
-def argmax(self:TorchStep, logits): return torch.argmax(logits)  # greedy picks in torch: nothing crosses
+# greedy picks in torch: nothing crosses
+def argmax(self:TorchStep, logits): return torch.argmax(logits)
 
 @patch
 def to_sampler(self:TorchStep, logits):

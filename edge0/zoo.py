@@ -91,8 +91,10 @@ def _is_router_bias(name:str, spec:MoESpec) -> bool:
     return spec.router_bias_param is not None and name.rsplit('.', 1)[-1] == spec.router_bias_param
 
 def randomize(model, seed:int=0,
-              spec:MoESpec|None=None): # names the router correction bias (default: from `model.args`)
-    "Fill `model`'s matrices and router correction biases from numpy's generator seeded with `seed`, in name order"
+              # names the router correction bias (default: from `model.args`)
+              spec:MoESpec|None=None):
+    """Fill `model`'s matrices and router correction biases from numpy's generator seeded with
+    `seed`, in name order"""
     spec = spec or spec_for(dataclasses.asdict(model.args))
     rng = np.random.default_rng(seed)
     new = []
@@ -108,7 +110,8 @@ def tiny_model(config:dict, seed:int=0):
     "An unquantized mlx-lm model for `config` with seeded random weights, and its `MoESpec`"
     Model, Args = model_class(config)
     spec = spec_for(config)
-    B.seed(seed)  # the parameters `randomize` leaves (norms, attention biases) are drawn by mlx at construction
+    # the parameters `randomize` leaves (norms, attention biases) are drawn by mlx at construction
+    B.seed(seed)
     model = randomize(Model(Args.from_dict(config)), seed, spec)
     B.eval(model.parameters())
     return model, spec
@@ -123,7 +126,8 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 def tiny_tokenizer(dst, vocab:int=512) -> int:
-    "Write a byte-level BPE tokenizer of at most `vocab` tokens into directory `dst`; returns the end-of-turn token id"
+    """Write a byte-level BPE tokenizer of at most `vocab` tokens into directory `dst`; returns the
+    end-of-turn token id"""
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
@@ -144,7 +148,8 @@ def _scale_embedding(model, rms:float):
     model.update(B.tree_unflatten([(n, w * (rms * w.shape[-1] ** 0.5)) for n, w in emb]))
 
 def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False,
-               embed_rms:float|None=None, # rows of the token embedding at this RMS (None: drawn as every matrix)
+               # rows of the token embedding at this RMS (None: drawn as every matrix)
+               embed_rms:float|None=None,
                **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
@@ -167,7 +172,8 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
 
 # %% ../nbs/00_zoo.ipynb #a35dd077
 def zoo_path(model_type:str, root=None, seed:int=0) -> Path:
-    "A tiny `model_type` checkpoint under `root` (default: `$EDGE0_ZOO` or `~/.cache/edge0/zoo`), built on first use"
+    """A tiny `model_type` checkpoint under `root` (default: `$EDGE0_ZOO` or `~/.cache/edge0/zoo`),
+    built on first use"""
     root = Path(root or os.environ.get('EDGE0_ZOO') or Path.home() / '.cache' / 'edge0' / 'zoo')
     p = root / f"{model_type}-s{seed}"
     if not (p / 'config.json').exists(): build_tiny(model_type, p, seed=seed, overwrite=True)
@@ -175,7 +181,8 @@ def zoo_path(model_type:str, root=None, seed:int=0) -> Path:
 
 # %% ../nbs/00_zoo.ipynb #786576de
 def _draw_quantized(rng, shape, bits:int, chunk:int=16, gain:float=1.0):
-    "Zero-mean normal weights of `shape` (`gain`/sqrt(fan-in)), quantized g64 in chunks along the first axis"
+    """Zero-mean normal weights of `shape` (`gain`/sqrt(fan-in)), quantized g64 in chunks along the
+    first axis"""
     from edge0.backend import quant as bq
     parts = []
     for i in range(0, shape[0], chunk):
@@ -198,16 +205,20 @@ def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:in
             arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
     return arrays
 
-SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)  # attn_out: up to 12 layers; less for deeper stacks
-# attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few experts: the hard case for
+# attn_out: up to 12 layers; less for deeper stacks
+SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
+# attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few
+# experts: the hard case for
 # any cache) or 'calibrated' (to the published figures for trained MoEs: see below)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
 
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
                     seed:int=0, overwrite:bool=False, gains:dict|None=None, routing:str='uniform') -> Path:
-    "A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained model's"
+    """A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained
+    model's"""
     if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of {', '.join(ROUTINGS)}")
-    depth = min(1.0, (12 / num_layers) ** 0.5)  # attention averages the context: deeper stacks get less per layer
+    # attention averages the context: deeper stacks get less per layer
+    depth = min(1.0, (12 / num_layers) ** 0.5)
     gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing], **(gains or {})}
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
@@ -215,7 +226,8 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
     config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden, expert_size=expert_size)
     config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8, intermediate_size=4 * expert_size)
     small, _ = tiny_model(config, seed)
-    scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'  # rows at unit RMS
+    # rows at unit RMS
+    scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'
                        else gains['attn_out'] if n.endswith('self_attn.o_proj.weight') else 1.0)
     small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16))
                                    for n, w in B.tree_flatten(small.parameters())]))
@@ -243,7 +255,8 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
 # %% ../nbs/00_zoo.ipynb #34ab5e6a
 def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=True, bits:int=4, group_size:int=64,
                       mode:str='affine', recipe:str|None=None, seed:int=0, config:dict|None=None, **config_kw) -> Path:
-    "A tiny `model_type` checkpoint written by `mlx_lm.convert` from a float32 source: `dtype`, optionally quantized"
+    """A tiny `model_type` checkpoint written by `mlx_lm.convert` from a float32 source: `dtype`,
+    optionally quantized"""
     import contextlib, io, tempfile
     from mlx_lm.convert import convert
     from mlx_lm.utils import save_model, save_config

@@ -28,7 +28,7 @@ def test_bench_runs_the_protocol(edge0_cmd, tmp_path):
 @pytest.mark.skipif(not ROOT_CGROUPS, reason='needs root and cgroup v1 memory and blkio controllers')
 def test_bench_under_a_cap_and_a_tier(tmp_path):
     m = str(teacher_path('edge0-tiny'))
-    rep = E.run([E.Arm(m, 'off', 8, pool_mb=0.6, cold_steps=True)], tokens=3, rounds=1, cap_mb=1500, tier='emmc',
+    rep = E.run([E.Arm(m, 'off', 8, pool_mib=0.6, cold_steps=True)], tokens=3, rounds=1, cap_mb=1500, tier='emmc',
                 out=tmp_path, progress=False, routing=False)
     disk = C.measure_read(m, seconds=0.5)  # a disk slower than the tier reads at its own rate under the throttle
     measured = rep['measured_mb_s']  # the throttle holds

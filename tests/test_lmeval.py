@@ -114,6 +114,15 @@ def test_generation_stops_and_refuses_what_cannot_fit(lm):
     seeded = dict(until=[], max_gen_toks=8, do_sample=True, temperature=1.0, seed=5)
     assert generate_text(served, prompt, seeded, 64) == generate_text(served, prompt, seeded, 64)
     with pytest.raises(InputError, match="'prefetch'"): Edge0LM('edge0-tiny', 'prefetch')
+    with pytest.raises(InputError, match='model_args pool: not an argument'): Edge0LM('edge0-tiny', pool=4)
+
+def test_model_args_pass_one_serving():
+    "model_args become one Serving, passed whole; the older spellings still work, with a note"
+    with pytest.warns(FutureWarning, match='pool_mb= is now pool_mib='):
+        lm = Edge0LM('edge0-tiny', 'routing', 4, pool_mb=64)
+    s = lm.served.serving
+    assert (s.mode, s.k, s.resident, s.options.pool_bytes) == ('routing', 4, False, 64 * 2**20)
+    lm.served.close()
 
 def test_simple_evaluate_on_local_tasks_matches_served(tasks, lm):
     "The harness runs all three kinds of task offline; its numbers are the ones Served gives for its own requests"

@@ -28,7 +28,8 @@ def device_kind() -> str:
     return 'gpu' if mx.default_device() == mx.gpu else 'cpu'
 
 def compute_dtype(checkpoint_dtype=bfloat16):
-    "Activation dtype for a checkpoint stored in `checkpoint_dtype`: float32 on the CPU, the checkpoint's own on Metal"
+    """Activation dtype for a checkpoint stored in `checkpoint_dtype`: float32 on the CPU, the
+    checkpoint's own on Metal"""
     return float32 if device_kind() == 'cpu' else checkpoint_dtype
 
 # %% ../../nbs/00_backend_core.ipynb #709291ac
@@ -45,7 +46,8 @@ def compile(fn, shapeless:bool=False):
     return mx.compile(fn, shapeless=shapeless)
 
 def end_thread():
-    "Destroy the backend streams this thread made: a thread that used MLX calls it before it ends (MLX asks for it)"
+    """Destroy the backend streams this thread made: a thread that used MLX calls it before it ends
+    (MLX asks for it)"""
     mx.clear_streams()
 
 def seed(n:int):
@@ -69,7 +71,8 @@ def tree_unflatten(items:list):
     return _tree_unflatten(items)
 
 def load_arrays(path) -> dict:
-    "`{name: array}` of a small safetensors file (training state; never expert tensors: the store reads those by range)"
+    """`{name: array}` of a small safetensors file (training state; never expert tensors: the store
+    reads those by range)"""
     return mx.load(str(path))
 
 def lazy_arrays(paths) -> dict:
@@ -105,7 +108,8 @@ def set_cache_limit(nbytes:int) -> int:
     return mx.set_cache_limit(nbytes)
 
 def working_set_limit() -> int|None:
-    "Metal's recommended working set (bytes) when MLX runs on a GPU (its buffers should stay within it), else None"
+    """Metal's recommended working set (bytes) when MLX runs on a GPU (its buffers should stay
+    within it), else None"""
     return mx.device_info().get('max_recommended_working_set_size') if device_kind() == 'gpu' else None
 
 
@@ -122,7 +126,8 @@ import importlib
 _OPS = {}  # 'mlx' | 'torch' -> module, imported once (torch only where a tensor is routed)
 
 def ops_of(a):
-    "The array functions for `a`: this module for an MLX array, `backend.torch_core` for a torch tensor"
+    """The array functions for `a`: this module for an MLX array, `backend.torch_core` for a torch
+    tensor"""
     kind = 'mlx' if isinstance(a, mx.array) else 'torch'
     ops = _OPS.get(kind)
     if ops is None:

@@ -27,7 +27,8 @@ def _storage(dtype:str):
 
 # %% ../../nbs/00_backend_io.ipynb #18792ca7
 def from_buffer(buf, dtype:str, shape, offset:int=0, evaluate:bool=True):
-    "Array of `shape` and safetensors `dtype` from `buf` (bytes, bytearray, memoryview, mmap) at byte `offset`"
+    """Array of `shape` and safetensors `dtype` from `buf` (bytes, bytearray, memoryview, mmap) at
+    byte `offset`"""
     st = _storage(dtype)
     n = int(np.prod(shape)) if len(shape) else 1
     need = offset + n * np.dtype(st).itemsize
@@ -38,9 +39,11 @@ def from_buffer(buf, dtype:str, shape, offset:int=0, evaluate:bool=True):
     a = mx.array(np.frombuffer(buf, dtype=st, count=n, offset=offset).reshape(tuple(shape)))
     target = DTYPES[dtype][1]
     if a.dtype != target: a = a.view(target)
-    if evaluate: mx.eval(a)  # reader threads have streams of their own: evaluate a lazy view where it was made
+    # reader threads have streams of their own: evaluate a lazy view where it was made
+    if evaluate: mx.eval(a)
     return a
 
 def materialize(*arrays):
-    "Evaluate arrays made by `from_buffer(..., evaluate=False)` in the thread that made them (one evaluation for many)"
+    """Evaluate arrays made by `from_buffer(..., evaluate=False)` in the thread that made them (one
+    evaluation for many)"""
     mx.eval(*arrays)

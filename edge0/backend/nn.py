@@ -11,7 +11,8 @@ import mlx.core as mx
 import mlx.nn as _nn
 import mlx.optimizers as optim  # AdamW and the learning-rate schedules, as they are
 from mlx.nn import Linear, QuantizedLinear  # the projections a recovery LoRA wraps
-from mlx.nn import Embedding, QuantizedEmbedding, RMSNorm, RoPE  # what the torch step reads of an mlx-lm model
+# what the torch step reads of an mlx-lm model
+from mlx.nn import Embedding, QuantizedEmbedding, RMSNorm, RoPE
 
 def silu(x): return _nn.silu(x)
 

@@ -13,7 +13,8 @@ __all__ = ['GROUP_SIZE', 'BITS', 'MODES', 'KERNELS', 'TORCH_GROUPS', 'REFINE', '
 import mlx.core as mx
 
 GROUP_SIZE, BITS = 64, 4
-MODES = ('affine', 'mxfp4', 'nvfp4', 'mxfp8')  # affine has biases; the float modes have only (uint8) scales
+# affine has biases; the float modes have only (uint8) scales
+MODES = ('affine', 'mxfp4', 'nvfp4', 'mxfp8')
 
 def quantize(w, group_size:int=GROUP_SIZE, bits:int=BITS, mode:str='affine'):
     "Packed weight, scales and (affine) biases of `w` (..., out, in)"
@@ -30,7 +31,8 @@ def quantized_matmul(x, wq, scales, biases, transpose:bool=True, group_size:int=
 
 def gather_qmm(x, wq, scales, biases, lhs_indices=None, rhs_indices=None, transpose:bool=True,
                group_size:int=GROUP_SIZE, bits:int=BITS, sorted_indices:bool=False, mode:str='affine'):
-    "Batched `quantized_matmul` where `rhs_indices` picks the expert (first axis of `wq`) for each row"
+    """Batched `quantized_matmul` where `rhs_indices` picks the expert (first axis of `wq`) for each
+    row"""
     return mx.gather_qmm(x, wq, scales, biases, lhs_indices, rhs_indices, transpose=transpose,
                          group_size=group_size, bits=bits, mode=mode, sorted_indices=sorted_indices)
 
@@ -63,20 +65,23 @@ def check_kernels(kernels:str|None) -> str:
     return kernels
 
 def torch_int4(bits:int, group_size:int, mode:str='affine', out_features:int=16) -> bool:
-    "Whether torch's int4 kernel can compute a projection quantized this way (its packing needs out % 16 == 0)"
+    """Whether torch's int4 kernel can compute a projection quantized this way (its packing needs
+    out % 16 == 0)"""
     return mode == 'affine' and bits == 4 and group_size in TORCH_GROUPS and out_features % 16 == 0
 
 
 # %% ../../nbs/00_backend_quant.ipynb #1ac05cf2
 def nibbles(wq) -> np.ndarray:
-    "The `[out, in]` int32 values (0..15) packed in MLX's 4-bit `wq` (8 per uint32, lowest bits first)"
+    """The `[out, in]` int32 values (0..15) packed in MLX's 4-bit `wq` (8 per uint32, lowest bits
+    first)"""
     b = np.asarray(wq).view(np.uint8)
     q = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.int32)
     q[..., 0::2], q[..., 1::2] = b & 15, b >> 4
     return q
 
 def torch_pack(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
-    "`(packed uint8 [out, in/2], scales_and_zeros bf16 [in/group, out, 2])` of one MLX int4 projection, for torch"
+    """`(packed uint8 [out, in/2], scales_and_zeros bf16 [in/group, out, 2])` of one MLX int4
+    projection, for torch"""
     import torch
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(nibbles(wq)), 2)
     s, b = B.to_numpy(scales).astype(np.float32), B.to_numpy(biases).astype(np.float32)
@@ -88,7 +93,8 @@ def to_torch(x):
     "A torch view of the MLX array `x` (evaluated first; no copy)"
     import torch
     if x.dtype != B.bfloat16: return torch.from_numpy(np.asarray(x))
-    m = memoryview(x)  # numpy has no bfloat16: torch reads the buffer itself (a view through MLX would cost 4x more)
+    # numpy has no bfloat16: torch reads the buffer itself (a view through MLX would cost 4x more)
+    m = memoryview(x)
     if m.c_contiguous and m.nbytes and x.ndim: return torch.frombuffer(m, dtype=torch.bfloat16).view(tuple(x.shape))
     return torch.from_numpy(np.asarray(x.view(B.uint16))).view(torch.bfloat16)
 
@@ -98,13 +104,15 @@ _TORCH_OF = dict(F32='float32', F16='float16', BF16='bfloat16', U8='uint8', I8='
                  U32='uint32', I64='int64', BOOL='bool')  # safetensors dtype names
 
 def torch_from_buffer(buf, dtype:str, shape):
-    "A torch tensor of safetensors `dtype` and `shape` that views `buf` (no copy) and keeps it alive"
+    """A torch tensor of safetensors `dtype` and `shape` that views `buf` (no copy) and keeps it
+    alive"""
     import torch, warnings
     if dtype not in _TORCH_OF:
         raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(_TORCH_OF)}")
     t, mv = getattr(torch, _TORCH_OF[dtype]), memoryview(buf).cast('B')
     n = int(np.prod(shape)) if len(shape) else 1
-    with warnings.catch_warnings():  # a read-only buffer (a view of a mapped file): the kernels only read it
+    # a read-only buffer (a view of a mapped file): the kernels only read it
+    with warnings.catch_warnings():
         warnings.simplefilter('ignore', UserWarning)
         return torch.frombuffer(mv, dtype=t, count=n).view(tuple(shape))
 
@@ -128,7 +136,8 @@ def torch_view(a):
     if name not in _TORCH_DTYPES or not (m.c_contiguous and m.nbytes and a.ndim): return to_torch(a)
     raw = (ctypes.c_uint8 * m.nbytes).from_address(np.frombuffer(m, np.uint8).ctypes.data)
     t = _VIEWS[key] = torch.frombuffer(raw, dtype=getattr(torch, name)).view(tuple(a.shape))
-    _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))  # forgotten when `a` goes, before its id is reused
+    # forgotten when `a` goes, before its id is reused
+    _REFS[key] = weakref.ref(a, lambda _, key=key: _forget(key))
     return t
 
 # %% ../../nbs/00_backend_quant.ipynb #95abf354
@@ -150,7 +159,8 @@ def int4_mm(x, packed, sz, group_size:int=GROUP_SIZE):
 
 # %% ../../nbs/00_backend_quant.ipynb #a02b9a3b
 class TorchLinear(B.Module):
-    "A `QuantizedLinear` computed by torch: int4 by its int4 kernel, other widths dequantized once to float32"
+    """A `QuantizedLinear` computed by torch: int4 by its int4 kernel, other widths dequantized once
+    to float32"""
     def __init__(self, linear, refine:int=0):
         super().__init__()
         import torch
@@ -164,8 +174,10 @@ class TorchLinear(B.Module):
             w = dequantize(linear.weight, linear.scales, linear.get('biases'), linear.group_size, linear.bits,
                            self.mode).astype(B.float32)
             self._w = torch.from_numpy(np.array(w))  # owns its float32 copy
-        # refine > 0 (the lm_head): each row's top `refine` outputs recomputed exactly from MLX's own weights, so
-        # the bfloat16 rounding of the kernel's output (1/16 at a logit of 10) cannot reorder the leading tokens
+        # refine > 0 (the lm_head): each row's top `refine` outputs recomputed exactly from MLX's
+        # own weights, so
+        # the bfloat16 rounding of the kernel's output (1/16 at a logit of 10) cannot reorder the
+        # leading tokens
         self._refine = refine if self._int4 else 0
         self._mlx = (linear.weight, linear.scales, linear.get('biases')) if self._refine else None
     def __call__(self, x):
@@ -177,7 +189,8 @@ class TorchLinear(B.Module):
         if self._refine: self._exact_top(x.reshape(-1, shape[-1]), y)
         return from_torch(y, dt).reshape(*shape[:-1], self.out_features)
     def _exact_top(self, x, y, chunk:int=32):
-        "Overwrite each row's `refine` largest outputs in `y` (float32 torch) with MLX's float32 products"
+        """Overwrite each row's `refine` largest outputs in `y` (float32 torch) with MLX's float32
+        products"""
         import torch
         top = torch.topk(y, min(self._refine, y.shape[-1]), dim=-1).indices.numpy()
         wq, scales, biases = self._mlx
@@ -190,7 +203,8 @@ class TorchLinear(B.Module):
             y[rows, torch.from_numpy(top[i:i + chunk])] = torch.from_numpy(np.array(exact)) + (
                 0 if self._bias is None else self._bias[torch.from_numpy(top[i:i + chunk])])
     def dense_weight(self):
-        "The float32 `(out, in)` weight this computes with (int4: as the kernel dequantizes it, in bfloat16)"
+        """The float32 `(out, in)` weight this computes with (int4: as the kernel dequantizes it, in
+        bfloat16)"""
         import torch
         if not self._int4: return B.array(self._w.numpy())
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)
@@ -211,14 +225,17 @@ def use_torch_kernels(model, weights:dict|None=None) -> list:
         *up, name = path.split('.')
         parent = model
         for p in up: parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        key = int(name) if isinstance(parent, list) else name  # a projection held directly in a list
+        # a projection held directly in a list
+        key = int(name) if isinstance(parent, list) else name
         parent[key] = TorchLinear(m, refine=REFINE if name == 'lm_head' else 0)
-        if weights is not None and name != 'lm_head': _unload(m, path, weights)  # the lm_head refines from its own
+        # the lm_head refines from its own
+        if weights is not None and name != 'lm_head': _unload(m, path, weights)
         swapped.append((parent, key, m))
     return swapped
 
 def _unload(m, path:str, weights:dict):
-    "Give module `m` (at `path`) the checkpoint's unread arrays in place of its own, where every one matches"
+    """Give module `m` (at `path`) the checkpoint's unread arrays in place of its own, where every
+    one matches"""
     own = dict(B.tree_flatten(m.parameters()))
     disk = {k: weights.get(f'{path}.{k}') for k in own}
     if all(a is not None and a.shape == own[k].shape for k, a in disk.items()):
@@ -228,7 +245,8 @@ def _unload(m, path:str, weights:dict):
 TORCH_PARTS = ('packed', 'sz')  # a torch-packed projection's stored parts
 
 def torch_pack_experts(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
-    "`torch_pack` of each expert of stacked MLX int4 weights `[experts, out, in/8]`: `(packed, sz)` numpy arrays"
+    """`torch_pack` of each expert of stacked MLX int4 weights `[experts, out, in/8]`: `(packed,
+    sz)` numpy arrays"""
     pairs = [torch_pack(wq[e], scales[e], biases[e], group_size) for e in range(wq.shape[0])]
     import torch
     packed = np.stack([p.numpy() for p, _ in pairs])
@@ -236,7 +254,9 @@ def torch_pack_experts(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
 
 def torch_expert_mlp(x, # (..., D) hidden states
                      idx, # (..., K) indices into the stacked experts
-                     w:dict, # {(proj, 'packed'|'sz'|'bias'): (S, ...) stack, or a list of S per-expert arrays}
+                     # {(proj, 'packed'|'sz'|'bias'): (S, ...) stack, or a list of S per-expert
+                     # arrays}
+                     w:dict,
                      group_size:int=GROUP_SIZE):
     "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
     import torch
@@ -275,7 +295,8 @@ def pack_order(scheme:str, n:int, k:int) -> np.ndarray:
     return np.concatenate(out).astype(np.int32)
 
 def pack_as(scheme:str, q) -> np.ndarray:
-    "`q` (`[n, k]` values 0..15) packed as `scheme`: uint8 `[n, k/2]`, as torch's packing of that scheme returns it"
+    """`q` (`[n, k]` values 0..15) packed as `scheme`: uint8 `[n, k/2]`, as torch's packing of that
+    scheme returns it"""
     n, k = q.shape
     nib = np.asarray(q, np.uint8).reshape(-1)[pack_order(scheme, n, k)]
     return (nib[0::2] | nib[1::2] << 4).reshape(n, k // 2)
@@ -308,13 +329,15 @@ def scheme_of(probe:str) -> str|None:
     return _scheme_probes().get(probe)
 
 def pack_rows() -> int|None:
-    "Rows in a block of this torch's packing (weights packed in whole blocks stack); None for an unknown packing"
+    """Rows in a block of this torch's packing (weights packed in whole blocks stack); None for an
+    unknown packing"""
     scheme = torch_packing()['scheme']
     return SCHEMES[scheme][0] if scheme else None
 
 # %% ../../nbs/00_backend_quant.ipynb #2f8a8396
 class Repack:
-    "Re-packs int4 weights packed as scheme `src` into scheme `dst`: one gather of nibbles, indexed once per shape"
+    """Re-packs int4 weights packed as scheme `src` into scheme `dst`: one gather of nibbles,
+    indexed once per shape"""
     def __init__(self, src:str, dst:str): self.src, self.dst, self._index = src, dst, {}
     def index(self, n:int, k:int) -> np.ndarray:
         if (n, k) not in self._index:  # built again by a second thread at worst: the same array
