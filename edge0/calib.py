@@ -28,9 +28,11 @@ class Document:
     @property
     def source(self) -> str:
         "The file the document came from"
-        return re.sub(r':\d+$', '', self.name) if self.messages is not None or _is_jsonl(self.name) else self.name
+        return re.sub(r':\d+$', '',
+                      self.name) if self.messages is not None or _is_jsonl(self.name) else self.name
 
-def _is_jsonl(name) -> bool: return re.sub(r':\d+$', '', str(name)).endswith(('.jsonl', '.jsonl.gz'))
+def _is_jsonl(name) -> bool: return re.sub(r':\d+$', '',
+                                           str(name)).endswith(('.jsonl', '.jsonl.gz'))
 
 # %% ../nbs/00_calib.ipynb #a58da924
 ROLES = ('system', 'user', 'assistant', 'tool')  # the roles edge0 serves
@@ -43,7 +45,8 @@ def _gzip_fault(p:Path, e:Exception, magic:bytes) -> InputError:
     why = ('the file is empty' if not magic else 'not gzip data: it does not start with 1f 8b' if magic != b'\x1f\x8b'
            else 'it ends before the end of the stream' if isinstance(e, EOFError)
            else 'bytes that are not gzip follow the stream' if str(e).startswith('Not a gzipped file') else str(e))
-    return InputError(f"{p}: the gzip stream is truncated or corrupt ({why}); expected a complete .gz file")
+    return InputError(f"{p}: the gzip stream is truncated or corrupt ({why}); expected a complete "
+                      ".gz file")
 
 def _gunzip(p:Path, raw:bytes) -> bytes:
     """`raw`, the bytes of `p`, decompressed whole: every member to its end, its CRC and length
@@ -61,7 +64,8 @@ def _read_text(p:Path) -> str:
     if p.name.endswith('.gz'): raw = _gunzip(p, raw)
     try: return raw.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise InputError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}); expected UTF-8 text or JSONL") \
+        raise InputError(f"{p} is not UTF-8 text (invalid byte at offset {e.start}); expected "
+                         "UTF-8 text or JSONL") \
             from None
 
 def _is_binary(p:Path) -> bool:
@@ -77,9 +81,11 @@ def _is_binary(p:Path) -> bool:
 def _check_messages(where:str, messages) -> list:
     "`messages` as a list of `{role, content}`; anything else is an `InputError` naming `where`"
     if not isinstance(messages, list) or not messages:
-        raise InputError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
+        raise InputError(f"{where}: 'messages' must be a non-empty list of {{role, content}} "
+                         "objects")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'), str):
+        if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'),
+                                                                                   str):
             raise InputError(f"{where}: message {i} must be {{'role': one of {', '.join(ROLES)}, "
                              f"'content': a string}}, got {json.dumps(m)[:80]}")
     return [dict(role=m['role'], content=m['content']) for m in messages]
@@ -87,13 +93,16 @@ def _check_messages(where:str, messages) -> list:
 def _row(where:str, line:str) -> Document:
     "The document in one JSONL line"
     try: row = json.loads(line)
-    except json.JSONDecodeError as e: raise InputError(f"{where} is not JSON ({e.msg}); expected {JSONL}") from None
-    if not isinstance(row, dict): raise InputError(f"{where} holds a JSON {type(row).__name__}; expected {JSONL}")
+    except json.JSONDecodeError as e: raise InputError(f"{where} is not JSON ({e.msg}); expected "
+                                                       f"{JSONL}") from None
+    if not isinstance(row, dict): raise InputError(f"{where} holds a JSON {type(row).__name__}; "
+                                                   f"expected {JSONL}")
     if 'text' in row:
         if not isinstance(row['text'], str): raise InputError(f"{where}: 'text' must be a string")
         return Document(where, text=row['text'])
     if 'messages' in row: return Document(where, messages=_check_messages(where, row['messages']))
-    raise InputError(f"{where} has neither 'text' nor 'messages' (keys: {', '.join(row) or 'none'}); expected {JSONL}")
+    raise InputError(f"{where} has neither 'text' nor 'messages' (keys: "
+                     f"{', '.join(row) or 'none'}); expected {JSONL}")
 
 def _read_file(p:Path) -> list:
     "The documents of one file: each line of a JSONL file, else the whole text"
@@ -112,8 +121,9 @@ def _walk(folder:Path, say) -> list:
     if skipped and say: say(f"{folder}: skipped {len(skipped)} of {len(files)} files "
                             f"({len(hidden)} hidden, {len(binary)} binary)")
     if len(skipped) == len(files):
-        raise InputError(f"{folder} holds no readable text files ({len(files)} files: {len(hidden)} hidden, "
-                         f"{len(binary)} binary); expected text or JSONL files")
+        raise InputError(f"{folder} holds no readable text files ({len(files)} files: "
+                         f"{len(hidden)} hidden, {len(binary)} binary); expected text or JSONL "
+                         "files")
     return [d for f in files if f not in skipped for d in _read_file(f)]
 
 def _empty(d:Document) -> bool:
@@ -129,13 +139,16 @@ def read_documents(paths, # a path or a list of them: text files (`.gz` too), JS
                   ) -> list:
     "The `Document`s in `paths`, in order; every bad input is an `InputError` naming the file"
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if not paths: raise InputError("no calibration data given (expected text files, JSONL files or folders)")
+    if not paths: raise InputError("no calibration data given (expected text files, JSONL files "
+                                   "or folders)")
     docs = []
     for p in map(Path, paths):
-        if not p.exists(): raise InputError(f"{p} does not exist (expected a text file, a JSONL file or a folder)")
+        if not p.exists(): raise InputError(f"{p} does not exist (expected a text file, a JSONL "
+                                            "file or a folder)")
         docs += _walk(p, say) if p.is_dir() else _read_file(p)
     kept = [d for d in docs if not _empty(d)]
-    if not kept: raise InputError(f"{_names_of(paths)}: every document is empty ({len(docs)} documents, no text)")
+    if not kept: raise InputError(f"{_names_of(paths)}: every document is empty ({len(docs)} "
+                                  "documents, no text)")
     return kept
 
 # %% ../nbs/00_calib.ipynb #4818ea5f
@@ -148,16 +161,18 @@ def has_chat_template(tokenizer) -> bool:
 
 def chat_ids(tokenizer, messages:list, add_generation_prompt:bool=True) -> list:
     "Token ids of `messages` through the chat template, as a served chat is tokenized"
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
     return tokenizer.encode(text, add_special_tokens=False)
 
 def document_ids(tokenizer, doc:Document) -> list:
     "Token ids of one document: text by `encode`, a chat through the chat template"
     if doc.messages is None: return tokenizer.encode(doc.text)
     if not has_chat_template(tokenizer):
-        raise InputError(f"{doc.name} is a chat ('messages') but the tokenizer has no chat template; "
-                         "give 'text' documents")
-    return chat_ids(tokenizer, doc.messages, add_generation_prompt=doc.messages[-1]['role'] != 'assistant')
+        raise InputError(f"{doc.name} is a chat ('messages') but the tokenizer has no chat "
+                         "template; give 'text' documents")
+    return chat_ids(tokenizer, doc.messages,
+                    add_generation_prompt=doc.messages[-1]['role'] != 'assistant')
 
 def encode_documents(tokenizer, docs:list) -> list:
     "Token ids (int32 arrays) of each of `docs`"
@@ -172,10 +187,12 @@ def encode_documents(tokenizer, docs:list) -> list:
 # %% ../nbs/00_calib.ipynb #21105a12
 def heldout_score(doc:Document) -> float:
     "Where `doc` falls in [0, 1): a hash of its content alone, so its split depends on nothing else"
-    content = doc.text if doc.messages is None else json.dumps(doc.messages, sort_keys=True, ensure_ascii=False)
+    content = doc.text if doc.messages is None else json.dumps(doc.messages, sort_keys=True,
+                                                               ensure_ascii=False)
     # salted: a set chosen by plain sha256 order (the bundled one is) would otherwise be all low
     # scores
-    return int(hashlib.sha256(f"edge0-heldout\0{content}".encode('utf-8')).hexdigest()[:16], 16) / 2**64
+    return int(hashlib.sha256(f"edge0-heldout\0{content}".encode('utf-8')).hexdigest()[:16],
+               16) / 2**64
 
 def split_documents(docs:list, heldout:float=0.05) -> tuple[list, list]:
     """`(train, heldout)` documents: held out iff `heldout_score` < `heldout`; each side non-empty
@@ -222,11 +239,13 @@ def _sha256(a:np.ndarray) -> str: return hashlib.sha256(np.ascontiguousarray(a, 
 def _listed(names:list):
     "The names themselves, or their count and a sha256 over them when there are many"
     if len(names) <= MOST_NAMES: return list(names)
-    return dict(count=len(names), sha256=hashlib.sha256('\n'.join(names).encode('utf-8')).hexdigest())
+    return dict(count=len(names),
+                sha256=hashlib.sha256('\n'.join(names).encode('utf-8')).hexdigest())
 
 def _eos(tokenizer) -> int:
     eos = getattr(tokenizer, 'eos_token_id', None)
-    if eos is None: raise InputError("the tokenizer has no EOS token, which joins calibration documents")
+    if eos is None: raise InputError("the tokenizer has no EOS token, which joins calibration "
+                                     "documents")
     return int(eos)
 
 # %% ../nbs/00_calib.ipynb #34181957
@@ -239,7 +258,8 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
     """Training and held-out windows of `docs`, tokenized as served, split by document, with their
     provenance"""
     if seq < 1: raise InputError(f"seq must be at least 1, got {seq}")
-    if not 0 < heldout < 1: raise InputError(f"heldout must be a fraction between 0 and 1, got {heldout}")
+    if not 0 < heldout < 1: raise InputError("heldout must be a fraction between 0 and 1, got "
+                                             f"{heldout}")
     if tokens is not None and tokens < seq:
         raise InputError(f"tokens ({tokens}) must be at least one window, seq={seq}")
     if not docs: raise InputError("no calibration documents")
@@ -250,16 +270,17 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
         train_ids, held_ids, train_docs, held_docs, by = ids[:cut], ids[cut:], docs, docs, 'position'
     else:
         train_docs, held_docs = split_documents(docs, heldout)
-        train_ids, held_ids = (_joined(encode_documents(tokenizer, ds), eos) for ds in (train_docs, held_docs))
+        train_ids, held_ids = (_joined(encode_documents(tokenizer, ds),
+                                       eos) for ds in (train_docs, held_docs))
         by = 'document'
     named = _names_of(sources)
     if len(train_ids) < seq:
-        raise InputError(f"{named}: {len(train_ids):,} training tokens, fewer than one window (seq={seq}); "
-                         "give more text or a smaller seq")
+        raise InputError(f"{named}: {len(train_ids):,} training tokens, fewer than one window "
+                         f"(seq={seq}); give more text or a smaller seq")
     if len(held_ids) < seq:
-        raise InputError(f"{named}: the held-out split ({len(held_docs)} of {len(docs)} documents) has "
-                         f"{len(held_ids):,} tokens, fewer than one window (seq={seq}); give more documents, a larger "
-                         "heldout or a smaller seq")
+        raise InputError(f"{named}: the held-out split ({len(held_docs)} of {len(docs)} documents) "
+                         f"has {len(held_ids):,} tokens, fewer than one window (seq={seq}); give "
+                         "more documents, a larger heldout or a smaller seq")
     train, held = sample_windows(windows(train_ids, seq), tokens, seed), windows(held_ids, seq)
     record = dict(format=FORMAT, sources=_listed(sources), split=by, heldout_fraction=heldout,
                   documents=dict(train=len(train_docs), heldout=len(held_docs)),
@@ -277,7 +298,8 @@ CALIBRATION = DATA / 'calibration'  # the bundled default set
 def default_documents(folder=CALIBRATION) -> list:
     "The bundled calibration set's documents (its `*.jsonl.gz` files, not its licence)"
     files = sorted(Path(folder).glob('*.jsonl.gz'))
-    if not files: raise InputError(f"{folder} holds no calibration files (*.jsonl.gz); reinstall edge0")
+    if not files: raise InputError(f"{folder} holds no calibration files (*.jsonl.gz); reinstall "
+                                   "edge0")
     return read_documents(files)
 
 # %% ../nbs/00_calib.ipynb #bf30f4dd
@@ -300,7 +322,8 @@ def _corpus_text(path:Path) -> str:
 def _read_corpus(corpus_dir, name:str) -> str:
     path = Path(corpus_dir) / name
     if not path.is_file():
-        raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in {corpus_dir})")
+        raise InputError(f"corpus file {path} is missing (expected {', '.join(CORPUS)} in "
+                         f"{corpus_dir})")
     return _corpus_text(path)
 
 def corpus_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
@@ -316,7 +339,8 @@ def _pieces(text:str, heading:str) -> list:
     the first is dropped"""
     starts = [m.start() for m in re.finditer(heading, text, re.M)]
     ends = starts[1:] + [len(text)]
-    return [(text[a:text.index('\n', a)].strip(), text[a:b].strip('\n') + '\n') for a, b in zip(starts, ends)]
+    return [(text[a:text.index('\n', a)].strip(),
+             text[a:b].strip('\n') + '\n') for a, b in zip(starts, ends)]
 
 def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
     """`{part: [(source, text), ...]}` of the training part of the corpus: articles, chapters,
@@ -329,7 +353,8 @@ def corpus_documents(corpus_dir, heldout:float=HELDOUT) -> dict:
     last = files[-1][0]  # the file the cut may run through: not whole
     chapters = _pieces(austen, r'^(?:CHAPTER|Chapter) [IVXLC\d]+\.?$')
     scenes = _pieces(plays, r'^(?:SCENE|Scene) [IVXLC\d]+\.')
-    return dict(wiki=[(f"{CORPUS[0]} line {i}", line + '\n') for i, line in enumerate(wiki.splitlines(), 1)
+    return dict(wiki=[(f"{CORPUS[0]} line {i}",
+                       line + '\n') for i, line in enumerate(wiki.splitlines(), 1)
                       if line.strip()],
                 austen=[(f"{CORPUS[1]}: {head}", body) for head, body in chapters],
                 shakespeare=[(f"{CORPUS[2]}: {head[:60]}", body) for head, body in scenes],
@@ -352,7 +377,8 @@ def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
     train, held = [], []
     for name in CODE_CORPUS:
         path = Path(corpus_dir) / name
-        if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected {', '.join(CODE_CORPUS)})")
+        if not path.is_file(): raise InputError(f"corpus file {path} is missing (expected "
+                                                f"{', '.join(CODE_CORPUS)})")
         text = _corpus_text(path)
         files, cut = source_files(text), heldout_cut(text, heldout)
         first_held = max(i for i, (p, src) in enumerate(files) if text.index(f"# ==== {p}\n") <= cut) if files else 0
@@ -374,7 +400,8 @@ def _share(pieces:list, chars:int) -> list:
 
 def _write_jsonl_gz(path:Path, rows:list):
     "Gzipped JSONL, the same bytes on every run (no timestamp in the gzip header)"
-    data = ''.join(json.dumps(dict(text=text, source=source), ensure_ascii=False) + '\n' for source, text in rows)
+    data = ''.join(json.dumps(dict(text=text, source=source),
+                              ensure_ascii=False) + '\n' for source, text in rows)
     path.write_bytes(gzip.compress(data.encode('utf-8'), compresslevel=9, mtime=0))
 
 def build_calibration_set(corpus_dir, dst, chars:int=PART_CHARS) -> dict:
@@ -425,7 +452,8 @@ def self_prompts(docs:list, n:int, chars:int=200, seed:int=0) -> list:
     """`n` prompts drawn from `docs` (a seeded draw): passages of text documents, the openings of
     chats"""
     if n < 1 or not docs:
-        raise InputError(f"self_prompts needs documents and n >= 1 (got {len(docs)} documents, n={n})")
+        raise InputError(f"self_prompts needs documents and n >= 1 (got {len(docs)} documents, "
+                         f"n={n})")
     rng, prompts = np.random.default_rng(seed), []
     for i in rng.choice(len(docs), n, replace=n > len(docs)):
         d = docs[i]

@@ -38,12 +38,14 @@ def _stats(session:Session) -> str:
     return head + ('\n' + format_stats(s['serving']) if s['serving'] else '')
 
 # %% ../nbs/07b_chat.ipynb #c0006
-def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|None, system_prompt, out) -> str:
+def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|None, system_prompt,
+           out) -> str:
     """Stream the assistant's reply to `messages` to `out`; returns it (as far as it got when Ctrl-C
     stopped it)"""
     said = []
     try:
-        for piece in session.stream(session.prompt_ids(messages, system_prompt=system_prompt), max_tokens, sampling):
+        for piece in session.stream(session.prompt_ids(messages, system_prompt=system_prompt),
+                                    max_tokens, sampling):
             said.append(piece.text)
             out.write(piece.text)
             out.flush()
@@ -51,7 +53,8 @@ def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|Non
     out.write('\n')
     return ''.join(said)
 
-def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None, system_prompt:str|None=None,
+def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None,
+         system_prompt:str|None=None,
          inp=None, out=None, prompt:str='>> '):
     """Chat with `session`: lines from `inp`, replies streamed to `out`, until `/quit` or the end of
     the input"""
@@ -70,6 +73,7 @@ def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None, syste
         elif text.startswith('/') and ' ' not in text: out.write(f"unknown command {text}; /help lists them\n")
         else:
             messages.append(dict(role='user', content=line))
-            messages.append(dict(role='assistant', content=_reply(session, messages, max_tokens, sampling,
+            messages.append(dict(role='assistant',
+                                 content=_reply(session, messages, max_tokens, sampling,
                                                                   system_prompt, out)))
     return messages

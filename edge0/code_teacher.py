@@ -72,7 +72,8 @@ class Attention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(b, l, self.nh, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, l, self.nkv, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(b, l, self.nkv, self.hd).transpose(1, 2)
-        o = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True, enable_gqa=True)
+        o = F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True,
+                                           enable_gqa=True)
         return self.o_proj(o.transpose(1, 2).reshape(b, l, -1))
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0011
@@ -148,7 +149,8 @@ def init_weights(model:TorchQwen3Moe, seed:int):
 def mlx_name(name:str) -> str:
     "mlx-lm's name of a `TorchQwen3Moe` parameter"
     for proj in ('gate_proj', 'up_proj', 'down_proj'):
-        if name.endswith(f'mlp.{proj}'): name = name.replace(f'mlp.{proj}', f'mlp.switch_mlp.{proj}.weight')
+        if name.endswith(f'mlp.{proj}'): name = name.replace(f'mlp.{proj}',
+                                                             f'mlp.switch_mlp.{proj}.weight')
     return name if name.startswith('lm_head') else 'model.' + name
 
 def mlx_weights(model:TorchQwen3Moe) -> list:
@@ -173,10 +175,14 @@ class CodeRecipe(TeacherSpec):
     clip:float = 1.0  # the gradients' global norm at most
 
 CODE_TEACHER = CodeRecipe('edge0-tiny-code', dict(
-    model_type='qwen3_moe', hidden_size=192, num_hidden_layers=6, vocab_size=8192, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=48, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=4096,
-    tie_word_embeddings=False, torch_dtype='bfloat16', num_experts=64, num_experts_per_tok=8, moe_intermediate_size=64,
-    intermediate_size=512, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True), steps=1400)
+    model_type='qwen3_moe', hidden_size=192, num_hidden_layers=6, vocab_size=8192,
+                                                  num_attention_heads=4,
+    num_key_value_heads=2, head_dim=48, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                                  max_position_embeddings=4096,
+    tie_word_embeddings=False, torch_dtype='bfloat16', num_experts=64, num_experts_per_tok=8,
+                                                  moe_intermediate_size=64,
+    intermediate_size=512, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True),
+                          steps=1400)
 
 def lr_at(r:CodeRecipe, step:int) -> float:
     "Linear warmup to `r.lr`, then cosine decay to `r.lr / 10` at `r.steps`"
@@ -199,20 +205,23 @@ class CodeTrainer:
 
     def batch(self, step:int):
         r = self.recipe
-        return torch.from_numpy(windows_at(self.tokens, step, r.seed, r.batch, r.seq).astype(np.int64))
+        return torch.from_numpy(windows_at(self.tokens, step, r.seed, r.batch,
+                                           r.seq).astype(np.int64))
 
     def train_step(self) -> float:
         "One optimizer step; returns the cross-entropy"
         r, t0 = self.recipe, time.perf_counter()
         w = self.batch(self.step)
         for g in self.opt.param_groups: g['lr'] = lr_at(r, self.step)
-        ce = F.cross_entropy(self.model(w[:, :-1]).reshape(-1, r.config['vocab_size']), w[:, 1:].reshape(-1))
+        ce = F.cross_entropy(self.model(w[:, :-1]).reshape(-1, r.config['vocab_size']),
+                             w[:, 1:].reshape(-1))
         self.opt.zero_grad(set_to_none=True)
         (ce + r.aux_coef * self.model.balance()).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), r.clip)
         self.opt.step()
         self.step += 1
-        self.log.append(dict(step=self.step, loss=ce.item(), tok_s=r.batch * r.seq / (time.perf_counter() - t0)))
+        self.log.append(dict(step=self.step, loss=ce.item(),
+                             tok_s=r.batch * r.seq / (time.perf_counter() - t0)))
         return ce.item()
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0024
@@ -223,7 +232,8 @@ def _recipe_json(r:CodeRecipe) -> dict: return json.loads(json.dumps(asdict(r)))
 def save(self:CodeTrainer):
     """Write the checkpoint to `self.out` through a temporary file: the previous one stays until
     this one is whole"""
-    state = dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step, log=self.log,
+    state = dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step,
+                 log=self.log,
                  config=self.recipe.config,
                  recipe={k: v for k, v in asdict(self.recipe).items() if k not in ('name', 'config')})
     replace_whole(self.out, lambda tmp: torch.save(state, tmp))
@@ -234,12 +244,14 @@ def resume(self:CodeTrainer, ckpt=None):
     refused"""
     ckpt = Path(ckpt or self.out)
     try: state = torch.load(ckpt)
-    except Exception as e: raise InputError(f"{ckpt} is not a readable training checkpoint ({type(e).__name__}: {e})")
+    except Exception as e: raise InputError(f"{ckpt} is not a readable training checkpoint "
+                                            f"({type(e).__name__}: {e})")
     mine = _recipe_json(self.recipe)
     theirs = dict(state.get('recipe', {}), config=state.get('config'))
     if any(theirs.get(key) != v for key, v in mine.items() if key != 'name'):
-        raise InputError(f"{ckpt} was written for another recipe ({theirs.get('steps')} steps, hidden "
-                         f"{(theirs.get('config') or {}).get('hidden_size')}); remove it or use another work folder")
+        raise InputError(f"{ckpt} was written for another recipe ({theirs.get('steps')} steps, "
+                         f"hidden {(theirs.get('config') or {}).get('hidden_size')}); remove it or "
+                         "use another work folder")
     self.model.load_state_dict(state['model'])
     self.opt.load_state_dict(state['opt'])
     self.step, self.log = state['step'], state['log']
@@ -250,7 +262,8 @@ def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True
     """Train to step `until` (default: all), checkpointing every `ckpt_every` steps; a bar shows
     loss and tok/s"""
     until = until or self.recipe.steps
-    bar = tqdm(total=self.recipe.steps, initial=self.step, desc=self.recipe.name, unit='step', disable=not show)
+    bar = tqdm(total=self.recipe.steps, initial=self.step, desc=self.recipe.name, unit='step',
+               disable=not show)
     while self.step < until:
         self.train_step()
         bar.update()
@@ -262,7 +275,8 @@ def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True
     return self
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0028
-def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:float=0.6, show:bool=False) -> dict:
+def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:float=0.6,
+                   show:bool=False) -> dict:
     """`{ppl, sure, top1}` of mlx-lm `model` on `tokens` in windows of `seq` (`sure`: share of top p
     >= `sure`)"""
     n = (len(tokens) - 1) // seq
@@ -276,7 +290,8 @@ def predictability(model, tokens:np.ndarray, seq:int=512, batch:int=4, sure:floa
         confident += (B.exp(lp.max(axis=-1)) >= sure).sum().item()
         right += (lp.argmax(axis=-1) == y).sum().item()
     positions = n * seq
-    return dict(ppl=math.exp(ce / positions), sure=confident / positions, top1=right / positions, positions=positions)
+    return dict(ppl=math.exp(ce / positions), sure=confident / positions, top1=right / positions,
+                positions=positions)
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0031
 def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
@@ -287,7 +302,8 @@ def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
     train, held = code_split(corpus_dir)
     tok_dir = work / 'tokenizer'
     if not (tok_dir / 'tokenizer.json').exists():
-        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer([src for _, src in train], tmp, show=show)
+        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer([src for _, src in train],
+                                                                         tmp, show=show)
     ids = {}
     for part, files in (('train', train), ('heldout', held)):
         cache = work / f"{part}_tokens.npy"
@@ -297,14 +313,17 @@ def prepare_code(corpus_dir, work, show:bool=False) -> tuple:
         ids[part] = np.load(cache)
     return tok_dir, ids['train'], ids['heldout'], held
 
-def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
+def export_code_teacher(trainer:CodeTrainer, tok_dir, dst_dir,
+                        provenance:dict) -> tuple[Path, Path]:
     """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of the trained code teacher
     into `dst_dir`"""
-    return export_checkpoints(to_mlx(trainer.model), trainer.recipe.config, None, tok_dir, dst_dir, trainer.recipe.name,
+    return export_checkpoints(to_mlx(trainer.model), trainer.recipe.config, None, tok_dir, dst_dir,
+                              trainer.recipe.name,
                               provenance)
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0032
-def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, show:bool=True) -> tuple[Path, Path]:
+def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER,
+                   show:bool=True) -> tuple[Path, Path]:
     """Train the code teacher from the corpus (resuming under `work`); its bf16 and int4 checkpoints
     into `dst_dir`"""
     tok_dir, tokens, heldout_ids, held = prepare_code(corpus_dir, work, show)
@@ -316,7 +335,8 @@ def reproduce_code(corpus_dir, work, dst_dir, recipe:CodeRecipe=CODE_TEACHER, sh
     m = to_mlx(trainer.model)
     held_ids = heldout_ids[:200_000]
     provenance = dict(
-        teacher=recipe.name, corpus='code', trainer='torch ' + torch.__version__, seed=recipe.seed, steps=recipe.steps,
+        teacher=recipe.name, corpus='code', trainer='torch ' + torch.__version__, seed=recipe.seed,
+                      steps=recipe.steps,
         batch=recipe.batch, seq=recipe.seq, lr=recipe.lr, train_tokens=int(len(tokens)),
         tokens_seen=recipe.steps * recipe.batch * recipe.seq,
         data=(f"{', '.join(CODE_CORPUS)} (CPython 3.11.7 Lib/, PSF licence): files before the "

@@ -42,8 +42,10 @@ class ColdLoad:
         t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
         steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
                      prefetch=max(self.compute_ms + (1 - recall) * m * t, (2 - recall) * m * t))
-        blocked = dict(off=m * t, routing=max(0, m * t - self.compute_ms), prefetch=steps['prefetch'] - self.compute_ms)
-        return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked, step_ms=steps,
+        blocked = dict(off=m * t, routing=max(0, m * t - self.compute_ms),
+                       prefetch=steps['prefetch'] - self.compute_ms)
+        return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked,
+                    step_ms=steps,
                     tps={k: 1e3 / v for k, v in steps.items()})
 
 # %% ../nbs/06e_cold_load.ipynb #22cddf4e
@@ -58,14 +60,17 @@ def measured_points(report:dict) -> list:
                 a = arms[arm]
                 pts.append(dict(model=name, tier=tier, mode=a['mode'], k=a['k'], 
                                 pool_mib=r.get('pool_mib') or a['pool_mib'],
-                                mb_s=rep['measured_mb_s'], tps=r['decode_tps'], mb_per_token=r['mb_per_step'],
-                                cold_fraction=r['cold_fraction'], blocked_ms=r['blocked_ms_per_step']))
+                                mb_s=rep['measured_mb_s'], tps=r['decode_tps'],
+                                mb_per_token=r['mb_per_step'],
+                                cold_fraction=r['cold_fraction'],
+                                blocked_ms=r['blocked_ms_per_step']))
     return pts
 
 # %% ../nbs/06e_cold_load.ipynb #8332660c
 STYLE = dict(off=('C3', 'o'), routing=('C0', 's'), prefetch=('C1', '^'), oracle=('C2', 'D'))
 
-def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, points=(), mark:float|None=None,
+def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, points=(),
+             mark:float|None=None,
              title:str=''):
     """Predicted tok/s of off, routing and prefetch against bandwidth, measured points at about this
     pool on top"""
@@ -75,7 +80,8 @@ def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, 
         c, mk = STYLE[mode]
         ax.plot(bws, [p['tps'][mode] for p in preds], color=c, label=mode)
         near = [p for p in points if p['mode'] == mode and abs(p['pool_mib'] - pool_mib) <= 0.25 * pool_mib]
-        ax.scatter([p['mb_s'] for p in near], [p['tps'] for p in near], color=c, marker=mk, edgecolor='k', zorder=3)
+        ax.scatter([p['mb_s'] for p in near], [p['tps'] for p in near], color=c, marker=mk,
+                   edgecolor='k', zorder=3)
     if mark: ax.axvline(mark, color='gray', ls=':')
     ax.set(xscale='log', xlabel='read bandwidth, MB/s', ylabel='tok/s')
     ax.legend(fontsize=7)
@@ -89,7 +95,8 @@ def plot_bytes(ax, cl:ColdLoad, pool_mib:float, points=()):
     misses = np.array([cl.misses(max(int(p / per), 1))[0] for p in pools])
     ax.plot(pools, misses * per, color='k', label='LRU on the trace')
     offs = [p for p in points if p['mode'] == 'off']
-    ax.scatter([p['pool_mib'] for p in offs], [p['mb_per_token'] for p in offs], color='C3', edgecolor='k', zorder=3,
+    ax.scatter([p['pool_mib'] for p in offs], [p['mb_per_token'] for p in offs], color='C3',
+               edgecolor='k', zorder=3,
                label='measured (off)')
     ax.axvline(pool_mib, color='gray', ls=':')
     ax.set(xscale='log', xlabel='expert pool, MiB', ylabel='MiB read per token')
@@ -100,7 +107,8 @@ def cold_load_explorer(models:dict, points=()):
     """ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache
     sliders"""
     try: import ipywidgets as W
-    except ImportError: raise InputError("the explorer needs ipywidgets: pip install 'edge0[notebooks]'") from None
+    except ImportError: raise InputError("the explorer needs ipywidgets: pip install "
+                                         "'edge0[notebooks]'") from None
     import matplotlib.pyplot as plt
     from IPython.display import display
     name = W.Dropdown(options=list(models), description='checkpoint')
@@ -115,7 +123,8 @@ def cold_load_explorer(models:dict, points=()):
         p = cl.predict(pool.value, bw.value, recall.value, cache.value)
         with out:
             out.clear_output(wait=True)
-            print(f"{p['mb_per_token']:.2f} MiB read per token, cold fraction {p['cold_fraction']:.2f}; blocked ms "
+            print(f"{p['mb_per_token']:.2f} MiB read per token, cold fraction "
+                  f"{p['cold_fraction']:.2f}; blocked ms "
                   + ', '.join(f"{m} {v:.1f}" for m, v in p['blocked_ms'].items()) + '; tok/s '
                   + ', '.join(f"{m} {v:.1f}" for m, v in p['tps'].items()))
             pts = [q for q in points if q['model'] == name.value and q['k'] == k.value]
@@ -138,11 +147,13 @@ def cold_load_grid(cl:ColdLoad, pools, recalls, points=(), title:str=''):
     """The explorer as a static grid: tok/s against bandwidth per pool (rows) and recall (columns),
     then bytes per token"""
     import matplotlib.pyplot as plt
-    fig, axs = plt.subplots(len(pools), len(recalls) + 1, figsize=(3.4 * (len(recalls) + 1), 2.8 * len(pools)),
+    fig, axs = plt.subplots(len(pools), len(recalls) + 1,
+                            figsize=(3.4 * (len(recalls) + 1), 2.8 * len(pools)),
                             squeeze=False)
     for i, pool in enumerate(pools):
         for j, r in enumerate(recalls):
-            plot_tps(axs[i][j], cl, pool, r, 0.0, points, title=f"{title}pool {pool:.3g} MiB, recall {r:.2f}")
+            plot_tps(axs[i][j], cl, pool, r, 0.0, points, title=f"{title}pool {pool:.3g} MiB, "
+                                                                f"recall {r:.2f}")
         plot_bytes(axs[i][-1], cl, pool, points)
     fig.tight_layout()
     return fig
@@ -160,5 +171,6 @@ def cold_loads(report:dict, traces:dict) -> dict:
         a = nvme.get('load_cost', {}).get('a_ms', 0.0)
         trace = {j: ids[:, j] for j in range(ids.shape[1])}
         compute = m['compute_ms'].get(str(k), m['compute_ms'].get(k))
-        out.setdefault(name, {})[k] = ColdLoad(trace, m['expert_bytes'], compute, max(a, 0.0) if a == a else 0.0)
+        out.setdefault(name, {})[k] = ColdLoad(trace, m['expert_bytes'], compute,
+                                               max(a, 0.0) if a == a else 0.0)
     return out

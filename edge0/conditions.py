@@ -32,8 +32,10 @@ def tier_rate(tier) -> float|None:
     if isinstance(tier, str) and tier in TIERS: return TIERS[tier]
     try: v = float(tier)
     except (TypeError, ValueError):
-        raise InputError(f"storage tier {tier!r}: expected one of {', '.join(TIERS)} or a read rate in MB/s") from None
-    if not v > 0: raise InputError(f"storage tier {tier!r}: a read rate must be a positive number of MB/s")
+        raise InputError(f"storage tier {tier!r}: expected one of {', '.join(TIERS)} or a read "
+                         "rate in MB/s") from None
+    if not v > 0: raise InputError(f"storage tier {tier!r}: a read rate must be a positive number "
+                                   "of MB/s")
     return v
 
 def tier_name(tier) -> str:
@@ -61,18 +63,21 @@ class Cgroup:
     `preexec` joins a process"""
     def __init__(self, limits:dict, optional=(), prefix:str='edge0-bench'):
         if not sys.platform.startswith('linux'):
-            raise CgroupError(f"memory caps and read throttles use Linux cgroups; this is {sys.platform}")
+            raise CgroupError("memory caps and read throttles use Linux cgroups; this is "
+                              f"{sys.platform}")
         self.paths, own, tag = [], _own_cgroups(), uuid.uuid4().hex[:6]
         if all(c in own for c in limits): groups = [(own[c], v1) for c, (v1, _) in limits.items()]
         elif '' in own: groups = [(own[''], {k: v for _, v2 in limits.values() for k, v in v2.items()})]
-        else: raise CgroupError(f"no {' or '.join(limits)} cgroup controller is mounted under /sys/fs/cgroup")
+        else: raise CgroupError(f"no {' or '.join(limits)} cgroup controller is mounted under "
+                                "/sys/fs/cgroup")
         try:
             for base, knobs in groups:
                 p = base / f'{prefix}-{tag}'
                 try: p.mkdir()
                 except OSError as e:
-                    raise CgroupError(f"cannot create a cgroup under {base} ({e.strerror}): memory caps and read "
-                                      "throttles need root or a delegated cgroup") from None
+                    raise CgroupError(f"cannot create a cgroup under {base} ({e.strerror}): "
+                                      "memory caps and read throttles need root or a delegated "
+                                      "cgroup") from None
                 self.paths.append(p)
                 for knob, value in knobs.items():
                     if knob in optional and not (p / knob).exists(): continue
@@ -136,7 +141,8 @@ def memory_cap(nbytes:int) -> dict:
 def read_throttle(path, mb_s:float) -> dict:
     "Cgroup limits that hold reads from the disk under `path` to `mb_s` MB/s"
     dev, bps = disk_of(path), int(mb_s * 1e6)
-    return {'blkio': ({'blkio.throttle.read_bps_device': f'{dev} {bps}'}, {'io.max': f'{dev} rbps={bps}'})}
+    return {'blkio': ({'blkio.throttle.read_bps_device': f'{dev} {bps}'},
+                      {'io.max': f'{dev} rbps={bps}'})}
 
 # %% ../nbs/01e_conditions.ipynb #b7d3e0a1
 def read_counter(path) -> dict:
@@ -146,18 +152,19 @@ def read_counter(path) -> dict:
 
 # %% ../nbs/01e_conditions.ipynb #3d66eb6e
 def conditions(path, cap_bytes:int|None=None, tier=None, throttle_prefill:bool=True) -> tuple:
-    """`(start, later, notes)`: the cgroup an arm joins at its start (memory cap, storage tier on `path`'s disk),
-    the one it joins after its prefills (`throttle_prefill=False` on cgroup v1: the tier then holds the decode only),
-    and notes on what is not enforced"""
+    """`(start, later, notes)`: the cgroup an arm joins at its start (memory cap, storage tier on
+    `path`'s disk), the one it joins after its prefills (`throttle_prefill=False` on cgroup v1: the
+    tier then holds the decode only), and notes on what is not enforced"""
     limits, notes, rate = {}, [], tier_rate(tier)
     if cap_bytes:
         if sys.platform == 'darwin':
-            notes.append(f"the memory cap ({cap_bytes / MiB:.0f} MiB) is not enforced on macOS: each arm reports the "
-                         "memory it used instead")
+            notes.append(f"the memory cap ({cap_bytes / MiB:.0f} MiB) is not enforced on macOS: "
+                         "each arm reports the memory it used instead")
         else: limits.update(memory_cap(cap_bytes))
     optional = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
     if rate and not throttle_prefill and sys.platform.startswith('linux') and 'blkio' in _own_cgroups():
-        notes.append(f"prefill not throttled: the arms join the {tier_name(tier)} throttle after their prefills")
+        notes.append(f"prefill not throttled: the arms join the {tier_name(tier)} throttle after "
+                     "their prefills")
         start = Cgroup(limits, optional) if limits else None
         try: return start, Cgroup(read_throttle(path, rate)), notes
         except BaseException:
@@ -174,23 +181,27 @@ _RESULT = 'EDGE0-RESULT '  # the line a child prints its result on, last
 def _installed(path) -> bool:
     """Whether the file `path` lies in the interpreter's own library or its site-packages
     (importable by name anywhere)"""
-    roots = {Path(sysconfig.get_path(p)).resolve() for p in ('stdlib', 'platstdlib', 'purelib', 'platlib')}
+    roots = {Path(sysconfig.get_path(p)).resolve() for p in ('stdlib', 'platstdlib', 'purelib',
+                                                             'platlib')}
     return any(root in Path(path).resolve().parents for root in roots)
 
 def entry(fn) -> str:
-    """How a fresh interpreter finds the module-level function `fn`: `'module:function'`, or `'file.py:function'` for
-    a script's own (a benchmark's, run as `__main__` or imported by another from its folder); a string is one already"""
+    """How a fresh interpreter finds the module-level function `fn`: `'module:function'`, or
+    `'file.py:function'` for a script's own (a benchmark's, run as `__main__` or imported by another
+    from its folder); a string is one already"""
     if isinstance(fn, str): return fn
     name, module = fn.__qualname__, fn.__module__
     if '<' in name or '.' in name:
-        raise InputError(f"{module}.{name} is not a module-level function: a child process cannot import it")
+        raise InputError(f"{module}.{name} is not a module-level function: a child process cannot "
+                         "import it")
     file = getattr(sys.modules.get(module), '__file__', None)
     # a notebook's own definition: the library's exported copy runs
     if module == '__main__' and file is None:
         from edge0._modidx import d
         found = [m for m, syms in d['syms'].items() if f"{m}.{name}" in syms]
-        if len(found) != 1: raise InputError(f"{name} is defined interactively and exported by {len(found)} edge0 "
-                                             "modules, not one: a child process cannot import it")
+        if len(found) != 1: raise InputError(f"{name} is defined interactively and exported by "
+                                             f"{len(found)} edge0 modules, not one: a child "
+                                             "process cannot import it")
         return f"{found[0]}:{name}"
     if module == '__main__' or (file and '.' not in module and not _installed(file)):
         return f"{Path(file).resolve()}:{name}"
@@ -204,17 +215,20 @@ def run_child(fn, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> d
     try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             preexec_fn=cgroup.preexec if cgroup else None)
     except subprocess.TimeoutExpired:
-        return dict(failed=True, returncode=None, killed=False, stderr=f"timed out after {timeout:g} s")
+        return dict(failed=True, returncode=None, killed=False,
+                    stderr=f"timed out after {timeout:g} s")
     line = next((l for l in reversed(r.stdout.splitlines()) if l.startswith(_RESULT)), None)
     if line is not None: return dict(result=json.loads(line[len(_RESULT):]))
-    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137), stderr=r.stderr[-600:])
+    return dict(failed=True, returncode=r.returncode, killed=r.returncode in (-9, 137),
+                stderr=r.stderr[-600:])
 
 def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
     """A failed child's last line; where it was killed, why: the out-of-memory kills its cgroup
     counted under the cap"""
     if not r.get('killed'): return last_line(r['stderr'])
     for p in (cgroup.paths if cgroup else ()):
-        for events, cap in (('memory.events', 'memory.max'), ('memory.oom_control', 'memory.limit_in_bytes')):
+        for events, cap in (('memory.events', 'memory.max'),
+                            ('memory.oom_control', 'memory.limit_in_bytes')):
             try:
                 kills = int(dict(l.split()[:2] for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
                 limit = int((p / cap).read_text())
@@ -257,7 +271,8 @@ def evict_experts(model):
     new = key not in _RANGES
     if new:
         st = ExpertStore(model, residency=False)
-        _RANGES[key] = [(t.path, t.start, t.end - t.start) for ls in st.layers.values() for t in ls.values()]
+        _RANGES[key] = [(t.path, t.start,
+                         t.end - t.start) for ls in st.layers.values() for t in ls.values()]
         st.close()
     fds = {}
     try:
@@ -266,7 +281,8 @@ def evict_experts(model):
                 fds[path] = os.open(path, os.O_RDONLY)
                 # once a version of the shards: a dirty page cannot be dropped
                 if new: os.fsync(fds[path])
-            if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n, os.POSIX_FADV_DONTNEED)
+            if hasattr(os, 'posix_fadvise'): os.posix_fadvise(fds[path], start, n,
+                                                              os.POSIX_FADV_DONTNEED)
     finally:
         for fd in fds.values(): os.close(fd)
 
@@ -292,5 +308,6 @@ def sequence(model, n:int) -> list:
     """The first `n` held-out token ids of `model` (`files.heldout_ids`: the code for a model
     trained on code)"""
     ids = heldout_ids(open_tokenizer(model), corpus=model_corpus(model))[:n].tolist()
-    if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; {n} are needed")
+    if len(ids) < n: raise InputError(f"the held-out excerpt gives {len(ids)} tokens of {model}; "
+                                      f"{n} are needed")
     return ids

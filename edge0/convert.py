@@ -10,7 +10,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, MoESpec
-from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint, layer_quant,
+from .store import (ALIGN, EXPERTS_META, check_packing, fingerprint, gather, index_checkpoint,
+                         layer_quant,
                          model_spec, read_header, ExpertStore, StoreError, TensorInfo)
 from .files import InputError, atomic_dir, read_json, replace_whole
 from . import lowbit
@@ -33,7 +34,8 @@ def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
     h += b' ' * (-(8 + len(h)) % align)  # the JSON may end in spaces: safetensors' own padding
     return len(h).to_bytes(8, 'little') + h
 
-def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB, data:dict|None=None,
+def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB,
+                 data:dict|None=None,
                  align:int=8): # where the data starts: a multiple of this
     """Write the safetensors file `dst` holding `tensors` (TensorInfo, read from their files or
     given in `data`)"""
@@ -50,7 +52,8 @@ def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB,
                 left = t.nbytes
                 while left:
                     block = src.read(min(chunk, left))
-                    if not block: raise StoreError(f"{t.path}: {t.name} ends early (file truncated during convert)")
+                    if not block: raise StoreError(f"{t.path}: {t.name} ends early (file truncated "
+                                                   "during convert)")
                     out.write(block)
                     left -= len(block)
         out.flush()
@@ -86,7 +89,8 @@ def _layer_experts(spec:MoESpec, tensors:dict, src:Path) -> dict:
     for layer in spec.moe_layers:
         keys = expert_keys(spec, layer, layer_quant(spec, tensors, layer)).values()
         missing = [k for k in keys if k not in tensors]
-        if missing: raise StoreError(f"layer {layer}: expert tensor {missing[0]} is in no shard of {src}")
+        if missing: raise StoreError(f"layer {layer}: expert tensor {missing[0]} is in no shard of "
+                                     f"{src}")
         out[layer] = [tensors[k] for k in keys]
     return out
 
@@ -109,16 +113,19 @@ def _read_array(t:TensorInfo):
 # %% ../nbs/01c_convert.ipynb #27dc55df
 def _check_torch(spec:MoESpec, tensors:dict, src:Path):
     "Refuse experts torch's int4 kernel cannot take, before anything is written"
-    if spec.layout != 'separate': raise StoreError(f"{src}: --layout torch-cpu needs separate gate/up/down experts")
+    if spec.layout != 'separate': raise StoreError(f"{src}: --layout torch-cpu needs separate "
+                                                   "gate/up/down experts")
     for layer in spec.moe_layers:
         for p, q in layer_quant(spec, tensors, layer).items():
             if q is None or not bq.torch_int4(q.bits, q.group_size, q.mode):
                 what = f"int{q.bits} g{q.group_size} {q.mode}" if q else 'not quantized'
-                raise StoreError(f"{src}: layer {layer} {p} is {what}; --layout torch-cpu needs int4 affine experts "
-                                 f"with group size {'/'.join(map(str, bq.TORCH_GROUPS))} (add --quantize)")
+                raise StoreError(f"{src}: layer {layer} {p} is {what}; --layout torch-cpu needs "
+                                 "int4 affine experts with group size "
+                                 f"{'/'.join(map(str, bq.TORCH_GROUPS))} (add --quantize)")
             out = spec.hidden_size if p == 'down_proj' else spec.expert_size
-            if out % 16: raise StoreError(f"{src}: layer {layer} {p} has {out} outputs; torch's int4 packing needs a "
-                                          "multiple of 16 (serve this checkpoint with kernels='mlx')")
+            if out % 16: raise StoreError(f"{src}: layer {layer} {p} has {out} outputs; torch's "
+                                          "int4 packing needs a multiple of 16 (serve this "
+                                          "checkpoint with kernels='mlx')")
 
 # %% ../nbs/01c_convert.ipynb #f434f2c8
 def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
@@ -143,10 +150,10 @@ def _repacked(ts:list, repack) -> dict:
     return {t.name: repack(np.asarray(_read_array(t))) for t in ts if t.name.endswith('packed')}
 
 def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
-    """One layer's experts `ts` (their bytes in `data`, else read) stored expert by expert: `([TensorInfo], data,
-    {tensor: parts})` of one U8 tensor of experts x stride bytes, each expert's parts one after another in its row,
-    each 64-byte aligned, the stride a multiple of `ALIGN`: with the file's data aligned, an expert is one aligned
-    read"""
+    """One layer's experts `ts` (their bytes in `data`, else read) stored expert by expert:
+    `([TensorInfo], data, {tensor: parts})` of one U8 tensor of experts x stride bytes, each
+    expert's parts one after another in its row, each 64-byte aligned, the stride a multiple of
+    `ALIGN`: with the file's data aligned, an expert is one aligned read"""
     E, parts, off = ts[0].shape[0], [], 0
     for t in ts:
         off = -(-off // 64) * 64
@@ -156,27 +163,31 @@ def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
     rows = np.zeros((E, stride), np.uint8)
     for t, o, per in parts:
         got = data[t.name] if t.name in data else _read_bytes(t)
-        rows[:, o:o + per] = np.frombuffer(memoryview(np.ascontiguousarray(got)).cast('B'), np.uint8).reshape(E, per)
+        rows[:, o:o + per] = np.frombuffer(memoryview(np.ascontiguousarray(got)).cast('B'),
+                                           np.uint8).reshape(E, per)
     name = ts[0].name.rsplit('.', 2)[0] + '.experts'
     return ([TensorInfo(name, 'U8', (E, stride), None, 0, E * stride)], {name: rows},
             {name: [[t.name, t.dtype, list(t.shape[1:]), o] for t, o, _ in parts]})
 
 def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4_path:Path):
-    """Write the `bits`-bit copies of `layer`'s int4 experts (mlx-lm's, in `tensors`) beside their file `int4_path`, in
-    the parts of `layout` with the packed weight's nibbles as code planes (`edge0.lowbit`), each expert one aligned
-    range"""
+    """Write the `bits`-bit copies of `layer`'s int4 experts (mlx-lm's, in `tensors`) beside their
+    file `int4_path`, in the parts of `layout` with the packed weight's nibbles as code planes
+    (`edge0.lowbit`), each expert one aligned range"""
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
     keys, infos, data = expert_keys(spec, layer, quant), [], {}
     name = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
     for p, q in quant.items():
         w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
-        if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases {b.dtype}")
+        if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases "
+                                                f"{b.dtype}")
         E, raw = w.shape[0], lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape)
         words, scales, biases = lowbit.low_copy(raw(w), raw(s), raw(b), q.group_size, bits, s.dtype)
         if layout == 'torch-cpu':
-            packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, s.dtype), lowbit.floats(biases, b.dtype),
+            packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, s.dtype),
+                                               lowbit.floats(biases, b.dtype),
                                                q.group_size)
-            parts = [('codes', 'U8', lowbit.compress(packed.reshape(E, -1), bits)), ('sz', 'BF16', sz)]
+            parts = [('codes', 'U8', lowbit.compress(packed.reshape(E, -1), bits)),
+                     ('sz', 'BF16', sz)]
         else: parts = [('codes', 'U8', lowbit.compress(words.view(np.uint8).reshape(E, -1), bits)),
                        ('scales', s.dtype, scales), ('biases', b.dtype, biases)]
         for part, dt, a in parts:
@@ -220,7 +231,8 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
     widths = [b for b in lowbit.LOW_BITS if repack is not None and (src / lowbit.low_file(first, b)).exists()]
     # copies packed for another CPU: a store reads (checks, re-packs) each width
     with contextlib.ExitStack() as held:
-        lows = [held.enter_context(contextlib.closing(ExpertStore(src, spec, residency=False, low_bits=b)))
+        lows = [held.enter_context(contextlib.closing(ExpertStore(src, spec, residency=False,
+                                                                  low_bits=b)))
                 for b in widths]
         for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
             name = f"model-experts-L{layer:03d}.safetensors"
@@ -252,15 +264,18 @@ def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
         for p, q in layer_quant(spec, tensors, layer).items():
             if q is None or q.mode != 'affine' or q.bits != 4:
                 what = 'not quantized' if q is None else f'int{q.bits} {q.mode}'
-                raise StoreError(f"{src}: layer {layer} {p} is {what}; --low-bits copies int4 affine experts "
-                                 "(add --quantize)")
+                raise StoreError(f"{src}: layer {layer} {p} is {what}; --low-bits copies int4 "
+                                 "affine experts (add --quantize)")
 
-def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx', low_bits:tuple=()):
+def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx',
+                  low_bits:tuple=()):
     """Everything `convert` can refuse, refused before anything is written; the `Repack` a
     torch-packed source needs"""
-    if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if layout not in LAYOUTS: raise InputError(f"layout {layout!r}: expected one of "
+                                               f"{', '.join(LAYOUTS)}")
     if layout == 'torch-cpu' and not bq.torch_available():
-        raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
+        raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: "
+                         "torch==2.13.0 first)")
     if not (src / 'config.json').exists():
         raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
     config = read_json(src / 'config.json', 'model config')
@@ -271,15 +286,18 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
         # copied as they are, they would be labelled anew
         was = config.get('edge0_layout', {}).get('source')
         if layout != 'torch-cpu' or quantize:
-            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout torch-cpu) and "
-                             "cannot be unpacked; convert the mlx-lm checkpoint they came from"
+            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout "
+                             "torch-cpu) and cannot be unpacked; convert the mlx-lm checkpoint "
+                             "they came from"
                              + (f" ({was})" if was else ''))
         if low_bits:
-            raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are packed for torch; "
-                             "convert the mlx-lm checkpoint they came from" + (f" ({was})" if was else ''))
+            raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are "
+                             "packed for torch; convert the mlx-lm checkpoint they came from"
+                             + (f" ({was})" if was else ''))
         repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
         if repack is None:
-            raise InputError(f"{src}: its experts are already packed as this machine's torch packs them; nothing to do")
+            raise InputError(f"{src}: its experts are already packed as this machine's torch packs "
+                             "them; nothing to do")
         return repack
     if not quantize:
         if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
@@ -288,15 +306,18 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     if 'quantization' in config:
         q = config['quantization']
         raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized "
-                         f"(int{q.get('bits')} g{q.get('group_size')}); convert it without --quantize")
+                         f"(int{q.get('bits')} g{q.get('group_size')}); convert it without "
+                         "--quantize")
     try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
     except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
     for b in low_bits: lowbit.check_low_bits(b, '--low-bits')
-    if low_bits and bits != 4: raise InputError(f"--low-bits copies int4 experts; this convert quantizes to int{bits}")
+    if low_bits and bits != 4: raise InputError("--low-bits copies int4 experts; this convert "
+                                                f"quantizes to int{bits}")
 
 def _record_layout(src:Path, dst:Path, layout:str):
-    """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not know); the source's
-    prerouter heads and adapters are copied: they were made for the same weights (the source's fingerprint)"""
+    """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not
+    know); the source's prerouter heads and adapters are copied: they were made for the same weights
+    (the source's fingerprint)"""
     import datetime
     cfg = read_json(dst / 'config.json', 'model config')
     # the source's, copied: a torch-cpu source re-packed keeps its own source
@@ -304,13 +325,16 @@ def _record_layout(src:Path, dst:Path, layout:str):
     was = was if was.get('experts') == 'torch-cpu' and was.get('source_fingerprint') else {}
     cfg['edge0_layout'] = dict(experts=layout, source=was.get('source', src.name),
                                source_fingerprint=was.get('source_fingerprint') or fingerprint(src),
-                               date=datetime.date.today().isoformat(), **({'repacked_from': src.name} if was else {}))
+                               date=datetime.date.today().isoformat(),
+                               **({'repacked_from': src.name} if was else {}))
     if layout == 'torch-cpu':
         import torch
-        cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu', torch=torch.__version__,
+        cfg['edge0_layout'].update(kernel='torch.ops.aten._weight_int4pack_mm_for_cpu',
+                                   torch=torch.__version__,
                                    packing=bq.torch_packing())  # how this CPU's torch packed them
     (dst / 'config.json').write_text(json.dumps(cfg, indent=4))
-    for f in (*src.glob('prerouter*.safetensors'), *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
+    for f in (*src.glob('prerouter*.safetensors'),
+              *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
 
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
             overwrite:bool=False, layout:str='mlx',
@@ -320,7 +344,8 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
     with experts repacked"""
     src, low_bits = Path(src), tuple(sorted(set(low_bits)))
     if not (quantize or repack): raise StoreError("nothing to do: ask for quantize and/or repack")
-    if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; drop --no-repack")
+    if layout != 'mlx' and not repack: raise InputError(f"--layout {layout} repacks the experts; "
+                                                        "drop --no-repack")
     if low_bits and not repack:
         raise InputError("--low-bits writes the copies beside repacked experts; drop --no-repack")
     repack_with = _check_source(src, quantize, bits, group_size, layout, low_bits)
@@ -338,42 +363,45 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
     return Path(dst)
 
 def conversion_of(src, dst) -> tuple:
-    """`(layout, None)` where `dst` is a conversion of the weights of `src` (`convert`) that this machine reads as it
-    is, else `(None, why)`: one line saying what it is instead"""
+    """`(layout, None)` where `dst` is a conversion of the weights of `src` (`convert`) that this
+    machine reads as it is, else `(None, why)`: one line saying what it is instead"""
     src, dst = Path(src), Path(dst)
     if not (dst / 'config.json').exists():
         return None, f"{dst / 'config.json'} is missing: {dst} is not a model directory"
     was = read_json(dst / 'config.json', 'model config').get('edge0_layout') or {}
     if not was.get('source_fingerprint'):
-        return None, (f"{dst}: its config.json records no edge0_layout (it was not written by edge0 convert from an "
-                      f"int4 checkpoint); convert {src} into it again with --overwrite")
+        return None, (f"{dst}: its config.json records no edge0_layout (it was not written by "
+                      f"edge0 convert from an int4 checkpoint); convert {src} into it again with "
+                      "--overwrite")
     if was['source_fingerprint'] != fingerprint(src):
-        return None, (f"{dst} was converted from other weights than {src} (from {was.get('source', '?')}); name the "
-                      "checkpoint it was converted from")
+        return None, (f"{dst} was converted from other weights than {src} (from "
+                      f"{was.get('source', '?')}); name the checkpoint it was converted from")
     layout = was.get('experts', 'mlx')
     if layout == 'torch-cpu' and (not bq.torch_available() or
                                   (was.get('packing') or {}).get('probe') != bq.torch_packing()['probe']):
-        return None, (f"{dst}: its experts were packed by another CPU's torch; convert {src} into it again "
-                      "(--layout torch-cpu --overwrite)")
+        return None, (f"{dst}: its experts were packed by another CPU's torch; convert {src} into "
+                      "it again (--layout torch-cpu --overwrite)")
     return layout, None
 
 def add_low_bits(src, dst, low_bits, layout:str|None=None) -> Path:
-    """Store the experts of `dst`, a conversion of the mlx-lm checkpoint `src` (`convert`), again at `low_bits` beside
-    its int4 ones, in place: the int4 experts are not written again, and each copy's file is written whole or not at
-    all. `layout`, where given, must be `dst`'s"""
+    """Store the experts of `dst`, a conversion of the mlx-lm checkpoint `src` (`convert`), again at
+    `low_bits` beside its int4 ones, in place: the int4 experts are not written again, and each
+    copy's file is written whole or not at all. `layout`, where given, must be `dst`'s"""
     src, dst, low_bits = Path(src), Path(dst), tuple(sorted(set(low_bits)))
-    if not low_bits: raise InputError("adding copies needs --low-bits: the bit widths to add (2, 3)")
+    if not low_bits: raise InputError("adding copies needs --low-bits: the bit widths to add (2, "
+                                      "3)")
     have, why = conversion_of(src, dst)
     if why: raise InputError(f"{why}; copies are added only to such a conversion")
     if layout is not None and layout != have:
-        raise InputError(f"{dst} stores its experts in the {have} layout, not {layout}; drop --layout, or convert "
-                         "again with --overwrite")
+        raise InputError(f"{dst} stores its experts in the {have} layout, not {layout}; drop "
+                         "--layout, or convert again with --overwrite")
     _check_source(src, False, 4, 64, have, low_bits)
     spec, tensors = model_spec(src), index_checkpoint(src)
     int4 = {layer: dst / f"model-experts-L{layer:03d}.safetensors" for layer in spec.moe_layers}
     if missing := [p.name for p in int4.values() if not p.exists()]:
-        raise InputError(f"{dst} has no {missing[0]}: its experts are not stored one file per layer as convert writes "
-                         f"them; convert {src} into it again with --overwrite")
+        raise InputError(f"{dst} has no {missing[0]}: its experts are not stored one file per "
+                         f"layer as convert writes them; convert {src} into it again with "
+                         "--overwrite")
     for layer in tqdm(spec.moe_layers, desc='copies', unit='layer', leave=False):
         for bits in low_bits: _low_layer(spec, tensors, layer, have, bits, int4[layer])
     return dst

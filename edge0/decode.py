@@ -60,9 +60,11 @@ def check_mode(mode:str):
 def check_exact_top(mode:str, m:int, k:int|None):
     """Refuse an exact top-M outside `routing` mode or outside 0..K (`k` None: K is not known yet,
     only M >= 0)"""
-    if m and mode != 'routing': raise InputError(f"exact top-M applies to prerouter mode 'routing', not {mode!r}")
+    if m and mode != 'routing': raise InputError("exact top-M applies to prerouter mode "
+                                                 f"'routing', not {mode!r}")
     if k is None and m < 0: raise InputError(f"exact top-M must be at least 0, got {m}")
-    if k is not None and not 0 <= m <= k: raise InputError(f"exact top-M must be between 0 and K={k}, got {m}")
+    if k is not None and not 0 <= m <= k: raise InputError("exact top-M must be between 0 and "
+                                                           f"K={k}, got {m}")
 
 # %% ../nbs/02b_decode.ipynb #4f0bb904
 def trace_len(trace:dict) -> int:
@@ -82,7 +84,8 @@ def check_trace(trace:dict, spec:MoESpec, k:int, where:str='the trace') -> dict:
         except (TypeError, ValueError): a = np.zeros(0, np.int64)
         if a.ndim != 2 or a.shape[1:] != (k,) or len(a) != trace_len(trace) or (a.size and (a.min() < 0 or a.max()
                                                                                               >= spec.num_experts)):
-            raise InputError(f"{where}: layer {layer} is not steps x {k} expert ids below {spec.num_experts}")
+            raise InputError(f"{where}: layer {layer} is not steps x {k} expert ids below "
+                             f"{spec.num_experts}")
         out[layer] = a
     return out
 
@@ -92,7 +95,8 @@ def save_trace(trace:dict, path, spec:MoESpec, k:int) -> Path:
     p = Path(path)
     t = check_trace(trace, spec, k)
     steps = np.stack([t[layer] for layer in spec.moe_layers], 1).tolist() if trace_len(t) else []
-    p.write_text(json.dumps(dict(format=TRACE_FORMAT, model_type=spec.model_type, num_layers=spec.num_layers, k=k,
+    p.write_text(json.dumps(dict(format=TRACE_FORMAT, model_type=spec.model_type,
+                                 num_layers=spec.num_layers, k=k,
                                  layers=list(spec.moe_layers), steps=steps)))
     return p
 
@@ -100,26 +104,30 @@ def load_trace(path, spec:MoESpec, k:int) -> dict:
     """A trace from `save_trace` (`{layer: (steps, K) ids}`), checked against the model and K it
     will drive"""
     p = Path(path)
-    if not p.exists(): raise InputError(f"trace {p} does not exist (record one with an `off` run: record_trace=...)")
+    if not p.exists(): raise InputError(f"trace {p} does not exist (record one with an `off` run: "
+                                        "record_trace=...)")
     d = read_json(p, 'routing trace')
     if d.get('format') != TRACE_FORMAT:
         raise InputError(f"trace {p}: format {d.get('format')!r}, expected {TRACE_FORMAT!r}")
     missing = [key for key in ('model_type', 'layers', 'k', 'steps') if key not in d]
     if missing:
-        raise InputError(f"trace {p} has no {', '.join(map(repr, missing))} field (save_trace writes them)")
+        raise InputError(f"trace {p} has no {', '.join(map(repr, missing))} field (save_trace "
+                         "writes them)")
     if d['layers'] != list(spec.moe_layers) or d['model_type'] != spec.model_type:
-        raise InputError(f"trace {p} was recorded on a {d['model_type']} with MoE layers {d['layers']}, "
-                         f"this model is a {spec.model_type} with {list(spec.moe_layers)}")
+        raise InputError(f"trace {p} was recorded on a {d['model_type']} with MoE layers "
+                         f"{d['layers']}, this model is a {spec.model_type} with "
+                         f"{list(spec.moe_layers)}")
     if d['k'] != k: raise InputError(f"trace {p} was recorded at K={d['k']}, this run serves K={k}")
     out = []
     for i, s in enumerate(d['steps'] if isinstance(d['steps'], list) else [None]):
         try: a = np.array(s, np.int64)
         except (TypeError, ValueError): a = np.zeros(0, np.int64)
         if a.shape != (len(spec.moe_layers), k) or a.min() < 0 or a.max() >= spec.num_experts:
-            raise InputError(f"trace {p}: step {i} is not {len(spec.moe_layers)} layers x {k} expert ids "
-                             f"below {spec.num_experts}")
+            raise InputError(f"trace {p}: step {i} is not {len(spec.moe_layers)} layers x {k} "
+                             f"expert ids below {spec.num_experts}")
         out.append(a)
-    return {layer: np.array([a[j] for a in out], np.int64).reshape(-1, k) for j, layer in enumerate(spec.moe_layers)}
+    return {layer: np.array([a[j] for a in out],
+                            np.int64).reshape(-1, k) for j, layer in enumerate(spec.moe_layers)}
 
 # %% ../nbs/02b_decode.ipynb #3452cba0
 def shadow(obj, name:str, fn) -> tuple:
@@ -180,7 +188,8 @@ class DecodeStats:
 # %% ../nbs/02b_decode.ipynb #da14e472
 class Decoder:
     "Prerouted decoding of `model`: mode, K, heads or trace, per-step plan and background reads"
-    def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off', k:int|None=None,
+    def __init__(self, model, spec:MoESpec, engine:StreamEngine|None=None, mode:str='off',
+                 k:int|None=None,
                  prerouter:Prerouter|None=None, trace:list|None=None, record:bool=False,
                  # routing mode: the own router's M heaviest experts are always computed
                  exact_top:int=0,
@@ -195,22 +204,24 @@ class Decoder:
         self.model, self.spec, self.engine, self.mode, self.prerouter = model, spec, engine, mode, prerouter
         self.k = k or (prerouter.k if prerouter is not None else engine.k if engine is not None else spec.k)
         if prerouter is not None and prerouter.k != self.k:
-            raise InputError(f"the heads were trained for K={prerouter.k}, this run serves K={self.k}")
+            raise InputError(f"the heads were trained for K={prerouter.k}, this run serves "
+                             f"K={self.k}")
         if engine is not None and engine.k != self.k:
-            raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both with the same k")
+            raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both "
+                             "with the same k")
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
         low = engine.low_bits if engine is not None else None
         below = engine.low_below if engine is not None else None
         if low and mode not in ('off', 'routing'):
-            raise InputError(f"low_bits is served in modes 'off' (with low_below) and 'routing' (with exact top-M), "
-                             f"not {mode!r}")
+            raise InputError("low_bits is served in modes 'off' (with low_below) and 'routing' "
+                             f"(with exact top-M), not {mode!r}")
         if low and mode == 'off' and below is None:
-            raise InputError(f"low_bits {low} in mode 'off' needs low_below: the routing weight below which an expert "
-                             f"is read as its {low}-bit copy")
+            raise InputError(f"low_bits {low} in mode 'off' needs low_below: the routing weight "
+                             f"below which an expert is read as its {low}-bit copy")
         if low and mode == 'routing' and (not exact_top or below is not None):
-            raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots beside the own M "
-                             "heaviest: set exact_top (M >= 1), without low_below")
+            raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots "
+                             "beside the own M heaviest: set exact_top (M >= 1), without low_below")
         # 'off': experts weighing less are read as their lower-bit copy
         self.low_below = below if low else None
         # 'routing': the K-M predicted slots are read as copies
@@ -218,14 +229,17 @@ class Decoder:
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
-        self.planned = {'routing': set(self.owners.values()), 'oracle': set(spec.moe_layers)}.get(mode, set())
-        self.trace_in = None if trace is None else check_trace(trace, spec, self.k, "the oracle's trace")
+        self.planned = {'routing': set(self.owners.values()),
+                        'oracle': set(spec.moe_layers)}.get(mode, set())
+        self.trace_in = None if trace is None else check_trace(trace, spec, self.k,
+                                                               "the oracle's trace")
         # own routing, one `{layer: ids}` a step: `trace` gives it by layer
         self.recorded = [] if record else None
         self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
         # exact top-M: the flush's ranking; layers whose task was waited on
         self.pred_w, self.prewaited = {}, set()
-        self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
+        self.bias = {layer: router_bias(spec, block(spec, model,
+                                                    layer)) for layer in spec.moe_layers}
         self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
         # callables run around each flush: what a measurement adds
         self.before_flush, self.after_flush = [], []
@@ -236,9 +250,10 @@ class Decoder:
             need, room = engine.resident_room(unplanned, len(self.planned) * self.k)
             if need <= room:
                 for layer in unplanned: engine.keep_resident(layer)
-            else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on demand: the expert "
-                                    f"budget has {room / MiB:,.0f} MiB beside one token's experts, and keeping them "
-                                    f"resident takes {need / MiB:,.0f} MiB with the planned slots")
+            else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on "
+                                    f"demand: the expert budget has {room / MiB:,.0f} MiB beside "
+                                    "one token's experts, and keeping them resident takes "
+                                    f"{need / MiB:,.0f} MiB with the planned slots")
         for layer in self.planned if engine is not None else ():
             # their bytes come out of the pool's budget now: a pool too small fails here
             engine.plan_slots(layer)
@@ -248,8 +263,9 @@ class Decoder:
             asked = engine.stage_ahead
             ahead = engine.hold_stage_ahead() if self.planned else asked
             if ahead < asked:
-                self.notes.append(f"planned layers are staged one at a time: beside the slots, the expert budget has "
-                                  f"no room for the {(asked - 1) * self.k} experts staging {asked} at once holds")
+                self.notes.append("planned layers are staged one at a time: beside the slots, the "
+                                  f"expert budget has no room for the {(asked - 1) * self.k} "
+                                  f"experts staging {asked} at once holds")
         self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
         # the MLX graph computes the policy; the torch step brings its own executor
         self.graph = GraphExecutor(self)
@@ -267,7 +283,8 @@ class Decoder:
     def trace(self) -> dict|None:
         "The own routing recorded so far, `{layer: (steps, K) ids}` (None unless recording)"
         if self.recorded is None: return None
-        return {layer: np.array([np.asarray(s[layer]).reshape(-1) for s in self.recorded], np.int64).reshape(-1, self.k)
+        return {layer: np.array([np.asarray(s[layer]).reshape(-1) for s in self.recorded],
+                                np.int64).reshape(-1, self.k)
                 for layer in self.spec.moe_layers}
 
     def close(self):
@@ -286,8 +303,10 @@ class Executor:
     def bias(self, layer:int): "`layer`'s routing correction bias (None where the family has none)"
     def experts(self, blk, x, inds): "The outputs (..., K, D) of the experts `inds` on `x`"
     def planned(self, layer:int, x, ids) -> tuple: "`(y, exact)` of the staged planned set `ids`"
-    def combine(self, blk, x, y, w): "The block's output from its experts' outputs `y` and weights `w`"
-    def head(self, layer:int, h, now, prev): "Head `layer`'s logits for the next MoE layer at the next token"
+    def combine(self, blk, x, y,
+                w): "The block's output from its experts' outputs `y` and weights `w`"
+    def head(self, layer:int, h, now,
+             prev): "Head `layer`'s logits for the next MoE layer at the next token"
     def host(self, a) -> np.ndarray: "`a` on the host, flat (bfloat16 as float32)"
     def token_ids(self, ids:np.ndarray): "Host expert ids `ids` (K,) as one token's routing"
     def like(self, ids:np.ndarray, inds): "Host expert ids `ids` shaped and typed as `inds`"
@@ -329,8 +348,8 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
         y = self._planned(ex, layer, blk, x, ids, inds)
     else:
         if decode and self.beyond:
-            raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step {self.step} has none "
-                             "(record a longer 'off' run)")
+            raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step "
+                             f"{self.step} has none (record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
         # prefill: whole layers
         y = self._own(ex, layer, blk, x, inds, w) if decode else ex.experts(blk, x, inds)
@@ -469,7 +488,8 @@ def exact_top_sets(own, w, planned, m:int, E:int) -> np.ndarray:
     `E + e` (e's lower-bit copy) is e, so one of the heaviest is computed at int4. The student path uses it too"""
     own, planned = np.asarray(own).astype(np.int64), np.asarray(planned).astype(np.int64)
     heavy = np.zeros(own.shape, bool)
-    np.put_along_axis(heavy, np.argsort(-np.asarray(w), axis=-1, kind='stable')[..., :m], True, axis=-1)
+    np.put_along_axis(heavy, np.argsort(-np.asarray(w), axis=-1, kind='stable')[..., :m], True,
+                      axis=-1)
     kept = np.take_along_axis(own, np.argsort(~heavy, axis=-1, kind='stable')[..., :m], axis=-1)
     taken = (planned[..., :, None] % E == kept[..., None, :]).any(-1)
     rest = np.take_along_axis(planned, np.argsort(taken, axis=-1, kind='stable'), axis=-1)
@@ -550,10 +570,13 @@ class Sampling:
                   ('top_p', self.top_p, 0 < self.top_p <= 1, 'in (0, 1]'),
                   ('top_k', self.top_k, self.top_k >= 0, 'an integer >= 0'),
                   ('min_p', self.min_p, 0 <= self.min_p <= 1, 'in [0, 1]'),
-                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1, 'at least 1'),
+                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1,
+                   'at least 1'),
                   ('repetition_penalty', self.repetition_penalty,
-                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf, 'a number > 0'),
-                  ('repetition_context_size', self.repetition_context_size, self.repetition_context_size >= 1,
+                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf,
+                   'a number > 0'),
+                  ('repetition_context_size', self.repetition_context_size,
+                   self.repetition_context_size >= 1,
                    'at least 1')]
         for name, value, ok, want in checks:
             if not ok: raise InputError(f"{name} must be {want}, got {value!r}")
@@ -566,19 +589,22 @@ class Sampling:
     def processors(self) -> list:
         "mlx-lm's logits processors for these settings"
         from mlx_lm.sample_utils import make_logits_processors
-        return make_logits_processors(self.logit_bias, self.repetition_penalty, self.repetition_context_size)
+        return make_logits_processors(self.logit_bias, self.repetition_penalty,
+                                      self.repetition_context_size)
 
     def draw(self, logits):
         """Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0,
         else mlx-lm's sampler)"""
         if self.repetition_penalty is not None or self.logit_bias:
-            raise InputError("a batched draw takes no repetition_penalty or logit_bias (they follow one sequence)")
+            raise InputError("a batched draw takes no repetition_penalty or logit_bias (they "
+                             "follow one sequence)")
         logits = logits.astype(B.float32)
         if self.temp == 0: return B.argmax(logits, axis=-1)
         return self.sampler()(logits - B.logsumexp(logits, axis=-1, keepdims=True))
 
 # %% ../nbs/02b_decode.ipynb #a26279d8
-def generate_batch(forward, cache, prompts:np.ndarray, n:int, sampling:Sampling|None=None) -> np.ndarray:
+def generate_batch(forward, cache, prompts:np.ndarray, n:int,
+                   sampling:Sampling|None=None) -> np.ndarray:
     """`n` tokens (B, n) after each row of `prompts` (B, P), drawn by `sampling` from `forward(x,
     cache)`'s last logits"""
     sampling = sampling or Sampling()
@@ -592,10 +618,12 @@ def generate_batch(forward, cache, prompts:np.ndarray, n:int, sampling:Sampling|
 
 # %% ../nbs/02b_decode.ipynb #d0000020
 def _check_prompt(prompt:list, vocab_size:int|None):
-    if len(prompt) == 0: raise InputError("the prompt is empty: generation needs at least one prompt token")
+    if len(prompt) == 0: raise InputError("the prompt is empty: generation needs at least one "
+                                          "prompt token")
     if vocab_size is not None and not all(0 <= t < vocab_size for t in prompt):
         bad = next(t for t in prompt if not 0 <= t < vocab_size)
-        raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has {vocab_size} tokens")
+        raise InputError(f"prompt token id {bad} is out of range: the model's vocabulary has "
+                         f"{vocab_size} tokens")
 
 class Step:
     """A model's forward pass one step at a time, its KV cache kept: the MLX graph (`GraphStep`) or
@@ -672,7 +700,8 @@ def token_loop(next_token,
         ids = [t if force is None or i >= len(force) else int(force[i])]
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
-def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None, record_trace:bool=False,
+def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None,
+         record_trace:bool=False,
          options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True,
          # every expert in memory (`load_resident`): the decoder computes, nothing is read
          resident:bool=False,
@@ -688,13 +717,15 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     auto = mode == AUTO
     if auto and choose is None:
         raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
-                         "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass it)")
+                         "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass "
+                         "it)")
     if not auto: check_mode(mode)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)
     k = k or spec.k
     path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
-            (auto and prerouter_path is not None) else find_heads(model_dir, spec, k) if auto else None)
+            (auto and prerouter_path is not None) else find_heads(model_dir, spec,
+                                                                  k) if auto else None)
     heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
     # as the decoder runs them, installed or not
     if heads is not None: heads.set_dtype(heads_dtype(spec))
@@ -717,7 +748,8 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     if not decoder: return handle
     # resident: every expert at hand (torch-packed ones too)
     engine = None if resident else handle.engine
-    try: handle.decoder = Decoder(handle.model, spec, engine, mode, k, heads, replay, record_trace, exact_top, hold)
+    try: handle.decoder = Decoder(handle.model, spec, engine, mode, k, heads, replay, record_trace,
+                                  exact_top, hold)
     except BaseException:
         handle.close()
         raise

@@ -81,27 +81,34 @@ class StreamOptions:
     stage_ahead:int|None = None
     def __post_init__(self):
         b = self.pool_bytes
-        if not (b is None or b == 'auto' or (isinstance(b, int) and not isinstance(b, bool) and b > 0)):
-            raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or None (unbounded)")
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
+        if not (b is None or b == 'auto' or (whole(b) and b > 0)):
+            raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or "
+                             "None (unbounded)")
         if self.reader not in ('auto', *READERS):
             raise InputError(f"reader {self.reader!r}: expected one of auto, {', '.join(READERS)}")
         if self.pool_policy not in POLICIES:
-            raise InputError(f"pool policy {self.pool_policy!r}: expected one of {', '.join(POLICIES)}")
+            raise InputError(f"pool policy {self.pool_policy!r}: expected one of "
+                             f"{', '.join(POLICIES)}")
         t = self.threads
         if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
-            raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or None")
+            raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
+                             "None")
         if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
         s = self.stage_ahead
         if not (s is None or (isinstance(s, int) and not isinstance(s, bool) and s > 0)):
-            raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers read at once, or None")
+            raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
+                             "read at once, or None")
         w = self.low_below
         if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
             raise InputError(f"low_below {w!r}: expected a positive routing weight")
         if w is not None and self.low_bits is None:
-            raise InputError(f"low_below {w} needs low_bits: the copy the experts below it are read as")
+            raise InputError(f"low_below {w} needs low_bits: the copy the experts below it are "
+                             "read as")
         decode_paths = {self.decode_path, *(p.get('decode') for p in self.paths.values())} - {None}
         if self.low_bits is not None and decode_paths != {'exact'}:
-            raise InputError(f"low_bits serves on the 'exact' decode path, not {', '.join(sorted(decode_paths))}")
+            raise InputError("low_bits serves on the 'exact' decode path, not "
+                             f"{', '.join(sorted(decode_paths))}")
     @staticmethod
     def auto_reader(pool:int|None, experts:int) -> str:
         """What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every
@@ -117,9 +124,11 @@ class StreamOptions:
         return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
     def path(self, layer:int, phase:str) -> str:
         "The executor path of `layer` in `phase` ('decode' or 'prefill')"
-        p = self.paths.get(layer, {}).get(phase) or (self.decode_path if phase == 'decode' else self.prefill_path)
+        default = self.decode_path if phase == 'decode' else self.prefill_path
+        p = self.paths.get(layer, {}).get(phase) or default
         if p not in PATHS:
-            raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected one of {PATHS}")
+            raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected "
+                             f"one of {PATHS}")
         return p
 
 
@@ -138,14 +147,17 @@ class StreamEngine:
         self.stage_ahead = self.options.stage_ahead_for(packed)
         self.ahead_held = False  # whether the budget keeps what they hold (`hold_stage_ahead`)
         if not 1 <= self.k <= self.num_experts:
-            raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} experts per layer")
+            raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} "
+                             "experts per layer")
         if self.options.slots is not None and self.options.slots < self.k:
-            raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} experts")
+            raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} "
+                             "experts")
         paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
                  for layer in self.spec.moe_layers}
         # unbounded until `load` has measured what is left (`budget_for`)
         auto = self.options.pool_bytes == 'auto'
-        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes, self.options.pool_bundles, self.k,
+        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes,
+                               self.options.pool_bundles, self.k,
                                # 8 tokens
                                self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),
                                count=self.options.usage_profile, upgrade=self.options.low_upgrade)
@@ -167,15 +179,18 @@ class StreamEngine:
         n_slots = self.options.slots or 2 * self.k
         # the slots and hot sets the paths hold: out of the budget now, not mid-run
         for layer, used in paths.items():
-            if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers, 'staged slots')
+            if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers,
+                                               'staged slots')
             if 'hot' in used: self.hot_set(layer)
 
     def __call__(self, layer:int, x, indices):
-        phase = 'decode' if x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1) else 'prefill'
+        one = x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1)
+        phase = 'decode' if one else 'prefill'
         if self.dry: return B.zeros((*x.shape[:-1], indices.shape[-1], x.shape[-1]), x.dtype)
         if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
         self.stats[layer].calls += 1
-        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer], self.quant[layer])
+        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer],
+                                                  self.quant[layer])
         else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
         B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
         s = self.stats[layer]
@@ -200,7 +215,8 @@ def _exact(self:StreamEngine, layer:int, x, indices):
         return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer])
     table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles), self.quant[layer])
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles),
+                      self.quant[layer])
 
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
@@ -209,7 +225,8 @@ class Staged:
     -> slot table"""
     def __init__(self, slots:int, num_experts:int, buffers:int=2):
         self.slot_expert = np.full(slots, -1, np.int64)
-        self.stacks, self.held = [None] * buffers, [np.full(slots, -1, np.int64) for _ in range(buffers)]
+        self.stacks = [None] * buffers
+        self.held = [np.full(slots, -1, np.int64) for _ in range(buffers)]
         self.table, self.turn, self.rewrites = np.zeros(num_experts, np.uint32), 0, 0
 
     def assign(self, need) -> list:
@@ -226,12 +243,13 @@ class Staged:
 
 # %% ../nbs/01b3_engine.ipynb #de3a9fa1
 def incr_stack(stack:dict|None, held, want, bundle_of, stacked:bool=True) -> tuple[dict, int]:
-    """Bring `stack` (slots -> bundles, held[s] = expert in slot s) to `want`, rewriting only the slots that differ.
-    `stacked=False` (experts packed for torch, whose kernel takes one expert at a time): lists of the bundles' own
-    arrays, so a slot is written without copying"""
+    """Bring `stack` (slots -> bundles, held[s] = expert in slot s) to `want`, rewriting only the
+    slots that differ. `stacked=False` (experts packed for torch, whose kernel takes one expert at a
+    time): lists of the bundles' own arrays, so a slot is written without copying"""
     if stack is None:
         bundles = [bundle_of(int(e)) if e >= 0 else bundle_of(None) for e in want]
-        stack = _stack(bundles) if stacked else {key: [b[key] for b in bundles] for key in bundles[0]}
+        lists = lambda: {key: [b[key] for b in bundles] for key in bundles[0]}
+        stack = _stack(bundles) if stacked else lists()
         held[:] = want
         return stack, len(want)
     changed = np.nonzero(held != want)[0]
@@ -249,7 +267,8 @@ def slots_of(self:StreamEngine, table:dict, layer:int, n:int, buffers:int, what:
     """`layer`'s slots in `table` (`n` slots x `buffers` stacks), made on first use, their bytes
     reserved from the pool"""
     if layer not in table:
-        self.pool.reserve(n * buffers * self.store.expert_nbytes, f"{n * buffers} {what} of layer {layer}")
+        self.pool.reserve(n * buffers * self.store.expert_nbytes,
+                          f"{n * buffers} {what} of layer {layer}")
         table[layer] = Staged(n, self.ids, buffers)
     return table[layer]
 
@@ -266,7 +285,8 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer])
 
 @patch
-def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats, buffer:int=0) -> dict:
+def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats,
+               buffer:int=0) -> dict:
     """Give the experts `need` slots (keeping those already placed) and write the new ones into
     stack `buffer`; the stack"""
     new = slots.assign(need)
@@ -275,7 +295,8 @@ def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:Laye
     def bundle_of(e):
         if e is None or e < 0: e = need[0]
         return fresh[e] if e in fresh else self.pool.get(layer, [e], stats)[0]
-    slots.stacks[buffer], n = incr_stack(slots.stacks[buffer], slots.held[buffer], slots.slot_expert, bundle_of,
+    slots.stacks[buffer], n = incr_stack(slots.stacks[buffer], slots.held[buffer],
+                                         slots.slot_expert, bundle_of,
                                          stacked=torch_quant(self.quant[layer]) is None)
     slots.rewrites += n
     return slots.stacks[buffer]
@@ -287,7 +308,8 @@ def hot_set(self:StreamEngine, layer:int) -> dict:
     "`layer`'s hot set, made on first use with its bytes reserved from the pool's budget"
     if layer not in self.hot_sets:
         size = self.options.hot or 2 * self.k
-        self.pool.reserve(size * self.store.expert_nbytes, f"a hot set of {size} experts for layer {layer}")
+        self.pool.reserve(size * self.store.expert_nbytes, f"a hot set of {size} experts for layer "
+                                                           f"{layer}")
         self.hot_sets[layer] = dict(experts=[], stack=None, uses=Counter(), steps=0)
     return self.hot_sets[layer]
 
@@ -299,7 +321,8 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     hs['steps'] += 1
     if hs['stack'] is None or hs['steps'] % self.options.hot_refresh == 0:
         hot = sorted(e for e, _ in hs['uses'].most_common(size))
-        if hot != hs['experts']: hs['experts'], hs['stack'] = hot, _stack(self.pool.get(layer, hot, self.stats[layer]))
+        if hot != hs['experts']:
+            hs['experts'], hs['stack'] = hot, _stack(self.pool.get(layer, hot, self.stats[layer]))
         hs['uses'] = Counter()
     table = np.full(self.num_experts, -1, np.int64)
     table[hs['experts']] = np.arange(len(hs['experts']))
@@ -317,7 +340,8 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     else:
         miss_table = np.zeros(self.num_experts, np.uint32)
         miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
-        y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles), self.quant[layer])
+        y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles),
+                            self.quant[layer])
     return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
 
 
@@ -332,7 +356,8 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
     y = expert_mlp(x, indices, w, self.quant[layer])
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
-    if nxt is not None and nxt not in self.resident and self.options.path(nxt, 'prefill') == 'whole_layer':
+    whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
+    if whole_next and nxt not in self.resident:
         if self.options.readahead: self.store.hint_layer(nxt)
         self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
     return y
@@ -358,7 +383,8 @@ def _auto(self:StreamEngine, layer:int, x, indices):
     if s.loads > loads:  # fold this read's cost per unit into the running average
         waited = s.blocked_s - blocked
         key, per = ('layer', waited) if whole else ('expert', waited / (s.loads - loads))
-        self.read_costs[key] = per if key not in self.read_costs else 0.8 * self.read_costs[key] + 0.2 * per
+        old = self.read_costs.get(key)
+        self.read_costs[key] = per if old is None else 0.8 * old + 0.2 * per
     return y
 
 
@@ -371,12 +397,13 @@ def plan_slots(self:StreamEngine, layer:int) -> Staged:
 
 @patch
 def hold_stage_ahead(self:StreamEngine) -> int:
-    """Reserve from the pool's budget the K experts each further planned layer staged at once (`stage_ahead`) holds
-    while it fills its slots, once the slots are made; where the budget has no room for them, stage one layer at a
-    time. How many layers are staged at once"""
+    """Reserve from the pool's budget the K experts each further planned layer staged at once
+    (`stage_ahead`) holds while it fills its slots, once the slots are made; where the budget has no
+    room for them, stage one layer at a time. How many layers are staged at once"""
     n = (self.stage_ahead - 1) * self.k
     if n and not self.ahead_held:
-        try: self.pool.reserve(n * self.store.expert_nbytes, f"{n} experts of planned layers read at once")
+        try: self.pool.reserve(n * self.store.expert_nbytes, f"{n} experts of planned layers read "
+                                                             "at once")
         except StoreError: self.stage_ahead = 1
         else: self.ahead_held = True
     return self.stage_ahead
@@ -404,7 +431,8 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     """`(y, exact)`: outputs of the staged planned set `experts`, and how many came from a slot
     holding that very expert"""
     at, exact = self.planned_at(layer, experts)
-    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)), self.planned[layer].stacks[0], self.quant[layer])
+    y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)),
+                   self.planned[layer].stacks[0], self.quant[layer])
     B.async_eval(y)
     s = self.stats[layer]
     s.calls += 1
@@ -439,10 +467,11 @@ def keep_resident(self:StreamEngine, layer:int):
 
 @patch
 def resident_room(self:StreamEngine, layers:list, bundles:int=0) -> tuple:
-    """`(need, room)` in bytes: keeping `layers` resident and `bundles` more (slots), against what the budget has beside
-    one token's working set"""
+    """`(need, room)` in bytes: keeping `layers` resident and `bundles` more (slots), against what
+    the budget has beside one token's working set"""
     need = sum(t.nbytes for layer in layers for t in self.store.layers[layer].values())
-    return need + bundles * self.store.expert_nbytes, (self.pool.max_bundles - self.k) * self.store.expert_nbytes
+    bundle = self.store.expert_nbytes
+    return need + bundles * bundle, (self.pool.max_bundles - self.k) * bundle
 
 @patch
 def drop_resident(self:StreamEngine, layer:int):
@@ -457,7 +486,8 @@ def drop_resident(self:StreamEngine, layer:int):
 def warm(self:StreamEngine, layer:int, experts) -> LayerStats:
     "Background: read the experts of `layer` that are not pooled into the pool; what was read"
     cost = LayerStats()
-    miss = [int(e) for e in dict.fromkeys(np.asarray(experts).tolist()) if not self.pool.has(layer, int(e))]
+    asked = dict.fromkeys(int(e) for e in np.asarray(experts).tolist())
+    miss = [e for e in asked if not self.pool.has(layer, e)]
     for e, (bundle, read) in zip(miss, self.store.read_experts(layer, miss) if miss else []):
         self.pool.put(layer, e, bundle)
         cost.load(read)
@@ -512,7 +542,8 @@ def save_usage(self:StreamEngine):
         p.parent.mkdir(parents=True, exist_ok=True)
         with atomic_file(p) as tmp:
             tmp.write_text(json.dumps(dict(model=self.store.dir.name, k=self.k,
-                                           uses={f"{l}:{e}": n for (l, e), n in sorted(uses.items())})))
+                                           uses={f"{l}:{e}": n
+                                                 for (l, e), n in sorted(uses.items())})))
         self.pool.uses.clear()
     except OSError as e: _log.debug(f"usage profile not saved to {p}: {e}")
 
@@ -520,10 +551,12 @@ def save_usage(self:StreamEngine):
 def fill_from_usage(self:StreamEngine) -> dict:
     """Fill a bounded pool with the experts the model's usage profile says were requested most; what
     was read"""
-    prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k, self.store.tensors)), time.perf_counter(), 0
+    prof, t0, nbytes = read_usage(usage_file(self.store.dir, self.k,
+                                             self.store.tensors)), time.perf_counter(), 0
     room = 0 if self.pool.budget is None else self.pool.max_bundles - len(self.pool.lru) - self.k
     keys = [key for key in sorted(prof, key=lambda key: (-prof[key], key))
-            if key[0] in self.stats and 0 <= key[1] < self.num_experts and not self.pool.has(*key)][:max(room, 0)]
+            if key[0] in self.stats and 0 <= key[1] < self.num_experts
+            and not self.pool.has(*key)][:max(room, 0)]
     by_layer, got = {}, {}
     for layer, e in keys: by_layer.setdefault(layer, []).append(e)
     for layer, es in by_layer.items():
@@ -532,7 +565,8 @@ def fill_from_usage(self:StreamEngine) -> dict:
             nbytes += cost.nbytes
     # the most requested last: the most recent
     for key in reversed(keys): self.pool.put(*key, got[key])
-    self.usage_fill = dict(bundles=len(keys), bytes=nbytes, seconds=time.perf_counter() - t0, profiled=len(prof))
+    self.usage_fill = dict(bundles=len(keys), bytes=nbytes, seconds=time.perf_counter() - t0,
+                           profiled=len(prof))
     return self.usage_fill
 
 # %% ../nbs/01b3_engine.ipynb #ffe28092
@@ -547,9 +581,10 @@ class StreamingSwitchGLU(B.Module):
 # %% ../nbs/01b3_engine.ipynb #x1b30011
 @patch
 def lend(self:StreamEngine, tokens:int):
-    """At each step's first MoE layer (`tokens`: the step's): an `auto` budget lends the pool what it holds back that
-    this step cannot use, the KV cache not grown yet (as if every token seen since load were still cached) and, in a
-    decode step, a prefill's transient experts beyond K; a prefill takes them back before it stacks"""
+    """At each step's first MoE layer (`tokens`: the step's): an `auto` budget lends the pool what
+    it holds back that this step cannot use, the KV cache not grown yet (as if every token seen
+    since load were still cached) and, in a decode step, a prefill's transient experts beyond K; a
+    prefill takes them back before it stacks"""
     b = self.budget
     if b is None or b.asked != 'auto' or b.pool is None or not b.growth: return
     self.seen += tokens
@@ -569,7 +604,8 @@ def lend(self:StreamEngine, tokens:int):
 
 
 # %% ../nbs/01b3_engine.ipynb #5f6a99ea
-def _row(s:LayerStats) -> dict: return dict(asdict(s), cold_fraction=s.cold_fraction, blocked_ms=s.blocked_s * 1e3)
+def _row(s:LayerStats) -> dict: return dict(asdict(s), cold_fraction=s.cold_fraction,
+                                            blocked_ms=s.blocked_s * 1e3)
 
 def _stack_bytes(stacks) -> int:
     "Bytes of stacks `{key: array or list of arrays}`"
@@ -580,17 +616,23 @@ def stats(engine:StreamEngine) -> dict:
     total = LayerStats()
     for s in engine.stats.values(): total.add(s)
     pool = engine.pool
-    slot_stacks = [st for slots in (*engine.staged.values(), *engine.planned.values()) for st in slots.stacks]
+    slot_stacks = [st for slots in (*engine.staged.values(),
+                                    *engine.planned.values()) for st in slots.stacks]
     return dict(layers={layer: _row(s) for layer, s in engine.stats.items()}, total=_row(total),
-                pool=dict(bundles=len(pool.lru), bytes_held=pool.bytes_held, evictions=pool.evictions,
+                pool=dict(bundles=len(pool.lru), bytes_held=pool.bytes_held,
+                          evictions=pool.evictions,
                           budget_bytes=pool.budget_bytes,
-                          reserved_bytes=pool.bytes_reserved, resident_layers=sorted(engine.resident),
+                          reserved_bytes=pool.bytes_reserved,
+                          resident_layers=sorted(engine.resident),
                           resident_bytes=_stack_bytes(engine.resident.values())),
-                slot_bytes=_stack_bytes(slot_stacks), peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
-                staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(), *engine.planned.values())),
+                slot_bytes=_stack_bytes(slot_stacks),
+                peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
+                staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(),
+                                                                 *engine.planned.values())),
                 budget=None if engine.budget is None else asdict(engine.budget),
                 reads=dict(reader=engine.store.reader.kind, direct=engine.store.reader.direct,
-                           depth=engine.store.threads, policy=engine.pool.policy, usage_fill=engine.usage_fill,
+                           depth=engine.store.threads, policy=engine.pool.policy,
+                           usage_fill=engine.usage_fill,
                            stage_ahead=engine.stage_ahead))
 
 def reset_stats(engine:StreamEngine):

@@ -16,10 +16,13 @@ __all__ = ['torch_quant', 'expert_mlp', 'per_expert_mlp']
 def _linear(x, w:dict, proj:str, idx, quant, sorted_idx:bool):
     quant = quant.get(proj) if isinstance(quant, dict) else quant
     if quant:
-        y = bq.gather_qmm(x, w[proj, 'weight'], w[proj, 'scales'], w.get((proj, 'biases')), rhs_indices=idx,
+        y = bq.gather_qmm(x, w[proj, 'weight'], w[proj, 'scales'], w.get((proj, 'biases')),
+                          rhs_indices=idx,
                           transpose=True,
-                          group_size=quant.group_size, bits=quant.bits, mode=quant.mode, sorted_indices=sorted_idx)
-    else: y = B.gather_mm(x, w[proj, 'weight'].swapaxes(-1, -2), rhs_indices=idx, sorted_indices=sorted_idx)
+                          group_size=quant.group_size, bits=quant.bits, mode=quant.mode,
+                          sorted_indices=sorted_idx)
+    else: y = B.gather_mm(x, w[proj, 'weight'].swapaxes(-1, -2), rhs_indices=idx,
+                          sorted_indices=sorted_idx)
     if (proj, 'bias') in w: y = y + B.expand_dims(w[proj, 'bias'][idx], -2)
     return y
 
@@ -31,7 +34,7 @@ def torch_quant(quant) -> 'QuantSpec|None':
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
-               # {proj: QuantSpec|None}, or one QuantSpec (or None) for every projection
+               # {proj: QuantSpec or None}, or one QuantSpec (or None) for every projection
                quant) -> 'array':
     """`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU`
     computes it"""
@@ -45,7 +48,8 @@ def expert_mlp(x, # (..., D) hidden states
         order = B.argsort(flat)
         inv = B.argsort(order)
         x, idx = x.flatten(0, -3)[order // shape[-1]], flat[order]
-    up, gate = _linear(x, w, 'up_proj', idx, quant, do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
+    up, gate = _linear(x, w, 'up_proj', idx, quant,
+                       do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
     y = _linear(bnn.swiglu(gate, up), w, 'down_proj', idx, quant, do_sort)
     if do_sort: y = B.unflatten(y[inv], 0, shape)
     return y.squeeze(-2)
@@ -60,14 +64,17 @@ def per_expert_mlp(x, # (..., 1 token, D)
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
     if q := torch_quant(quant):  # one call for all of them, on the bundles as they are
         keep = [i for i, e in enumerate(experts) if e is not None]
-        w = {key: [bundles[int(experts[i])][key] for i in keep] for key in bundles[int(experts[keep[0]])]}
-        y = bq.torch_expert_mlp(x, np.broadcast_to(np.arange(len(keep)), x.shape[:-1] + (len(keep),)), w, q.group_size)
+        picked = [bundles[int(experts[i])] for i in keep]
+        w = {key: [b[key] for b in picked] for key in picked[0]}
+        y = bq.torch_expert_mlp(x, np.broadcast_to(np.arange(len(keep)),
+                                                   x.shape[:-1] + (len(keep),)), w, q.group_size)
         if len(keep) == len(experts): return y
         out = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype)] * len(experts)
         for j, i in enumerate(keep): out[i] = y[..., j:j + 1, :]
         return B.concatenate(out, axis=-2)
     zero = B.zeros(x.shape[:-1] + (1,), B.uint32)
     ys = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype) if e is None else
-          expert_mlp(x, zero, {key: a[None] for key, a in bundles[int(e)].items()}, quant) for e in experts]
+          expert_mlp(x, zero, {key: a[None] for key, a in bundles[int(e)].items()},
+                     quant) for e in experts]
     return B.concatenate(ys, axis=-2)
 

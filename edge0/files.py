@@ -40,13 +40,15 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True,
                  # where bf16 teachers are looked for (default: package, `$EDGE0_MODELS`)
                  roots:list|None=None) -> Path:
     "Directory of a committed teacher (`int4`: its int4 g64 base, else the bf16 teacher)"
-    if name not in teachers(): raise InputError(f"teacher {name!r} is not in {MODELS} (known: {', '.join(teachers())})")
+    if name not in teachers(): raise InputError(f"teacher {name!r} is not in {MODELS} (known: "
+                                                f"{', '.join(teachers())})")
     if int4: return MODELS / f"{name}-int4"
     for root in _bf16_roots() if roots is None else roots:
         if (Path(root) / name / 'config.json').is_file(): return Path(root) / name
-    raise InputError(f"the bf16 teacher {name!r} is not in this installation (the wheel ships the int4 demo models "
-                     f"only): set EDGE0_MODELS to the edge0/models folder of a clone of {REPO}, install a clone "
-                     f"with `pip install -e .`, or reproduce it with `edge0 train {name}`")
+    raise InputError(f"the bf16 teacher {name!r} is not in this installation (the wheel ships the "
+                     "int4 demo models only): set EDGE0_MODELS to the edge0/models folder of a "
+                     f"clone of {REPO}, install a clone with `pip install -e .`, or reproduce it "
+                     f"with `edge0 train {name}`")
 
 def edge0_home() -> Path:
     "Where edge0 keeps what it makes outside a model's folder: `$EDGE0_HOME`, else `~/.cache/edge0`"
@@ -65,12 +67,14 @@ def is_writable(d:Path) -> bool:
     return d.is_dir() and os.access(d, os.W_OK)
 
 # %% ../nbs/00_files.ipynb #9a1c0002
-HUB_FILES = ['*.json', '*.safetensors', '*.py', '*.txt', '*.jsonl', '*.jinja', 'tokenizer.model', '*.tiktoken']
+HUB_FILES = ['*.json', '*.safetensors', '*.py', '*.txt', '*.jsonl', '*.jinja', 'tokenizer.model',
+             '*.tiktoken']
 REPO_ID = re.compile(r'[A-Za-z0-9][\w.-]*/[\w.-]+')  # org/name, as the hub spells repo ids
 
 def _offline() -> bool:
     from huggingface_hub import constants
-    return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE')
+    return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE',
+                                                      '').upper() in ('1', 'ON', 'YES', 'TRUE')
 
 def hub_snapshot(repo:str, cache_dir=None) -> Path:
     """The local snapshot of the Hugging Face repo `repo`: from the hub cache, else downloaded
@@ -82,16 +86,19 @@ def hub_snapshot(repo:str, cache_dir=None) -> Path:
     try: return Path(fetch(local_files_only=True))
     except LocalEntryNotFoundError: pass
     if _offline():
-        raise InputError(f"{repo} is not in the Hugging Face cache {where} and HF_HUB_OFFLINE is set: download it "
-                         f"where there is a network (`hf download {repo}`) or name a model directory")
+        raise InputError(f"{repo} is not in the Hugging Face cache {where} and HF_HUB_OFFLINE is "
+                         f"set: download it where there is a network (`hf download {repo}`) or "
+                         "name a model directory")
     try: return Path(fetch())
     except (RepositoryNotFoundError, GatedRepoError):
-        raise InputError(f"{repo}: no such model on the Hugging Face hub, or it is private or gated "
-                         "(`hf auth login` gives access)") from None
+        raise InputError(f"{repo}: no such model on the Hugging Face hub, or it is private or "
+                         "gated (`hf auth login` gives access)") from None
     except LocalEntryNotFoundError:
-        raise InputError(f"{repo} is not in the Hugging Face cache {where} and the hub cannot be reached") from None
+        raise InputError(f"{repo} is not in the Hugging Face cache {where} and the hub cannot be "
+                         "reached") from None
     except (HfHubHTTPError, OSError) as e:
-        raise InputError(f"{repo}: the download from the Hugging Face hub failed ({str(e).splitlines()[0]})") from None
+        raise InputError(f"{repo}: the download from the Hugging Face hub failed "
+                         f"({str(e).splitlines()[0]})") from None
 
 def find_model(model, cache_dir=None) -> Path:
     """The directory of `model`: a model directory, a bundled model's name (its int4 base) or a
@@ -106,7 +113,8 @@ def find_model(model, cache_dir=None) -> Path:
                          f"{', '.join(teachers())}, or a Hugging Face repo id: org/name)")
     try: d = hub_snapshot(name, cache_dir)
     except InputError as e: raise InputError(f"no directory {name} here; {e}") from None
-    if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no config.json")
+    if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no "
+                                                           "config.json")
     return d
 
 
@@ -141,9 +149,11 @@ def read_json(path, what:str='file') -> dict:
     if not p.exists(): raise InputError(f"{p} is missing (expected the {what})")
     if p.is_dir(): raise InputError(f"{p} is a directory, expected the {what} (a JSON file)")
     try: text = p.read_text(encoding='utf-8')
-    except (OSError, UnicodeDecodeError) as e: raise InputError(f"{p}: cannot read the {what} ({e.strerror or e})")
+    except (OSError, UnicodeDecodeError) as e: raise InputError(f"{p}: cannot read the {what} "
+                                                                f"({e.strerror or e})")
     try: d = json.loads(text)
-    except json.JSONDecodeError as e: raise InputError(f"{p} is not valid JSON ({e}); expected the {what}")
+    except json.JSONDecodeError as e: raise InputError(f"{p} is not valid JSON ({e}); expected the "
+                                                       f"{what}")
     if not isinstance(d, dict):
         raise InputError(f"{p} holds a JSON {type(d).__name__}, expected an object (the {what})")
     return d
@@ -154,7 +164,8 @@ def heldout_ids(tokenizer, chars:int|None=None, dtype=np.int64, corpus:str='pros
     """Held-out token ids by a loaded `tokenizer`: the prose excerpt's parts in order, each cut to
     `chars`, or the code's"""
     if corpus == 'code': return np.array(tokenizer.encode(code_excerpt(chars)), dtype)
-    return np.concatenate([np.array(tokenizer.encode(text), dtype) for text in heldout_excerpt(chars).values()])
+    return np.concatenate([np.array(tokenizer.encode(text),
+                                    dtype) for text in heldout_excerpt(chars).values()])
 
 def model_corpus(model_dir) -> str:
     """`code` for a model whose provenance says it was trained on the code corpus
@@ -259,7 +270,8 @@ def atomic_dir(dst, overwrite:bool=False):
     error or interrupt"""
     dst = Path(dst)
     clear_stale(dst)  # first: it puts back a `dst` that a killed writer had set aside
-    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite to replace it")
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite to replace "
+                                                        "it")
     tmp, fd = _begin(dst)
     try:
         try: tmp.mkdir()

@@ -31,7 +31,8 @@ def quantize_q4_0(x:np.ndarray) -> np.ndarray:
     """ggml's reference Q4_0 (`quantize_row_q4_0_ref`) of the rows of `x`: uint8 `[..., n/32*18]`
     (`n` a multiple of 32)"""
     x = np.asarray(x, np.float32)
-    if x.shape[-1] % QK4_0: raise ValueError(f"Q4_0 quantizes rows in blocks of {QK4_0}; rows of {x.shape[-1]} do not")
+    if x.shape[-1] % QK4_0: raise ValueError(f"Q4_0 quantizes rows in blocks of {QK4_0}; rows of "
+                                             f"{x.shape[-1]} do not")
     b = x.reshape(-1, QK4_0)
     # largest magnitude, its sign kept; the first on a tie
     m = np.take_along_axis(b, np.abs(b).argmax(-1)[:, None], -1)
@@ -57,13 +58,15 @@ def dequantize_q4_0(q:np.ndarray) -> np.ndarray:
 def unpack(wq:np.ndarray, bits:int) -> np.ndarray:
     """The `bits`-bit integers (2, 4 or 8) packed in MLX's `wq` (uint32 words or their bytes),
     lowest bits first: uint8"""
-    if bits not in (2, 4, 8): raise ValueError(f"unpack reads 2-, 4- or 8-bit integers, not {bits}-bit")
+    if bits not in (2, 4, 8): raise ValueError("unpack reads 2-, 4- or 8-bit integers, not "
+                                               f"{bits}-bit")
     # little-endian words: a word's lowest bits are its first byte's
     b = np.ascontiguousarray(wq).view(np.uint8)
     q = (b[..., None] >> np.arange(0, 8, bits, dtype=np.uint8)) & np.uint8(2**bits - 1)
     return q.reshape(*b.shape[:-1], -1)
 
-def dequantize_affine(wq:np.ndarray, scales:np.ndarray, biases:np.ndarray, bits:int=4, group_size:int=64) -> np.ndarray:
+def dequantize_affine(wq:np.ndarray, scales:np.ndarray, biases:np.ndarray, bits:int=4,
+                      group_size:int=64) -> np.ndarray:
     """float32 `scale * q + bias` of MLX's affine quantization: a scale and a bias for every
     `group_size` values of a row"""
     q = unpack(wq, bits).astype(np.float32)
@@ -84,8 +87,10 @@ _TYPE_BLOCKS = {F32: (1, 4), F16: (1, 2), Q4_0: (QK4_0, BLOCK_Q4_0.itemsize)}
 TOP_NAMES = {'model.embed_tokens': 'token_embd', 'model.norm': 'output_norm', 'lm_head': 'output'}
 LAYER_NAMES = {  # mlx-lm module within `model.layers.N.` -> llama.cpp tensor within `blk.N.`
     'input_layernorm': 'attn_norm', 'self_attn.q_proj': 'attn_q', 'self_attn.k_proj': 'attn_k',
-    'self_attn.v_proj': 'attn_v', 'self_attn.o_proj': 'attn_output', 'self_attn.q_norm': 'attn_q_norm',
-    'self_attn.k_norm': 'attn_k_norm', 'post_attention_layernorm': 'ffn_norm', 'mlp.gate': 'ffn_gate_inp',
+    'self_attn.v_proj': 'attn_v', 'self_attn.o_proj': 'attn_output',
+               'self_attn.q_norm': 'attn_q_norm',
+    'self_attn.k_norm': 'attn_k_norm', 'post_attention_layernorm': 'ffn_norm',
+               'mlp.gate': 'ffn_gate_inp',
     'mlp.switch_mlp.gate_proj': 'ffn_gate_exps', 'mlp.switch_mlp.up_proj': 'ffn_up_exps',
     'mlp.switch_mlp.down_proj': 'ffn_down_exps'}
 
@@ -102,7 +107,8 @@ def gguf_type(name:str) -> int:
 
 def tensor_nbytes(shape:tuple, ggml_type:int) -> int:
     "Bytes of a tensor of numpy `shape` stored as `ggml_type` (F32, F16 or Q4_0)"
-    if ggml_type not in _TYPE_BLOCKS: raise ValueError(f"ggml type {ggml_type}: edge0 reads F32, F16 and Q4_0 only")
+    if ggml_type not in _TYPE_BLOCKS: raise ValueError(f"ggml type {ggml_type}: edge0 reads F32, "
+                                                       "F16 and Q4_0 only")
     values, nbytes = _TYPE_BLOCKS[ggml_type]
     return math.prod(shape) // values * nbytes
 
@@ -134,15 +140,16 @@ def _tensor_plan(tensors:dict, config:dict, module:str, name:str) -> TensorPlan:
     else:
         q = QuantSpec.from_config(config, module) or QuantSpec()
         if q.mode != 'affine' or q.bits not in (2, 4, 8) or b is None or w.dtype != 'U32':
-            raise StoreError(f"{w.path}: {module} is {w.dtype} int{q.bits} {q.mode}; write_q4_0 reads MLX's affine "
-                             "int2/4/8 (uint32 weight, scales and biases)")
+            raise StoreError(f"{w.path}: {module} is {w.dtype} int{q.bits} {q.mode}; write_q4_0 "
+                             "reads MLX's affine int2/4/8 (uint32 weight, scales and biases)")
         shape = (*w.shape[:-1], w.shape[-1] * 32 // q.bits)
         if s.shape != (*shape[:-1], shape[-1] // q.group_size) or b.shape != s.shape:
-            raise StoreError(f"{w.path}: {module}'s scales {list(s.shape)} do not fit its weight {list(shape)} "
-                             f"at group size {q.group_size}")
+            raise StoreError(f"{w.path}: {module}'s scales {list(s.shape)} do not fit its weight "
+                             f"{list(shape)} at group size {q.group_size}")
         plan = TensorPlan(name, t, shape, w, s, b, q)
     if t == Q4_0 and plan.shape[-1] % QK4_0:
-        raise StoreError(f"{w.path}: {module} has rows of {plan.shape[-1]}; Q4_0 needs a multiple of {QK4_0}")
+        raise StoreError(f"{w.path}: {module} has rows of {plan.shape[-1]}; Q4_0 needs a multiple "
+                         f"of {QK4_0}")
     return plan
 
 def _plan(src:Path, config:dict) -> list:
@@ -153,15 +160,18 @@ def _plan(src:Path, config:dict) -> list:
         module, _, part = key.rpartition('.')
         if part in ('scales', 'biases') and f"{module}.weight" in tensors: continue
         name = gguf_name(module) if part == 'weight' else None
-        if name is None: raise StoreError(f"{src}: tensor {key} has no place in llama.cpp's {ARCH} model")
+        if name is None: raise StoreError(f"{src}: tensor {key} has no place in llama.cpp's {ARCH} "
+                                          "model")
         plans.append(_tensor_plan(tensors, config, module, name))
     missing = sorted(_needed(config) - {p.name for p in plans})
-    if missing: raise StoreError(f"{src}: no tensor for llama.cpp's {missing[0]} ({len(missing)} missing)")
+    if missing: raise StoreError(f"{src}: no tensor for llama.cpp's {missing[0]} ({len(missing)} "
+                                 "missing)")
     return sorted(plans, key=lambda p: (str(p.weight.path), p.weight.start))
 
 # %% ../nbs/01d_gguf.ipynb #ee26e446
 def _need(config:dict, key:str):
-    if key not in config: raise InputError(f"config.json: key {key!r} is missing (llama.cpp's {ARCH} needs it)")
+    if key not in config: raise InputError(f"config.json: key {key!r} is missing (llama.cpp's "
+                                           f"{ARCH} needs it)")
     return config[key]
 
 def _count(config:dict, key:str) -> int:
@@ -180,22 +190,26 @@ def _check(src:Path) -> dict:
         raise InputError(f"{src} is not an mlx-lm model directory: {src / 'config.json'} is missing")
     config = read_json(src / 'config.json', 'model config')
     if (mt := config.get('model_type')) != 'qwen3_moe':
-        raise InputError(f"{src}: model_type {mt!r}; write_q4_0 writes qwen3_moe checkpoints (llama.cpp's {ARCH})")
+        raise InputError(f"{src}: model_type {mt!r}; write_q4_0 writes qwen3_moe checkpoints "
+                         f"(llama.cpp's {ARCH})")
     if (layout := config.get('edge0_layout') or {}).get('experts', 'mlx') != 'mlx':
-        raise InputError(f"{src}: its experts are packed for torch's kernels (--layout {layout['experts']}); write the "
-                         f"GGUF of the mlx-lm checkpoint it was converted from ({layout.get('source', 'its source')})")
+        raise InputError(f"{src}: its experts are packed for torch's kernels (--layout "
+                         f"{layout['experts']}); write the GGUF of the mlx-lm checkpoint it was "
+                         f"converted from ({layout.get('source', 'its source')})")
     q = config.get('quantization') or config.get('quantization_config') or {}
     if q.get('bits') != 4 or q.get('mode', 'affine') != 'affine':
-        raise InputError(f"{src} is {_describe(q)}; write_q4_0 reads affine 4-bit mlx-lm checkpoints "
-                         "(mlx_lm.convert -q, or edge0 convert --quantize)")
+        raise InputError(f"{src} is {_describe(q)}; write_q4_0 reads affine 4-bit mlx-lm "
+                         "checkpoints (mlx_lm.convert -q, or edge0 convert --quantize)")
     step, only = config.get('decoder_sparse_step') or 1, set(config.get('mlp_only_layers') or [])
     if dense := [i for i in range(_count(config, 'num_hidden_layers')) if i in only or (i + 1) % step]:
-        raise InputError(f"{src}: layers {dense} are dense (mlp_only_layers, decoder_sparse_step); llama.cpp's {ARCH} "
-                         "makes every layer MoE")
+        raise InputError(f"{src}: layers {dense} are dense (mlp_only_layers, decoder_sparse_step); "
+                         f"llama.cpp's {ARCH} makes every layer MoE")
     if not config.get('norm_topk_prob'):
-        raise InputError(f"{src}: norm_topk_prob is false; llama.cpp's {ARCH} always renormalizes the top-k weights")
+        raise InputError(f"{src}: norm_topk_prob is false; llama.cpp's {ARCH} always renormalizes "
+                         "the top-k weights")
     if config.get('rope_scaling'):
-        raise InputError(f"{src}: rope_scaling {config['rope_scaling']} is not written by write_q4_0")
+        raise InputError(f"{src}: rope_scaling {config['rope_scaling']} is not written by "
+                         "write_q4_0")
     return config
 
 def gguf_plan(src) -> list:
@@ -227,14 +241,16 @@ def gguf_hparams(config:dict) -> dict:
 TOKEN_TYPES = dict(normal=1, control=3, user_defined=4, unused=5)
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
                r"|\s+(?!\S)|\s+")  # the Split regex of Qwen2's and Qwen3's tokenizer.json
-SPECIAL_KEYS = dict(bos='bos_token_id', eos='eos_token_id', unk='unknown_token_id', sep='seperator_token_id',
+SPECIAL_KEYS = dict(bos='bos_token_id', eos='eos_token_id', unk='unknown_token_id',
+                    sep='seperator_token_id',
                     pad='padding_token_id')  # llama.cpp's spelling
 
 def pre_tokenizer(tok:dict) -> str|None:
     """llama.cpp's name for the pre-tokenizer of the tokenizer.json `tok` (GPT-2's byte-level regex,
     or Qwen2's split)"""
     pre = tok.get('pre_tokenizer') or {}
-    if pre.get('type') == 'ByteLevel' and pre.get('use_regex', True) and not pre.get('add_prefix_space', True):
+    if pre.get('type') == 'ByteLevel' and pre.get('use_regex',
+                                                  True) and not pre.get('add_prefix_space', True):
         return 'gpt-2'
     parts = pre.get('pretokenizers', []) if pre.get('type') == 'Sequence' else []
     if ([p.get('type') for p in parts] == ['Split', 'ByteLevel'] and parts[0].get('pattern') == {'Regex': QWEN2_SPLIT}
@@ -276,13 +292,15 @@ def gguf_vocab(src, config:dict) -> dict:
     path, n = src / 'tokenizer.json', _need(config, 'vocab_size')
     tok = read_json(path, 'tokenizer')
     model = tok.get('model') or {}
-    if model.get('type') != 'BPE': raise InputError(f"{path}: a {model.get('type')!r} model; llama.cpp's gpt2 is BPE")
+    if model.get('type') != 'BPE': raise InputError(f"{path}: a {model.get('type')!r} model; "
+                                                    "llama.cpp's gpt2 is BPE")
     if (pre := pre_tokenizer(tok)) is None:
-        raise InputError(f"{path}: pre-tokenizer {str(tok.get('pre_tokenizer'))[:60]} is neither GPT-2's nor Qwen2's "
-                         "split; llama.cpp would cut text elsewhere")
+        raise InputError(f"{path}: pre-tokenizer {str(tok.get('pre_tokenizer'))[:60]} is neither "
+                         "GPT-2's nor Qwen2's split; llama.cpp would cut text elsewhere")
     added = {t['id']: t for t in tok.get('added_tokens', [])}
     text = {i: s for s, i in model.get('vocab', {}).items()} | {i: t['content'] for i, t in added.items()}
-    if max(text) >= n: raise InputError(f"{path}: token id {max(text)} is past config.json's vocab_size {n}")
+    if max(text) >= n: raise InputError(f"{path}: token id {max(text)} is past config.json's "
+                                        f"vocab_size {n}")
     pairs = model.get('merges', [])  # 'a b', or [a, b] with spaces as U+0120 (gguf-py's way)
     merges = [m if isinstance(m, str) else ' '.join(s.replace(' ', '\u0120') for s in m) for m in pairs]
     return {'tokenizer.ggml.model': 'gpt2', 'tokenizer.ggml.pre': pre,
@@ -295,7 +313,8 @@ def gguf_vocab(src, config:dict) -> dict:
 MOSTLY_Q4_0, QUANT_VERSION, ALIGNMENT = 2, 2, 32
 
 def _metadata(src:Path, config:dict) -> dict:
-    return {'general.architecture': ARCH, 'general.name': src.name, 'general.file_type': MOSTLY_Q4_0,
+    return {'general.architecture': ARCH, 'general.name': src.name,
+            'general.file_type': MOSTLY_Q4_0,
             'general.quantization_version': QUANT_VERSION, 'general.alignment': ALIGNMENT,
             **gguf_hparams(config), **gguf_vocab(src, config)}
 
@@ -321,7 +340,8 @@ def _value(v) -> bytes:
     if isinstance(v, str): return struct.pack('<I', _STR) + _string(v)
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return struct.pack('<IIQ', _ARR, _STR, len(v)) + b''.join(map(_string, v))
-    if isinstance(v, list): return struct.pack('<IIQ', _ARR, _I32, len(v)) + np.asarray(v, '<i4').tobytes()
+    if isinstance(v, list): return struct.pack('<IIQ', _ARR, _I32,
+                                               len(v)) + np.asarray(v, '<i4').tobytes()
     raise TypeError(f"GGUF metadata value {v!r:.40}: expected a bool, int, float, str or list")
 
 def gguf_header(metadata:dict, tensors:list) -> bytes:
@@ -331,7 +351,8 @@ def gguf_header(metadata:dict, tensors:list) -> bytes:
     parts += [_string(k) + _value(v) for k, v in metadata.items()]
     for t in tensors:
         dims = t.shape[::-1]  # ggml's ne[0] is the innermost (row) dimension
-        parts.append(_string(t.name) + struct.pack(f'<I{len(dims)}QIQ', len(dims), *dims, t.ggml_type, offset))
+        parts.append(_string(t.name) + struct.pack(f'<I{len(dims)}QIQ', len(dims), *dims,
+                                                   t.ggml_type, offset))
         n = tensor_nbytes(t.shape, t.ggml_type)
         offset += n + -n % ALIGNMENT  # every tensor's data starts aligned
     head = b''.join(parts)
@@ -345,15 +366,18 @@ def _read_rows(fds:dict, t:TensorInfo, r0:int, r1:int) -> bytes:
     "Rows `r0:r1` of `t` (its leading axes flattened), read from its shard"
     row = t.nbytes // math.prod(t.shape[:-1])
     buf = os.pread(fds[t.path], (r1 - r0) * row, t.start + r0 * row)
-    if len(buf) != (r1 - r0) * row: raise StoreError(f"{t.path}: {t.name} ends early (the shard is truncated)")
+    if len(buf) != (r1 - r0) * row: raise StoreError(f"{t.path}: {t.name} ends early (the shard is "
+                                                     "truncated)")
     return buf
 
 def _values(fds:dict, p:TensorPlan, r0:int, r1:int) -> np.ndarray:
     "float32 rows `r0:r1` of the planned tensor `p`, dequantized where it is quantized"
     n = r1 - r0
-    if p.quant is None: return _floats(_read_rows(fds, p.weight, r0, r1), p.weight.dtype).reshape(n, -1)
+    if p.quant is None: return _floats(_read_rows(fds, p.weight, r0, r1),
+                                       p.weight.dtype).reshape(n, -1)
     wq = np.frombuffer(_read_rows(fds, p.weight, r0, r1), np.uint8).reshape(n, -1)
-    s, b = (_floats(_read_rows(fds, t, r0, r1), t.dtype).reshape(n, -1) for t in (p.scales, p.biases))
+    s, b = (_floats(_read_rows(fds, t, r0, r1),
+                    t.dtype).reshape(n, -1) for t in (p.scales, p.biases))
     return dequantize_affine(wq, s, b, p.quant.bits, p.quant.group_size)
 
 def _write_tensor(out, fds:dict, p:TensorPlan, chunk:int=CHUNK):
@@ -373,14 +397,17 @@ def write_q4_0(src, dst, overwrite:bool=False,
     src, dst = Path(src), Path(dst)
     config = _check(src)
     metadata, plans = _metadata(src, config), _plan(src, config)
-    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
+                                                        "replace it")
     fds = {}
     try:
-        for t in (t for p in plans for t in (p.weight, p.scales, p.biases) if t and t.path not in fds):
+        for t in (t for p in plans for t in (p.weight, p.scales,
+                                             p.biases) if t and t.path not in fds):
             fds[t.path] = os.open(t.path, os.O_RDONLY)
         with atomic_file(dst) as tmp, open(tmp, 'wb') as out:
             out.write(gguf_header(metadata, plans))
-            for p in tqdm(plans, desc=f"gguf {src.name}", unit='tensor', leave=False): _write_tensor(out, fds, p, chunk)
+            for p in tqdm(plans, desc=f"gguf {src.name}", unit='tensor',
+                          leave=False): _write_tensor(out, fds, p, chunk)
             out.flush()
             os.fsync(out.fileno())
     finally:
@@ -388,7 +415,8 @@ def write_q4_0(src, dst, overwrite:bool=False,
     return dst
 
 # %% ../nbs/01d_gguf.ipynb #f42d5061
-_SCALARS = {0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?', 10: '<Q', 11: '<q', 12: '<d'}
+_SCALARS = {0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?', 10: '<Q',
+            11: '<q', 12: '<d'}
 
 class _Cursor:
     "GGUF's little-endian fields, read one after another from `buf`"
@@ -443,7 +471,8 @@ def read_gguf(path) -> GGUF:
     if not path.is_file() or path.stat().st_size < 24:
         raise InputError(f"{path} is not a GGUF file (missing, or too short for a header)")
     with open(path, 'rb') as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        if buf[:4] != GGUF_MAGIC: raise InputError(f"{path} is not a GGUF file (it starts {buf[:4]!r})")
+        if buf[:4] != GGUF_MAGIC: raise InputError(f"{path} is not a GGUF file (it starts "
+                                                   f"{buf[:4]!r})")
         try:
             c = _Cursor(buf, 4)
             version, n_tensors, n_kv = c.take('<IQQ')

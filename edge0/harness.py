@@ -19,7 +19,8 @@ from .prerouter import heads_file
 from .routing_stats import checkpoint_routing, format_routing
 from .decode import MODES, DecodeStats, generate_ids, held_bytes, save_trace
 from .serving import Serving, open_served
-from .conditions import (BenchError, Cgroup, child, conditions, evict, evict_experts, last_line, measure_read,
+from .conditions import (BenchError, Cgroup, child, conditions, evict, evict_experts,
+                              last_line, measure_read,
                               run_child, sequence, tier_name, tier_rate, warm)
 
 # %% auto #0
@@ -61,13 +62,18 @@ class Arm:
             raise InputError(f"arm mode {self.mode!r}: expected one of {', '.join(ARM_MODES)}")
         for what, v, ok in (('path', self.path, PATHS), ('prefill_path', self.prefill_path, PATHS)):
             if v not in ok: raise InputError(f"arm {what} {v!r}: expected one of {', '.join(ok)}")
-        if self.k is not None and self.k < 1: raise InputError(f"arm k must be at least 1, got {self.k}")
+        if self.k is not None and self.k < 1: raise InputError("arm k must be at least 1, got "
+                                                               f"{self.k}")
         if self.reader not in ('auto', *READERS):
-            raise InputError(f"arm reader {self.reader!r}: expected auto or one of {', '.join(READERS)}")
-        if self.pool_mib != 'auto' and not (isinstance(self.pool_mib, (int, float)) and self.pool_mib > 0):
-            raise InputError(f"arm pool_mib must be a positive number of MiB or 'auto', got {self.pool_mib!r}")
+            raise InputError(f"arm reader {self.reader!r}: expected auto or one of "
+                             f"{', '.join(READERS)}")
+        if self.pool_mib != 'auto' and not (isinstance(self.pool_mib,
+                                                       (int, float)) and self.pool_mib > 0):
+            raise InputError("arm pool_mib must be a positive number of MiB or 'auto', got "
+                             f"{self.pool_mib!r}")
         if not (Path(self.model) / 'config.json').is_file():
-            raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm model directory)")
+            raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm "
+                             "model directory)")
         if not self.name:
             self.name = (self.mode + (f"/K{self.k}" if self.k else '')
                          + (f"/top{self.exact_top}" if self.exact_top else '')
@@ -86,35 +92,43 @@ def open_arm(arm:Arm, trace=None, record:bool=False, kv_tokens:int|None=None):
     # 'compute': a decoder over every expert in memory, at the arm's K
     if arm.mode in ('resident', 'compute'):
         if arm.mode == 'resident' and arm.k not in (None, model_spec(arm.model).k):
-            raise InputError(f"a resident arm decodes at the model's own K; use mode 'compute' for K={arm.k}")
+            raise InputError("a resident arm decodes at the model's own K; use mode 'compute' for "
+                             f"K={arm.k}")
         compute = arm.mode == 'compute'
-        return open_served(arm.model, Serving('off' if compute else None, arm.k if compute else None,
+        return open_served(arm.model, Serving('off' if compute else None,
+                                              arm.k if compute else None,
                                               heads=arm.heads, adapter=arm.adapter, resident=True))
     # the whole budget, slots and resident layers in it, from the memory left
     auto = arm.pool_mib == 'auto'
     held = 0 if arm.total_budget or auto else held_bytes(arm.model, arm.mode, arm.k, arm.heads)
     o = StreamOptions(decode_path=arm.path, prefill_path=arm.prefill_path,
-                      pool_bytes='auto' if auto else int(arm.pool_mib * MiB) + held, kv_tokens=kv_tokens,
+                      pool_bytes='auto' if auto else int(arm.pool_mib * MiB) + held,
+                      kv_tokens=kv_tokens,
                       slots=arm.slots, buffers=arm.buffers, kernels=arm.kernels, reader=arm.reader)
-    h = open_served(arm.model, Serving(arm.mode, arm.k, arm.exact_top, heads=arm.heads, adapter=arm.adapter,
+    h = open_served(arm.model, Serving(arm.mode, arm.k, arm.exact_top, heads=arm.heads,
+                                       adapter=arm.adapter,
                                        options=o, trace=trace, record_trace=record))
     B.clear_cache()
     return h
 
 # %% ../nbs/05_harness.ipynb #0c96a93e
 def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
-    """An arm's streaming figures from the engine's counters (`_totals`) before its first decode step and after each
-    (`prefill_bytes` read for its `prompt` tokens): per step and per token, and `per_step` rows for the load-cost fit"""
+    """An arm's streaming figures from the engine's counters (`_totals`) before its first decode
+    step and after each (`prefill_bytes` read for its `prompt` tokens): per step and per token, and
+    `per_step` rows for the load-cost fit"""
     # per step: loads, bytes, cold, pages, read s, blocked s, hits
     steps = np.diff(np.array(snaps), axis=0)
     n, tot = len(steps), steps.sum(0)
-    return dict(mb_per_step=tot[1] / n / MiB, mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / MiB,
-                loads_per_step=tot[0] / n, hits_per_step=tot[6] / n, blocked_ms_per_step=1e3 * tot[5] / n,
+    return dict(mb_per_step=tot[1] / n / MiB,
+                mb_per_token=(tot[1] + prefill_bytes) / (n + prompt) / MiB,
+                loads_per_step=tot[0] / n, hits_per_step=tot[6] / n,
+                blocked_ms_per_step=1e3 * tot[5] / n,
                 cold_fraction=tot[2] / tot[3] if tot[3] else 0.0,
                 per_step=[[int(s[0]), int(s[2]), int(s[3]), float(s[4])] for s in steps])
 
 # %% ../nbs/05_harness.ipynb #d26c6c78
-def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None, record=None,
+def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None,
+            record=None,
             join=None) -> dict:
     """Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced
     decode steps"""
@@ -152,7 +166,8 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
         times.append(dt - (evicting.pop() if evicting else 0.0))
         if eng is not None: snaps.append(_totals(eng))
     n, io1 = len(times), io_counters()
-    out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s, prefill_warm_tps=len(ids) / warm_s,
+    out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s,
+               prefill_warm_tps=len(ids) / warm_s,
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
                peak_active_mb=B.memory_stats().peak / MiB,
                rss_mb=peak_rss() / MiB, tokens=toks,
@@ -160,10 +175,12 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
                disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / MiB,
                faults_per_step=(io1[1] - io0[1]) / n)
     if eng is not None and eng.budget is not None:
-        out.update(pool_mib=eng.budget.pool / MiB if eng.budget.pool else None, budget=asdict(eng.budget))
+        out.update(pool_mib=eng.budget.pool / MiB if eng.budget.pool else None,
+                   budget=asdict(eng.budget))
     if eng is not None:
         out.update(stream_figures(snaps, prefill_bytes, len(ids)),
-                   peak_active_mb=max(out['peak_active_mb'], max(s.peak_active for s in eng.stats.values()) / MiB))
+                   peak_active_mb=max(out['peak_active_mb'],
+                                      max(s.peak_active for s in eng.stats.values()) / MiB))
     if dec is not None:
         d = dec.stats
         out.update(syncs_per_step=d.syncs / n, dropped=d.dropped, experts_planned=d.experts_planned,
@@ -175,7 +192,8 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
 
 def _arm(job:dict) -> dict:
     "An arm's process (`run_child`): `run_arm` on the job `run` sends"
-    return run_arm(Arm(**job['arm']), json.loads(Path(job['sequence']).read_text()), job['prompt'], job['tokens'],
+    return run_arm(Arm(**job['arm']), json.loads(Path(job['sequence']).read_text()), job['prompt'],
+                   job['tokens'],
                    job['cache'], job.get('trace'), job.get('record'), job.get('join'))
 
 # %% ../nbs/05_harness.ipynb #d2c83bd9
@@ -216,12 +234,15 @@ def _oracle_traces(arms:list, job, out:Path, cgroup:Cgroup|None, timeout:float) 
         rec = Arm(a.model, 'off', a.k, pool_mib=a.pool_mib, kernels=a.kernels, name='trace')
         r = _spawn(job(rec, record=traces[a.model, a.k]), cgroup, timeout)
         if r.get('failed'):
-            raise BenchError(f"recording the routing trace for {a.name} failed: {last_line(r['stderr'])}")
+            raise BenchError(f"recording the routing trace for {a.name} failed: "
+                             f"{last_line(r['stderr'])}")
     return traces
 
 # %% ../nbs/05_harness.ipynb #204e6a93
-def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold', cap_mb:float|None=None, tier=None,
-        out=None, progress:bool=True, timeout:float=3600, routing=True, throttle_prefill:bool=True) -> dict:
+def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
+        cap_mb:float|None=None, tier=None,
+        out=None, progress:bool=True, timeout:float=3600, routing=True,
+        throttle_prefill:bool=True) -> dict:
     """Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the
     checkpoints' routing)"""
     arms = _checked(arms, tokens, prompt, rounds, cache)
@@ -234,13 +255,15 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
     routing = routing if isinstance(routing, dict) else {m: routing_report(m) for m in seqs} if routing else {}
     heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads))
                           for a in arms if a.mode in ('routing', 'prefetch'))
-    cgroup, later, notes = conditions(arms[0].model, int(cap_mb * MiB) if cap_mb else None, tier, throttle_prefill)
+    cgroup, later, notes = conditions(arms[0].model, int(cap_mb * MiB) if cap_mb else None, tier,
+                                      throttle_prefill)
     notes += [f"prerouter heads: {h}" for h in heads]  # each file once, however many arms it serves
     rate = tier_rate(tier)
     try:
         measured = measure_read(arms[0].model, later or cgroup)
         join = [str(p) for p in later.paths] if later else None
-        job = lambda a, **kw: dict(arm=asdict(a), sequence=str(seqs[a.model]), prompt=prompt, tokens=tokens,
+        job = lambda a, **kw: dict(arm=asdict(a), sequence=str(seqs[a.model]), prompt=prompt,
+                                   tokens=tokens,
                                    cache=cache, join=join, **kw)
         traces = _oracle_traces(arms, job, out, cgroup, timeout)
         bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
@@ -255,7 +278,8 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
     finally:
         for cg in (cgroup, later):
             if cg: cg.close()
-    return summarize(dict(date=time.strftime('%Y-%m-%d %H:%M'), platform=sys.platform, tokens=tokens, prompt=prompt,
+    return summarize(dict(date=time.strftime('%Y-%m-%d %H:%M'), platform=sys.platform,
+                          tokens=tokens, prompt=prompt,
                           rounds=rounds, cache=cache, cap_mb=cap_mb, tier=tier_name(tier),
                           asked_mb_s=rate, measured_mb_s=measured, notes=notes, routing=routing,
                           arms=[asdict(a) for a in arms],
@@ -266,18 +290,24 @@ def fit_load_cost(per_step:list) -> dict:
     """Least squares `read ms per load = a + b * cold_fraction` over steps `[loads, cold pages,
     pages, read s]`"""
     s = np.array([r for r in per_step if r[0] > 0 and r[2] > 0], dtype=np.float64).reshape(-1, 4)
-    if len(s) == 0: return dict(a_ms=float('nan'), b_ms=float('nan'), residual_ms=float('nan'), steps=0)
+    if len(s) == 0: return dict(a_ms=float('nan'), b_ms=float('nan'), residual_ms=float('nan'),
+                                steps=0)
     x, y = s[:, 1] / s[:, 2], 1e3 * s[:, 3] / s[:, 0]
     if len(s) < 3 or np.ptp(x) < 0.05:  # one cold fraction: only the mean is known
-        return dict(a_ms=float(y.mean()), b_ms=float('nan'), residual_ms=float(y.std()), steps=len(s),
-                    cold_range=(float(x.min()), float(x.max())), note='cold fraction hardly varies: b not identifiable')
+        return dict(a_ms=float(y.mean()), b_ms=float('nan'), residual_ms=float(y.std()),
+                    steps=len(s),
+                    cold_range=(float(x.min()), float(x.max())),
+                    note='cold fraction hardly varies: b not identifiable')
     b, a = np.polyfit(x, y, 1)
-    return dict(a_ms=float(a), b_ms=float(b), residual_ms=float(np.sqrt(np.mean((y - (a + b * x)) ** 2))),
+    return dict(a_ms=float(a), b_ms=float(b),
+                residual_ms=float(np.sqrt(np.mean((y - (a + b * x)) ** 2))),
                 steps=len(s), cold_range=(float(x.min()), float(x.max())))
 
 # %% ../nbs/05_harness.ipynb #3fa2f456
-METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'load_s', 'peak_active_mb', 'rss_mb',
-           'mb_per_step', 'mb_per_token', 'loads_per_step', 'hits_per_step', 'cold_fraction', 'blocked_ms_per_step',
+METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'load_s',
+           'peak_active_mb', 'rss_mb',
+           'mb_per_step', 'mb_per_token', 'loads_per_step', 'hits_per_step', 'cold_fraction',
+           'blocked_ms_per_step',
            'syncs_per_step', 'disk_mb_per_step', 'faults_per_step', 'pool_mib')
 # the same tokens as `off` at the same K
 EXACT = ('resident', 'compute', 'off', 'prefetch', 'oracle')
@@ -292,7 +322,8 @@ def summarize(report:dict) -> dict:
         row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and ok[0].get(m) is not None}
         # an 'auto' arm's budget and its parts
         if ok and ok[0].get('budget'): row['budget'] = ok[0]['budget']
-        row.update(rounds=len(ok), failed=[dict(returncode=r['returncode'], killed=r['killed'], stderr=r['stderr'])
+        row.update(rounds=len(ok),
+                   failed=[dict(returncode=r['returncode'], killed=r['killed'], stderr=r['stderr'])
                                            for r in rs if r.get('failed')])
         if ok and 'per_step' in ok[0]: row['load_cost'] = fit_load_cost([s for r in ok for s in r['per_step']])
         if report.get('cap_mb') and report['platform'] == 'darwin' and ok:
@@ -302,7 +333,8 @@ def summarize(report:dict) -> dict:
         ok = [r for r in report['runs'][name] if not r.get('failed')]
         if not ok: continue
         ref = next((n for n, b in arms.items() if b['mode'] in EXACT and b['model'] == a['model']
-                    and b['k'] == a['k'] and any(not r.get('failed') for r in report['runs'][n])), None)
+                    and b['k'] == a['k'] and any(not r.get('failed') for r in report['runs'][n])),
+                   None)
         if a['mode'] in EXACT and ref:
             want = next(r['tokens'] for r in report['runs'][ref] if not r.get('failed'))
             out[name]['same_tokens'] = all(r['tokens'] == want for r in ok)
@@ -317,10 +349,13 @@ def table(report:dict) -> str:
     cond.append((f"asked {report['asked_mb_s']:.0f} MB/s, " if report.get('asked_mb_s') else 'not throttled, ')
                 + f"measured {report['measured_mb_s']:.0f} MB/s cold")
     if report.get('cap_mb'): cond.append(f"memory cap {report['cap_mb']:.0f} MiB")
-    lines = ['; '.join(cond) + f"; {report['rounds']} rounds of {report['tokens']} forced decode steps after a "
-             f"{report['prompt']}-token prompt", *report.get('notes', []), *report.get('routing', {}).values()]
-    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'prefill c/w tok/s':>18}{'peak MiB':>9}{'RSS MiB':>8}"
-            f"{'MiB/step':>9}{'MiB/tok':>8}{'loads':>6}{'cold':>5}{'blocked':>8}{'load a+b*cold ms (resid)':>26}")
+    lines = ['; '.join(cond) + f"; {report['rounds']} rounds of {report['tokens']} forced decode "
+                               "steps after a "
+             f"{report['prompt']}-token prompt", *report.get('notes', []),
+             *report.get('routing', {}).values()]
+    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'prefill c/w tok/s':>18}{'peak MiB':>9}"
+            f"{'RSS MiB':>8}{'MiB/step':>9}{'MiB/tok':>8}{'loads':>6}{'cold':>5}{'blocked':>8}"
+            f"{'load a+b*cold ms (resid)':>26}")
     lines.append(head)
     for name, r in report['results'].items():
         if not r['rounds']:
@@ -329,8 +364,8 @@ def table(report:dict) -> str:
                          + (' (OOM-killed)' if f['killed'] else '') + f": {last_line(f['stderr'])}")
             continue
         s = (f"{name:18}{r['decode_tps']:>7.2f}{r['step_ms']:>8.1f}"
-             f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}{r['peak_active_mb']:>9.0f}"
-             f"{r['rss_mb']:>8.0f}")
+             f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}"
+             f"{r['peak_active_mb']:>9.0f}{r['rss_mb']:>8.0f}")
         if 'mb_per_step' in r:
             c = r['load_cost']
             fit = (f"{c['a_ms']:.2f}" + (f"+{c['b_ms']:.2f}*c" if c['b_ms'] == c['b_ms'] else ' (b n/a)')
@@ -374,7 +409,8 @@ def speedups(tiers:dict, k:int, compute_ms:float, nvme_mb_s:float) -> dict:
             r = res.get(f"{m}/K{k}")
             if not r or not r.get('rounds'): continue
             bound = max(compute_ms, r['mb_per_step'] * MiB / 1e6 / bw * 1e3)
-            row[m] = dict(speedup=off / r['step_ms'], bound=off / bound, step_ms=r['step_ms'], bound_ms=bound)
+            row[m] = dict(speedup=off / r['step_ms'], bound=off / bound, step_ms=r['step_ms'],
+                          bound_ms=bound)
         out[name] = row
     return out
 
@@ -389,10 +425,12 @@ def plot_tiers(rows:dict, title:str='', ax=None):
     for m, c in (('routing', 'C0'), ('prefetch', 'C1'), ('oracle', 'C2')):
         if not all(m in rows[n] for n in names): continue
         ax.plot(x, [rows[n][m]['speedup'] for n in names], 'o-', color=c, label=f"{m} (measured)")
-        ax.plot(x, [rows[n][m]['bound'] for n in names], '--', color=c, alpha=0.6, label=f"{m} bound")
+        ax.plot(x, [rows[n][m]['bound'] for n in names], '--', color=c, alpha=0.6,
+                label=f"{m} bound")
     ax.axhline(1, color='gray', lw=0.8)
     ax.set(xscale='log', xlabel='read bandwidth, MB/s (measured)', ylabel='speedup over off')
-    for n, v in zip(names, x): ax.annotate(n, (v, ax.get_ylim()[0]), fontsize=7, ha='center', va='bottom')
+    for n, v in zip(names, x): ax.annotate(n, (v, ax.get_ylim()[0]), fontsize=7, ha='center',
+                                           va='bottom')
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return ax
@@ -434,7 +472,8 @@ def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=
     where asked"""
     # before the sweep, not after it
     if plot_path and importlib.util.find_spec('matplotlib') is None:
-        raise InputError(f"writing the plot {plot_path} needs matplotlib: pip install 'edge0[notebooks]'")
+        raise InputError(f"writing the plot {plot_path} needs matplotlib: pip install "
+                         "'edge0[notebooks]'")
     res = sweep(arms, tiers, **kw)
     for name, rep in res.items():
         if show: print(f"\n== tier {name}\n{table(rep)}")
@@ -442,7 +481,8 @@ def bench(arms:list, tiers=('nvme',), json_path=None, plot_path=None, show:bool=
     first = next(iter(res.values()))['results']
     compute = {k: first.get(f"compute/K{k}", {}).get('step_ms') for k in ks}
     if show and len(res) > 1 and ks and all(compute.values()):
-        print("\nspeedup over off by tier (bound: off's step / max(compute-only step, MB per step / bandwidth))\n"
+        print("\nspeedup over off by tier (bound: off's step / max(compute-only step, MB per step "
+              "/ bandwidth))\n"
               + speedup_table(res, ks, compute))
     if json_path: save(dict(tiers=res, compute_ms=compute), json_path)
     if plot_path and ks and all(compute.values()):

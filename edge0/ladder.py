@@ -22,7 +22,8 @@ from .quality import heldout_windows, repetition, rung_metrics
 __all__ = ['PROMPTS', 'PROMPT', 'prompt_for', 'low_copy_of', 'ladder']
 
 # %% ../nbs/05d_ladder.ipynb #86bac6f7
-PROMPTS = dict(prose="The history of the city", code='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n')
+PROMPTS = dict(prose="The history of the city", code='def fibonacci(n):\n    """Return the n-th '
+                                                     'Fibonacci number."""\n')
 PROMPT = PROMPTS['prose']
 
 def prompt_for(name:str) -> str:
@@ -35,7 +36,8 @@ def _sample(fn, tokenizer, n:int, prompt:str=PROMPT) -> dict:
 
 def _greedy(model):
     "Greedy continuation on a plain model (no student path)"
-    return lambda prompts, n: generate_batch(lambda x, c: model(x, cache=c), make_prompt_cache(model), prompts, n)
+    return lambda prompts, n: generate_batch(lambda x, c: model(x, cache=c),
+                                             make_prompt_cache(model), prompts, n)
 
 # %% ../nbs/05d_ladder.ipynb #867dc612
 def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
@@ -45,11 +47,13 @@ def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     from edge0.convert import add_low_bits, conversion_of, convert
     from edge0.lowbit import low_file
     dst, spec = Path(dst), model_spec(base)
-    if conversion_of(base, dst)[0] != layout: return convert(base, dst, low_bits=bits, overwrite=True, layout=layout)
+    if conversion_of(base, dst)[0] != layout: return convert(base, dst, low_bits=bits,
+                                                             overwrite=True, layout=layout)
     missing = sorted({b for b in bits for layer in spec.moe_layers if not (dst / low_file(layer, b)).exists()})
     return add_low_bits(base, dst, missing, layout) if missing else dst
 
-def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256, windows:int=24,
+def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256,
+           windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,
            # {phase: file} trained at exact top-`exact[0]` (default: staged)
            exact_adapters:dict|None=None,
@@ -73,9 +77,12 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     def rung(label, served, sampler, **serving):
         t0 = time.time()
         metrics = rung_metrics(served, teacher, data, show=show)
-        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample, prompt), serving=serving))
-        if show: print(f"{name} K={k} {label:<30} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} s)")
-    rung('bf16 teacher', teacher, _greedy(teacher), model=str(teacher_path(name, int4=False)), resident=True)
+        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample, prompt),
+                         serving=serving))
+        if show: print(f"{name} K={k} {label:<30} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} "
+                       "s)")
+    rung('bf16 teacher', teacher, _greedy(teacher), model=str(teacher_path(name, int4=False)),
+         resident=True)
     rung(f'int4 (K={spec.k})', model, _greedy(model), mode='off', no_adapter=True)
     heads = heads_file(base, spec, k)
     student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
@@ -87,7 +94,8 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
         student.keep, student.ranked = m, True
         try: rung(label, served(1), generate, mode='routing', k=k, exact_top=m, **serving)
         finally: student.keep, student.ranked = 0, False
-    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k, no_adapter=True)
+    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k,
+                         no_adapter=True)
     rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
     for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
     # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that
@@ -96,21 +104,27 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
         low_dir = str(low_copy_of(base, Path(work) / 'low' / Path(base).name, tuple(sorted(low))))
         for bits in low:
             student.low = low_experts(low_dir, bits)
-            exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top, no_adapter=True,
+            exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top,
+                      no_adapter=True,
                       model=low_dir, low_bits=bits)
         student.low, student.low_below = low_experts(low_dir, min(low)), low_below
-        rung(f'int4, under weight {low_below} at {min(low)} bits', served(10 ** 9), own, mode='off', k=k,
+        rung(f'int4, under weight {low_below} at {min(low)} bits', served(10 ** 9), own, mode='off',
+             k=k,
              no_adapter=True, model=low_dir, low_bits=min(low), low_below=low_below)
         student.low, student.low_below = None, None
-    files = adapters if adapters is not None else {phase: stage_file(work, name, k, phase) for phase in (2, 3)}
+    files = adapters if adapters is not None else {phase: stage_file(work, name, k,
+                                                                     phase) for phase in (2, 3)}
     for phase, path in files.items():
         with load_adapter(model, base, spec, k, heads, path):
-            rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k, adapter=str(path))
-            if phase == max(files) and exact: exact_top(f'+ phase-{phase} LoRA, exact-top-{exact[0]}', exact[0],
+            rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k,
+                 adapter=str(path))
+            if phase == max(files) and exact: exact_top(f'+ phase-{phase} LoRA, '
+                                                        f'exact-top-{exact[0]}', exact[0],
                                                         adapter=str(path))
     m = exact[0] if exact else 0
     trained = exact_adapters if exact_adapters is not None else {
-        p: stage_file(work, name, k, p, m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
+        p: stage_file(work, name, k, p,
+                      m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
     for phase, path in trained.items():  # adapters trained on the path they serve: exact top-m
         with load_adapter(model, base, spec, k, heads, path):
             exact_top(f'+ phase-{phase} LoRA@top-{m}, exact-top-{m}', m, adapter=str(path))

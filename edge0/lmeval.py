@@ -45,7 +45,8 @@ def score(served:Served, pairs:list, max_length:int, batch:int=8, show:bool=Fals
     for ctx, cont in pairs:
         if not ctx: raise InputError("a continuation needs at least one context token before it")
         if not 0 < len(cont) <= max_length:
-            raise InputError(f"a continuation of {len(cont)} tokens cannot be scored within max_length={max_length}")
+            raise InputError(f"a continuation of {len(cont)} tokens cannot be scored within "
+                             f"max_length={max_length}")
         inp = (list(ctx) + list(cont))[-(max_length + 1):-1]
         rows.append((inp, len(inp) - len(cont) + 1, list(cont)))  # (input, prompt length, targets)
     out = [None] * len(rows)
@@ -77,12 +78,15 @@ def sampling_of(kw:dict) -> Sampling:
     got = {k: kw[k] for k in SAMPLED if kw.get(k) is not None}
     return Sampling(float(got.pop('temperature', 1.0)), **got)
 
-def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int, max_gen_toks:int=256) -> str:
+def generate_text(served:Served, context:list, gen_kwargs:dict, max_length:int,
+                  max_gen_toks:int=256) -> str:
     """The continuation of the ids `context` under the harness's `gen_kwargs`, cut at the first stop
     string"""
     kw = normalize_gen_kwargs(gen_kwargs, max_gen_toks)
-    until, n = handle_stop_sequences(kw['until'], eos=served.tokenizer.eos_token), kw['max_gen_toks']
-    if n >= max_length: raise InputError(f"max_gen_toks={n} leaves no room for a prompt within max_length={max_length}")
+    until, n = handle_stop_sequences(kw['until'],
+                                     eos=served.tokenizer.eos_token), kw['max_gen_toks']
+    if n >= max_length: raise InputError(f"max_gen_toks={n} leaves no room for a prompt within "
+                                         f"max_length={max_length}")
     ids = served.generate(context[-(max_length - n):], n, until=until, sampling=sampling_of(kw))
     return postprocess_generated_text(served.tokenizer.decode(ids), until, None)
 
@@ -102,7 +106,8 @@ def _renamed(old:dict, heads, pool_mib) -> tuple:
 class Edge0LM(TemplateLM):
     """The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded
     as served"""
-    def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, heads=None, adapter=None,
+    def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, heads=None,
+                 adapter=None,
                  # the streamed model's expert budget (MiB, or auto); 'none': every expert resident
                  pool_mib='auto',
                  # tokens per forward (default: the config's max_position_embeddings)
@@ -134,16 +139,20 @@ class Edge0LM(TemplateLM):
         return self.tokenizer.encode(string, add_special_tokens=bool(add_special_tokens))
 
     def _loglikelihood_tokens(self, requests, disable_tqdm:bool=False, **kw) -> list:
-        out = score(self.served, [(c, x) for _, c, x in requests], self.max_length, self.batch_size, not disable_tqdm)
-        for (key, _, _), answer in zip(requests, out): self.cache_hook.add_partial('loglikelihood', key, answer)
+        out = score(self.served, [(c, x) for _, c, x in requests], self.max_length, self.batch_size,
+                    not disable_tqdm)
+        for (key, _, _), answer in zip(requests, out): self.cache_hook.add_partial('loglikelihood',
+                                                                                   key, answer)
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm:bool=False) -> list:
-        docs = [rolling_pairs(self.tok_encode(r.args[0]), self.prefix_token_id, self.max_length) for r in requests]
+        docs = [rolling_pairs(self.tok_encode(r.args[0]), self.prefix_token_id,
+                              self.max_length) for r in requests]
         pairs = [pair for doc in docs for pair in doc]
         scores = iter(score(self.served, pairs, self.max_length, self.batch_size, not disable_tqdm))
         out = [sum(next(scores)[0] for _ in doc) for doc in docs]
-        for r, ll in zip(requests, out): self.cache_hook.add_partial('loglikelihood_rolling', r.args, ll)
+        for r, ll in zip(requests, out): self.cache_hook.add_partial('loglikelihood_rolling',
+                                                                     r.args, ll)
         return out
 
     def generate_until(self, requests, disable_tqdm:bool=False) -> list:

@@ -91,7 +91,8 @@ class Adapter:
     def __enter__(self): return self
     def __exit__(self, *exc): self.detach()
 
-def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, seed:int=0, dtype=None,
+def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, seed:int=0,
+           dtype=None,
            weights:dict|None=None) -> Adapter:
     """Wrap `model`'s target projections in `LoRALinear`s (fresh: A random, B zero; or the given
     `weights`)"""
@@ -117,11 +118,13 @@ def adapter_file(k:int, exact_top:int=0) -> str:
     own file)"""
     return f"lora-k{k}{f'-top{exact_top}' if exact_top else ''}.safetensors"
 
-def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2', extra:dict|None=None,
+def save_adapter(adapter:Adapter, base_dir, k:int, heads=None, phase:str='phase2',
+                 extra:dict|None=None,
                  path=None) -> Path:
     """Write `adapter` beside the base in `base_dir` (or to `path`), with its provenance; returns
     the file"""
-    meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(k), rank=str(adapter.rank),
+    meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(k),
+                rank=str(adapter.rank),
                 alpha=str(adapter.alpha), targets=json.dumps(list(adapter.targets)),
                 num_layers=str(adapter.spec.num_layers), heads=Path(heads).name if heads else '',
                 heads_fingerprint=heads_fingerprint(heads) if heads else '', phase=phase,
@@ -139,14 +142,19 @@ def read_adapter(path) -> tuple[dict, dict]:
     p = Path(path)
     if not p.exists(): raise InputError(f"adapter {p} does not exist")
     meta = dict(read_header(p)[1] or {})
-    if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    for key in ('base_fingerprint', 'k', 'rank', 'alpha', 'targets', 'num_layers', 'heads_fingerprint'):
-        if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a complete adapter")
+    if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, "
+                                                      f"expected {FORMAT!r}")
+    for key in ('base_fingerprint', 'k', 'rank', 'alpha', 'targets', 'num_layers',
+                'heads_fingerprint'):
+        if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a "
+                                             "complete adapter")
     try:
-        meta['k'], meta['rank'], meta['num_layers'] = (int(meta[key]) for key in ('k', 'rank', 'num_layers'))
+        meta['k'], meta['rank'], meta['num_layers'] = (int(meta[key]) for key in ('k', 'rank',
+                                                                                  'num_layers'))
         meta['alpha'], meta['targets'] = float(meta['alpha']), tuple(json.loads(meta['targets']))
     except (ValueError, TypeError, json.JSONDecodeError) as e:
-        raise InputError(f"{p}: metadata k/rank/alpha/num_layers/targets are not numbers and a list ({e})") from None
+        raise InputError(f"{p}: metadata k/rank/alpha/num_layers/targets are not numbers and a "
+                         f"list ({e})") from None
     return B.load_arrays(p), meta
 
 # %% ../nbs/03_lora.ipynb #bc1ed7ef
@@ -157,13 +165,14 @@ def _check_weights(p:Path, weights:dict, spec:MoESpec, model, meta:dict) -> dict
     names = {f"{path}.{n}" for path in paths for n in ('lora_a', 'lora_b')}
     if set(weights) != names:
         odd = sorted(set(weights) ^ names)[0]
-        raise InputError(f"{p}: tensor {odd} does not match the base's {meta['targets']} projections")
+        raise InputError(f"{p}: tensor {odd} does not match the base's {meta['targets']} "
+                         "projections")
     for path in paths:
         out, d_in = _dims(attr_at(model, path))
         a, b = weights[f"{path}.lora_a"], weights[f"{path}.lora_b"]
         if a.shape != (meta['rank'], d_in) or b.shape != (out, meta['rank']):
-            raise InputError(f"{p}: {path} is {a.shape} x {b.shape}, the base needs ({meta['rank']}, {d_in}) "
-                             f"x ({out}, {meta['rank']})")
+            raise InputError(f"{p}: {path} is {a.shape} x {b.shape}, the base needs "
+                             f"({meta['rank']}, {d_in}) x ({out}, {meta['rank']})")
     return paths
 
 def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads=None, path=None,
@@ -176,16 +185,19 @@ def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads
     p = Path(path or d / adapter_file(k))
     weights, meta = read_adapter(p)
     if meta['base_fingerprint'] not in base_fingerprints(d):
-        raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, {d} has "
-                         f"{fingerprint(d)})")
+        raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, "
+                         f"{d} has {fingerprint(d)})")
     if meta['num_layers'] != spec.num_layers:
-        raise InputError(f"{p} was made for {meta['num_layers']} layers, the base has {spec.num_layers}")
+        raise InputError(f"{p} was made for {meta['num_layers']} layers, the base has "
+                         f"{spec.num_layers}")
     if meta['k'] != k: raise InputError(f"{p} was trained for K={meta['k']}, this run serves K={k}")
     if heads is not None and meta['heads_fingerprint'] and heads_fingerprint(heads) != meta['heads_fingerprint']:
-        raise InputError(f"{p} was trained with other prerouter heads ({meta.get('heads')} fingerprint "
-                         f"{meta['heads_fingerprint']}; {heads} is {heads_fingerprint(heads)})")
+        raise InputError(f"{p} was trained with other prerouter heads ({meta.get('heads')} "
+                         f"fingerprint {meta['heads_fingerprint']}; {heads} is "
+                         f"{heads_fingerprint(heads)})")
     _check_weights(p, weights, spec, model, meta)
-    adapter = attach(model, spec, meta['rank'], meta['alpha'], meta['targets'], dtype=dtype, weights=weights)
+    adapter = attach(model, spec, meta['rank'], meta['alpha'], meta['targets'], dtype=dtype,
+                     weights=weights)
     adapter.meta, adapter.path = meta, p
     return adapter
 
@@ -199,8 +211,9 @@ def use_adapter(handle, model_dir, path=None) -> Adapter|None:
     if path is None and not p.exists():
         # trained for plain routing: it hurts here (05d_ladder)
         if m and (Path(model_dir) / adapter_file(k)).exists():
-            handle.notes.append(f"no adapter trained at exact top-{m} beside the model ({adapter_file(k, m)}): serving "
-                                f"without one ({adapter_file(k)} was trained for plain routing; --adapter uses it)")
+            handle.notes.append(f"no adapter trained at exact top-{m} beside the model "
+                                f"({adapter_file(k, m)}): serving without one ({adapter_file(k)} "
+                                "was trained for plain routing; --adapter uses it)")
         return None
     # checked against the heads served
     adapter = load_adapter(handle.model, model_dir, spec, k, handle.heads, p)
@@ -254,7 +267,8 @@ def _dequantized(linear):
     "The float32 weight a projection serves"
     if not isinstance(linear, bnn.QuantizedLinear): return linear.weight.astype(B.float32)
     mode, biases = getattr(linear, 'mode', 'affine'), linear.get('biases')
-    return bq.dequantize(linear.weight, linear.scales, biases, linear.group_size, linear.bits, mode).astype(B.float32)
+    return bq.dequantize(linear.weight, linear.scales, biases, linear.group_size, linear.bits,
+                         mode).astype(B.float32)
 
 def _delta(m:LoRALinear):
     return m.scale * (m.lora_b.astype(B.float32) @ m.lora_a.astype(B.float32))

@@ -52,8 +52,9 @@ def _through(x, dtype:str) -> np.ndarray: return floats(stored(x, dtype), dtype)
 CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
 
 def _affine(vals, bits:int, dtype:str, counts=None) -> tuple:
-    """`(scales, biases)` (float32, as `dtype` rounds them) of the affine `bits`-bit grid for each row of values `vals`
-    (..., n), each value counted `counts` times (default once): the clip of `CLIPS` with the least squared error"""
+    """`(scales, biases)` (float32, as `dtype` rounds them) of the affine `bits`-bit grid for each
+    row of values `vals` (..., n), each value counted `counts` times (default once): the clip of
+    `CLIPS` with the least squared error"""
     top = 2 ** bits - 1
     if counts is None: lo, hi = vals.min(-1, keepdims=True), vals.max(-1, keepdims=True)
     else:
@@ -76,8 +77,9 @@ def _codes(vals, s, b, bits:int) -> np.ndarray:
     return np.clip(np.rint((vals - b) / s), 0, 2 ** bits - 1).astype(np.uint8)
 
 def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
-    """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float weights `w` (..., n):
-    affine per group, each group's range the clip of `CLIPS` with the least squared error"""
+    """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float
+    weights `w` (..., n): affine per group, each group's range the clip of `CLIPS` with the least
+    squared error"""
     g = np.asarray(w, np.float32).reshape(*np.shape(w)[:-1], -1, group)
     s, b = _affine(g, bits, dtype)
     return _codes(g, s, b, bits).reshape(np.shape(w)), stored(s[..., 0], dtype), stored(b[..., 0], dtype)
@@ -100,7 +102,8 @@ def compress(packed, bits:int) -> np.ndarray:
     if a.shape[-1] % 4: raise ValueError(f"{a.shape[-1]} packed bytes: expected a multiple of 4")
     nib = np.empty((*a.shape[:-1], 2 * a.shape[-1]), np.uint8)
     nib[..., 0::2], nib[..., 1::2] = a & 15, a >> 4
-    if nib.size and nib.max() >> bits: raise ValueError(f"a nibble is {int(nib.max())}: more than {bits} bits")
+    if nib.size and nib.max() >> bits: raise ValueError(f"a nibble is {int(nib.max())}: more than "
+                                                        f"{bits} bits")
     lo = nib & 3
     plane0 = lo[..., 0::4] | lo[..., 1::4] << 2 | lo[..., 2::4] << 4 | lo[..., 3::4] << 6
     if bits == 2: return plane0
@@ -115,8 +118,9 @@ def _spread(x, steps) -> None:
         x &= mask
 
 def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
-    """The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out` where given): each
-    plane byte's bits spread apart by shifts and masks, two output bytes a plane-0 byte, four a plane-1 byte"""
+    """The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out`
+    where given): each plane byte's bits spread apart by shifts and masks, two output bytes a
+    plane-0 byte, four a plane-1 byte"""
     c = np.asarray(codes, np.uint8)
     h = nbytes // 2
     if out is None: out = np.empty((*c.shape[:-1], nbytes), np.uint8)
@@ -144,9 +148,10 @@ def words(q) -> np.ndarray:
     return np.ascontiguousarray(q[..., 0::2] | q[..., 1::2] << 4).view(np.uint32)
 
 def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:int=8) -> tuple:
-    """`(words, scales, biases)`: the `bits`-bit copy of stacked int4 experts `wq` (E, out, in/8 uint32) with `scales`
-    and `biases` (E, out, in/group, stored as `dtype`) in mlx-lm's 4-bit layout, `chunk` experts at a time. A group of
-    int4 weights holds at most 16 values: the search runs over those, each counted as often as it occurs"""
+    """`(words, scales, biases)`: the `bits`-bit copy of stacked int4 experts `wq` (E, out, in/8
+    uint32) with `scales` and `biases` (E, out, in/group, stored as `dtype`) in mlx-lm's 4-bit
+    layout, `chunk` experts at a time. A group of int4 weights holds at most 16 values: the search
+    runs over those, each counted as often as it occurs"""
     check_low_bits(bits)
     out = [], [], []
     for e in range(0, len(wq), chunk):
@@ -156,12 +161,15 @@ def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:in
         rows = np.arange(groups.size // group).repeat(group) * 16
         counts = np.bincount(rows + groups.reshape(-1), minlength=groups.size // group * 16)
         counts = counts.reshape(*groups.shape[:-1], 16).astype(np.float32)
-        s4, b4 = floats(scales[e:e + chunk], dtype)[..., None], floats(biases[e:e + chunk], dtype)[..., None]
+        s4, b4 = floats(scales[e:e + chunk],
+                        dtype)[..., None], floats(biases[e:e + chunk], dtype)[..., None]
         # the weight of each int4 code, as `quantize` sees it
         levels = np.arange(16, dtype=np.float32) * s4 + b4
         s, b = _affine(levels, bits, dtype, counts)
-        q = np.take_along_axis(_codes(levels, s, b, bits), groups.astype(np.intp), -1).reshape(q4.shape)
-        for acc, a in zip(out, (words(q), stored(s[..., 0], dtype), stored(b[..., 0], dtype))): acc.append(a)
+        q = np.take_along_axis(_codes(levels, s, b, bits), groups.astype(np.intp),
+                               -1).reshape(q4.shape)
+        for acc, a in zip(out, (words(q), stored(s[..., 0], dtype),
+                                stored(b[..., 0], dtype))): acc.append(a)
     return tuple(np.concatenate(a) for a in out)
 
 # %% ../nbs/00_lowbit.ipynb #a0000020

@@ -44,14 +44,16 @@ class Eta:
         return self.rate(nbytes, pattern) / self.peak
 
 # %% ../nbs/06b_measure.ipynb #c0011
-def eta_curve(src, sizes=SIZES, patterns=PATTERNS, seconds:float=1.0, max_mb:float=256, progress:bool=False) -> Eta:
+def eta_curve(src, sizes=SIZES, patterns=PATTERNS, seconds:float=1.0, max_mb:float=256,
+              progress:bool=False) -> Eta:
     "Measure `read_rate` at every size and pattern (cold) and return the `Eta`"
     files = read_files(src)
     total = sum(f.stat().st_size for f in files)
     sizes = [s for s in sizes if s * 4 <= total]  # at least four reads of the largest size
     if not sizes: raise InputError(f"{src}: {total} bytes are too few for a read-size curve")
     mb_s, reads = {p: [] for p in patterns}, {p: [] for p in patterns}
-    for p, s in tqdm([(p, s) for p in patterns for s in sizes], disable=not progress, desc='eta', unit='point'):
+    for p, s in tqdm([(p, s) for p in patterns for s in sizes], disable=not progress, desc='eta',
+                     unit='point'):
         r = read_rate(src, s, p, seconds, max_mb)
         mb_s[p].append(r['mb_s'])
         reads[p].append(r['reads'])
@@ -76,7 +78,8 @@ def host_id() -> dict:
     """What a compute or disk measurement depends on besides the model: the machine and the library
     versions"""
     vers = {p: version(p) for p in ('mlx', 'mlx-lm', 'torch') if _installed(p)}
-    return dict(node=platform.node(), machine=platform.machine(), cpus=os.cpu_count(), device=B.device_kind(),
+    return dict(node=platform.node(), machine=platform.machine(), cpus=os.cpu_count(),
+                device=B.device_kind(),
                 **vers)
 
 def _installed(pkg:str) -> bool:
@@ -104,19 +107,23 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
         except (ValueError, KeyError): pass  # a damaged entry is measured again
     result = make()
     with atomic_file(p) as tmp:
-        tmp.write_text(json.dumps(dict(key=full, date=time.strftime('%Y-%m-%d %H:%M'), result=result), indent=1))
+        tmp.write_text(json.dumps(dict(key=full, date=time.strftime('%Y-%m-%d %H:%M'),
+                                       result=result), indent=1))
     return result
 
 # %% ../nbs/06b_measure.ipynb #c0022
-def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0, reader:str='pread') -> dict:
-    """Per-expert ms, CPU ms (every thread of the process) and MB/s of reading `batch` random experts of a random layer
-    at a time through the store, with `reader` (`direct`: past the page cache, at the depth a run keeps in flight)"""
+def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:int=0,
+                 reader:str='pread') -> dict:
+    """Per-expert ms, CPU ms (every thread of the process) and MB/s of reading `batch` random
+    experts of a random layer at a time through the store, with `reader` (`direct`: past the page
+    cache, at the depth a run keeps in flight)"""
     # as a run reads
     st = ExpertStore(model_dir, reader=reader, threads=StreamOptions().read_threads(reader))
     rng = np.random.default_rng(seed)
     try:
         E, layers = st.spec.num_experts, list(st.spec.moe_layers)
-        plan = [(int(rng.choice(layers)), rng.choice(E, min(batch, E), replace=False).tolist()) for _ in range(batches)]
+        plan = [(int(rng.choice(layers)),
+                 rng.choice(E, min(batch, E), replace=False).tolist()) for _ in range(batches)]
         if cold: evict_experts(model_dir)
         else:
             for layer, es in plan: st.read_experts(layer, es)
@@ -127,18 +134,22 @@ def expert_reads(model_dir, batch:int=1, batches:int=32, cold:bool=True, seed:in
         return dict(batch=batch, experts=len(got), ms_per_expert=1e3 * dt / len(got),
                     cpu_ms_per_expert=1e3 * cpu / len(got), reader=reader,
                     direct=bool(getattr(st.reader, 'direct', False)),
-                    mb_s=sum(g.nbytes for g in got) / dt / 1e6, cold_fraction=sum(g.cold for g in got) /
-                    max(sum(g.pages for g in got), 1), expert_bytes=st.expert_nbytes, ranges=ranges, cold=cold)
+                    mb_s=sum(g.nbytes for g in got) / dt / 1e6,
+                    cold_fraction=sum(g.cold for g in got) /
+                    max(sum(g.pages for g in got), 1), expert_bytes=st.expert_nbytes, ranges=ranges,
+                    cold=cold)
     finally: st.close()
 
 # %% ../nbs/06b_measure.ipynb #c0025
 def _expert_read_rows(model_dir:str, batches:list, n:int) -> dict:
-    rows = {t: {b: expert_reads(model_dir, b, n, t == 'cold') for b in batches} for t in ('cold', 'warm')}
-    return dict(rows, direct={b: expert_reads(model_dir, b, n, True, reader='direct') for b in batches})
+    rows = {t: {b: expert_reads(model_dir, b, n,
+                                t == 'cold') for b in batches} for t in ('cold', 'warm')}
+    return dict(rows, direct={b: expert_reads(model_dir, b, n, True,
+                                              reader='direct') for b in batches})
 
 def measure_expert_reads(model_dir, batches=(1,), cgroup=None, n:int=32) -> dict:
-    """`{'cold'|'warm'|'direct': {batch: row}}` of `expert_reads` (through the page cache from the disk and from the
-    cache, and past it), measured in a child process in `cgroup`"""
+    """`{'cold'|'warm'|'direct': {batch: row}}` of `expert_reads` (through the page cache from the
+    disk and from the cache, and past it), measured in a child process in `cgroup`"""
     rows = child(_expert_read_rows, str(model_dir), list(batches), n, cgroup=cgroup, timeout=1800,
                  what=f"measuring expert reads of {model_dir}")
     return {t: {int(b): row for b, row in by.items()} for t, by in rows.items()}
@@ -162,17 +173,20 @@ def expert_grain(model_dir) -> int:
     try: return max(n for layer in st.spec.moe_layers for *_, n in st.ranges(layer, 0))
     finally: st.close()
 
-def disk_rates(model_dir, size:int|None=None, depths=DEPTHS, max_mb:float=256, refresh:bool=False) -> dict:
-    """MB/s of `size`-byte random reads past the page cache of `model_dir`'s shards at each queue depth (default
-    size: `expert_grain`), measured once per disk and size (`cached`): `{size, direct, mb_s: {depth: MB/s},
-    best_depth, best_mb_s}`"""
+def disk_rates(model_dir, size:int|None=None, depths=DEPTHS, max_mb:float=256,
+               refresh:bool=False) -> dict:
+    """MB/s of `size`-byte random reads past the page cache of `model_dir`'s shards at each queue
+    depth (default size: `expert_grain`), measured once per disk and size (`cached`): `{size,
+    direct, mb_s: {depth: MB/s}, best_depth, best_mb_s}`"""
     d, size = Path(model_dir), size or expert_grain(model_dir)
     def make():
         rows = {dep: direct_read_rate(d, size, dep, max_mb=max_mb) for dep in depths}
         best = max(rows, key=lambda dep: rows[dep]['mb_s'])
         return dict(size=rows[best]['size'], direct=all(r['direct'] for r in rows.values()),
-                    mb_s={dep: r['mb_s'] for dep, r in rows.items()}, best_depth=best, best_mb_s=rows[best]['mb_s'])
-    r = cached('disk_rates', dict(disk=disk_of(d), size=size, depths=list(depths), max_mb=max_mb), make, refresh)
+                    mb_s={dep: r['mb_s'] for dep, r in rows.items()}, best_depth=best,
+                    best_mb_s=rows[best]['mb_s'])
+    r = cached('disk_rates', dict(disk=disk_of(d), size=size, depths=list(depths), max_mb=max_mb),
+               make, refresh)
     return dict(r, mb_s={int(dep): v for dep, v in r['mb_s'].items()})  # JSON keeps keys as strings
 
 # %% ../nbs/06b_measure.ipynb #c0028
@@ -198,19 +212,22 @@ def _decoder_layers(spec, model) -> list:
     for i in range(spec.num_layers):
         layer = attr_at(model, path.format(layer=i))
         att = next((a for a in ATTENTION if a in layer or a in layer.__dict__), None)
-        if att is None: raise InputError(f"layer {i} has none of the attention children {', '.join(ATTENTION)}")
+        if att is None: raise InputError(f"layer {i} has none of the attention children "
+                                         f"{', '.join(ATTENTION)}")
         out.append((i, layer, att, mlp))
     return out
 
 def _steps(h, ids:list, prompt:int, steps:int) -> list:
     "Seconds of each of `steps` forced decode steps after `ids[:prompt]`"
     if h.decoder is not None: h.decoder.reset()
-    gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=h.decoder, force=ids[prompt:prompt + steps])
+    gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=h.decoder,
+                       force=ids[prompt:prompt + steps])
     next(gen)  # the prefill
     return [dt for _, dt in gen]
 
 # %% ../nbs/06b_measure.ipynb #c0030
-def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join:list|None=None) -> tuple:
+def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None,
+                   join:list|None=None) -> tuple:
     """`(seconds of each step, loads a step, seconds a step waited for reads)` with the pool's LRU emptied before every
     step (its pages stay cached);
     `evict`: the model whose experts also leave the page cache before every step (that time left out), so every load is
@@ -228,7 +245,8 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None, join
     try:
         _steps(h, ids, prompt, 2)
         dec.reset()
-        gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec, force=ids[prompt:prompt + steps])
+        gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec,
+                           force=ids[prompt:prompt + steps])
         next(gen)  # the prefill
         for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
         reset_stats(eng)
@@ -256,7 +274,8 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
         layers = _decoder_layers(spec, h.model)
         # over the decoder's own shadows
         undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))
-                for i, layer, att, mlp in layers for name, part in ((att, 'attention'), (mlp, 'moe'))]
+                for i, layer, att, mlp in layers for name, part in ((att, 'attention'),
+                                                                    (mlp, 'moe'))]
         try: synced = _steps(h, ids, prompt, steps)
         finally: unshadow(undo)
         # before and after the synced run: a drift shows in neither alone
@@ -272,9 +291,11 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
     scale = step / sync
     att = [part[i, 'attention'] * scale for i in range(spec.num_layers)]
     moe = [part[i, 'moe'] * scale for i in range(spec.num_layers)]
-    miss = dict(miss_ms=(med(missing[0]) - step) / missing[1], miss_loads=missing[1]) if missing and missing[1] else {}
+    miss = dict(miss_ms=(med(missing[0]) - step) / missing[1],
+                miss_loads=missing[1]) if missing and missing[1] else {}
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
-                rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt, pool_loads=loads,
+                rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt,
+                pool_loads=loads,
                 rss_mb=rss, pooled_mb=pooled, **miss)
 
 # %% ../nbs/06b_measure.ipynb #c0032
@@ -286,20 +307,24 @@ def _pool_sizes(model_dir) -> tuple:
     finally: st.close()
     return st.spec, st.expert_nbytes, every * 1.05 + 1
 
-def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None, prompt:int=16, steps:int=8,
+def compute_profile(model_dir, k:int|None=None, mode:str='off', kernels:str|None=None,
+                    prompt:int=16, steps:int=8,
                     refresh:bool=False) -> dict:
     """Per-layer decode compute (ms) of `mode` at `k`, every expert pooled; measured once per host
     and cached"""
     spec, _, every = _pool_sizes(model_dir)
     arm = Arm(str(model_dir), mode, k, pool_mib=every, kernels=kernels)
-    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels, prompt=prompt, steps=steps)
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k or spec.k, kernels=kernels,
+               prompt=prompt, steps=steps)
     return cached('compute', key, lambda: child(_profile, asdict(arm), prompt, steps,
-                                                what=f"profiling {model_dir} ({mode}, K={k})"), refresh)
+                                                what=f"profiling {model_dir} ({mode}, K={k})"),
+                  refresh)
 
 # %% ../nbs/06b_measure.ipynb #65dbb770
 def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None) -> dict:
-    """Step ms of `arm` with every load read warm (the pool emptied, the pages cached), then with every load read cold
-    (in this process), and what each waited for reads; `plain`: every expert pooled first, and plain steps timed too"""
+    """Step ms of `arm` with every load read warm (the pool emptied, the pages cached), then with
+    every load read cold (in this process), and what each waited for reads; `plain`: every expert
+    pooled first, and plain steps timed too"""
     arm = Arm(**arm)
     h = open_arm(arm)
     try:
@@ -317,18 +342,22 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
         tot = stats(eng)['total']
     finally: h.close()
     med = lambda xs: 1e3 * statistics.median(xs)
-    return dict(cold_ms=med(cold[0]), warm_ms=med(warm[0]), plain_ms=med(plain_s) if plain else None,
-                loads=cold[1], warm_loads=warm[1], blocked_ms=1e3 * cold[2], warm_blocked_ms=1e3 * warm[2],
+    return dict(cold_ms=med(cold[0]), warm_ms=med(warm[0]),
+                plain_ms=med(plain_s) if plain else None,
+                loads=cold[1], warm_loads=warm[1], blocked_ms=1e3 * cold[2],
+                warm_blocked_ms=1e3 * warm[2],
                 cold_fraction=tot['cold_fraction'], warm_cold_fraction=warm_cold,
                 mb_per_step=tot['bytes_read'] / steps / MiB, steps=steps)
 
 
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
-def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, mode:str='off', prompt:int=8,
+def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, mode:str='off',
+                prompt:int=8,
                 steps:int=6, refresh:bool=False) -> dict:
-    """What one cold miss adds to a decode step of `mode` at `k` in `tier` and `cap_mb` over a warm one (`miss_ms`), in
-    place (`_cold_steps` in a child in that cgroup): the part the step waited for (`wait_ms`) and the part it computed
-    beside its waits (`cpu_ms`); and what a warm miss adds (`warm_miss_ms`) where the pool could hold every expert"""
+    """What one cold miss adds to a decode step of `mode` at `k` in `tier` and `cap_mb` over a warm
+    one (`miss_ms`), in place (`_cold_steps` in a child in that cgroup): the part the step waited
+    for (`wait_ms`) and the part it computed beside its waits (`cpu_ms`); and what a warm miss adds
+    (`warm_miss_ms`) where the pool could hold every expert"""
     spec, nbytes, every = _pool_sizes(model_dir)
     k = k or spec.k
     # without a cap every expert fits in the pool: the plain steps are timed in the same process
@@ -336,13 +365,16 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     pool = every if plain else 2 * k * len(spec.moe_layers) * nbytes / MiB + 1  # two steps' sets
     # cold against warm: through the page cache
     arm = Arm(str(model_dir), mode, k, pool_mib=pool, reader='pread')
-    key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb, prompt=prompt, steps=steps,
+    key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb,
+               prompt=prompt, steps=steps,
                paired=True, reader='pread')
     def make():
-        start, later, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier, throttle_prefill=False)
+        start, later, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier,
+                                     throttle_prefill=False)
         try:
             return child(_cold_steps, asdict(arm), prompt, steps, plain,
-                         [str(p) for p in later.paths] if later else None, cgroup=start, timeout=3600,
+                         [str(p) for p in later.paths] if later else None, cgroup=start,
+                         timeout=3600,
                          what=f"timing cold misses of {model_dir} ({mode}, K={k})")
         finally:
             for cg in (start, later):

@@ -51,7 +51,8 @@ class CgroupMemory:
     usage:int      # bytes the cgroup holds now, page cache included
     file:int       # of them, page cache (reclaimable unless mapped and in use)
 
-def cgroup_memory(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cgroup')) -> CgroupMemory|None:
+def cgroup_memory(root:Path=Path('/sys/fs/cgroup'),
+                  proc:Path=Path('/proc/self/cgroup')) -> CgroupMemory|None:
     """This process's cgroup memory limit (v1 or v2, the smallest up to the root) and usage; None
     without a limit"""
     found = _cgroup_dirs(root, proc)
@@ -81,7 +82,8 @@ def _meminfo() -> dict:
     except (OSError, ValueError): return {}
 
 def _sysctl(name:str) -> int|None:
-    try: return int(subprocess.run(['sysctl', '-n', name], capture_output=True, text=True, timeout=5).stdout)
+    try: return int(subprocess.run(['sysctl', '-n', name], capture_output=True, text=True,
+                                   timeout=5).stdout)
     except (OSError, ValueError, subprocess.SubprocessError): return None
 
 def _vm_stat(out:str|None=None) -> dict:
@@ -105,13 +107,16 @@ def system_memory() -> SystemMemory:
     purgeable pages on macOS"""
     if sys.platform.startswith('linux'):
         m = _meminfo()
-        if 'MemTotal' in m: return SystemMemory(m['MemTotal'], m.get('MemAvailable', m.get('MemFree', 0)),
+        if 'MemTotal' in m: return SystemMemory(m['MemTotal'],
+                                                m.get('MemAvailable', m.get('MemFree', 0)),
                                                 'MemAvailable (/proc/meminfo)')
     if sys.platform == 'darwin':
         v, total = _vm_stat(), _sysctl('hw.memsize')
         if v and total:
-            free = sum(v.get(k, 0) for k in ('pages free', 'pages inactive', 'pages purgeable', 'pages speculative'))
-            return SystemMemory(total, free * v['page_size'], 'free, inactive, purgeable, speculative pages (vm_stat)')
+            free = sum(v.get(k, 0) for k in ('pages free', 'pages inactive', 'pages purgeable',
+                                             'pages speculative'))
+            return SystemMemory(total, free * v['page_size'], 'free, inactive, purgeable, '
+                                                              'speculative pages (vm_stat)')
     total = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     return SystemMemory(total, total, 'physical memory (no measure of what is free on this system)')
 
@@ -132,7 +137,8 @@ def process_memory(pid:int|str='self') -> ProcessMemory:
         return ProcessMemory(g('VmRSS'), g('RssAnon'), g('RssFile') + g('RssShmem'))
     except (OSError, AttributeError): pass
     p = os.getpid() if pid == 'self' else int(pid)
-    try: return ProcessMemory(int(subprocess.run(['ps', '-o', 'rss=', '-p', str(p)], capture_output=True, text=True,
+    try: return ProcessMemory(int(subprocess.run(['ps', '-o', 'rss=', '-p', str(p)],
+                                                 capture_output=True, text=True,
                                                  timeout=5).stdout) * 1024)
     except (OSError, ValueError, subprocess.SubprocessError):
         return ProcessMemory(peak_rss())  # the peak: an upper bound of the current size
@@ -208,12 +214,13 @@ class Budget:
                 *[f"    {src}: {m(b)}" for src, b in self.limits.items() if src != self.binds],
                 f"  this process: {m(self.rss)} resident after loading",
                 f"  less the KV cache of {self.kv_tokens:,} tokens: {m(self.kv)}",
-                f"  less one step's transient experts and the allocator's cache of them: {m(self.step)}",
+                "  less one step's transient experts and the allocator's cache of them: "
+                f"{m(self.step)}",
                 f"  less page cache for reads in flight and the program's pages: {m(self.room)}",
-                f"  at most every routed expert and K slots a layer: {m(self.experts)}; at least one token's experts: "
-                f"{m(self.minimum)}",
-                *([f"  lent to the pool while decoding (the KV cache not grown yet, a prefill's transient experts): "
-                   f"{m(self.lent)}"] if self.lent else []),
+                f"  at most every routed expert and K slots a layer: {m(self.experts)}; at least "
+                f"one token's experts: {m(self.minimum)}",
+                *(["  lent to the pool while decoding (the KV cache not grown yet, a prefill's "
+                   f"transient experts): {m(self.lent)}"] if self.lent else []),
                 *[f"  note: {n}" for n in self.notes]]
 
 def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) -> int:
@@ -223,11 +230,14 @@ def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) 
 KV_TOKENS = 4096  # tokens a chat, a server or the Python API budgets the KV cache for when nothing says otherwise
 ROOM = 64 * MiB  # page cache for the program's code pages and the runtime's growth while decoding (see below)
 
-def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int, direct:bool=False) -> tuple:
-    """`(step, room)`: the most a step stacks beside the pool (a prompt's distinct experts in a layer), and room for
-    the page cache and read buffers: reads through the page cache (`direct` False) pass two layers' K experts through
-    it; reads past it (`direct`) keep one layer's K experts' buffers free between reads"""
-    return int(min(layer, min(num_experts, tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
+def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int,
+                  direct:bool=False) -> tuple:
+    """`(step, room)`: the most a step stacks beside the pool (a prompt's distinct experts in a
+    layer), and room for the page cache and read buffers: reads through the page cache (`direct`
+    False) pass two layers' K experts through it; reads past it (`direct`) keep one layer's K
+    experts' buffers free between reads"""
+    return int(min(layer, min(num_experts,
+                              tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
 
 
 # %% ../nbs/00_memory.ipynb #x00m0011
@@ -240,7 +250,8 @@ def kv_bytes(growth:list, tokens:int) -> int:
 def io_counters() -> tuple:
     """`(bytes read from storage or None where the system does not say, major page faults)` of this
     process so far"""
-    try: rb = int(re.search(r'^read_bytes: (\d+)', Path('/proc/self/io').read_text(), re.M).group(1))
+    try: rb = int(re.search(r'^read_bytes: (\d+)', Path('/proc/self/io').read_text(),
+                            re.M).group(1))
     except (OSError, AttributeError): rb = None
     return rb, resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
@@ -265,8 +276,8 @@ class ThrashWatch:
         n, self.mark, self.n = self.n, (rb, f, expert_bytes), 0
         extra = None if rb is None or rb0 is None else max(rb - rb0 - (expert_bytes - e0), 0)
         if (extra or 0) / n <= self.read_limit and (f - f0) / n <= self.fault_limit: return None
-        what = [] if extra is None else [f"read {extra / 1e6:,.0f} MB from storage beyond the experts "
-                                         f"({extra / n / 1e6:,.1f} MB a token)"]
+        what = [] if extra is None else [f"read {extra / 1e6:,.0f} MB from storage beyond the "
+                                         f"experts ({extra / n / 1e6:,.1f} MB a token)"]
         self.fired = (f"the last {n} tokens " + ' and '.join(what + [f"waited on {f - f0:,} page faults "
                                                                        f"({(f - f0) / n:,.0f} a token)"]))
         return self.fired

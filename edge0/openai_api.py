@@ -34,11 +34,13 @@ class ApiError(Exception):
     def __init__(self, status:int, message:str, param:str|None=None, code:str|None=None,
                  type:str='invalid_request_error'):
         super().__init__(message)
-        self.status, self.body = status, dict(error=dict(message=message, type=type, param=param, code=code))
+        self.status, self.body = status, dict(error=dict(message=message, type=type, param=param,
+                                                         code=code))
 
     def response(self) -> JSONResponse:
         "The error as a JSON response"
-        return JSONResponse(self.body, self.status, {'Retry-After': '1'} if self.status == 503 else None)
+        return JSONResponse(self.body, self.status,
+                            {'Retry-After': '1'} if self.status == 503 else None)
 
 def api_error(e:Exception) -> ApiError:
     """How the API answers `e`: an `ApiError` as it is, an `InputError` a 400, anything else a 500
@@ -56,11 +58,16 @@ def _one(v): return isinstance(v, str) or isinstance(v, list) and len(v) == 1 an
 
 def _is(t): return lambda v: isinstance(v, t)
 
-KINDS = dict(int=(_int, 'an integer'), number=(_num, 'a finite number'), bool=(_is(bool), 'true or false'),
-             string=(_is(str), 'a string'), object=(_is(dict), 'an object'), list=(_is(list), 'a list'),
-             stop=(_strs, 'a string or a list of strings'), prompt=(_one, 'a string or a list of one string'))
-USED = dict(model='string', max_tokens='int', temperature='number', top_p='number', seed='int', stop='stop',
-            stream='bool', stream_options='object', top_k='int', min_p='number', repetition_penalty='number',
+KINDS = dict(int=(_int, 'an integer'), number=(_num, 'a finite number'),
+             bool=(_is(bool), 'true or false'),
+             string=(_is(str), 'a string'), object=(_is(dict), 'an object'),
+             list=(_is(list), 'a list'),
+             stop=(_strs, 'a string or a list of strings'),
+             prompt=(_one, 'a string or a list of one string'))
+USED = dict(model='string', max_tokens='int', temperature='number', top_p='number', seed='int',
+            stop='stop',
+            stream='bool', stream_options='object', top_k='int', min_p='number',
+            repetition_penalty='number',
             logit_bias='object')
 # none changes the text
 IGNORED = dict(user='string', metadata='object', store='bool', service_tier='string')
@@ -68,9 +75,11 @@ IGNORED = dict(user='string', metadata='object', store='bool', service_tier='str
 NEUTRAL = dict(n=(1,), frequency_penalty=(0,), presence_penalty=(0,))
 ENDPOINTS = dict(
     chat=dict(used=dict(messages='list', max_completion_tokens='int'),
-              neutral=dict(logprobs=(False,), top_logprobs=(0,), response_format=({'type': 'text'},), tools=([],),
+              neutral=dict(logprobs=(False,), top_logprobs=(0,),
+                           response_format=({'type': 'text'},), tools=([],),
                            tool_choice=('none', 'auto'), parallel_tool_calls=(True, False))),
-    text=dict(used=dict(prompt='prompt'), neutral=dict(echo=(False,), suffix=('',), best_of=(1,), logprobs=())))
+    text=dict(used=dict(prompt='prompt'),
+              neutral=dict(echo=(False,), suffix=('',), best_of=(1,), logprobs=())))
 
 # %% ../nbs/07c_openai_api.ipynb #c0010
 def _same(v, x) -> bool: return v == x and isinstance(v, bool) == isinstance(x, bool)
@@ -84,14 +93,18 @@ def check_fields(body:dict, kind:str) -> dict: # kind: 'chat' or 'text'
         if name in neutral:
             if any(_same(v, x) for x in neutral[name]): continue
             only = f" (only {' or '.join(json.dumps(x) for x in neutral[name])})" if neutral[name] else ''
-            raise ApiError(400, f"{name} {reprlib.repr(v)} is not supported by edge0 serve{only}", name,
+            raise ApiError(400, f"{name} {reprlib.repr(v)} is not supported by edge0 serve{only}",
+                           name,
                            'unsupported_parameter')
         want = used.get(name) or IGNORED.get(name)
-        if want is None: raise ApiError(400, f"Unknown parameter: {name!r}", name, 'unknown_parameter')
+        if want is None: raise ApiError(400, f"Unknown parameter: {name!r}", name,
+                                        'unknown_parameter')
         ok, what = KINDS[want]
-        if not ok(v): raise ApiError(400, f"{name} must be {what}, got {reprlib.repr(v)}", name, 'invalid_type')
+        if not ok(v): raise ApiError(400, f"{name} must be {what}, got {reprlib.repr(v)}", name,
+                                     'invalid_type')
     need = 'messages' if kind == 'chat' else 'prompt'
-    if need not in body: raise ApiError(400, f"{need} is required", need, 'missing_required_parameter')
+    if need not in body: raise ApiError(400, f"{need} is required", need,
+                                        'missing_required_parameter')
     return {k: v for k, v in body.items() if k in used}
 
 # %% ../nbs/07c_openai_api.ipynb #c0014
@@ -106,13 +119,15 @@ def messages_of(messages:list) -> list:
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise ApiError(400, f"messages[{i}] must be an object, got {reprlib.repr(m)}", 'messages')
+            raise ApiError(400, f"messages[{i}] must be an object, got {reprlib.repr(m)}",
+                           'messages')
         extra = sorted(set(m) - {'role', 'content'})
         if extra: raise ApiError(400, f"messages[{i}].{extra[0]} is not supported by edge0 serve",
                                  f'messages[{i}].{extra[0]}', 'unsupported_parameter')
         content = m.get('content')
         if isinstance(content, list): content = ''.join(_part(i, p) for p in content)
-        out.append(dict(role='system' if m.get('role') == 'developer' else m.get('role'), content=content))
+        out.append(dict(role='system' if m.get('role') == 'developer' else m.get('role'),
+                        content=content))
     return out
 
 # %% ../nbs/07c_openai_api.ipynb #c0017
@@ -122,20 +137,23 @@ def _bias(bias:dict) -> dict:
         if not (key.isascii() and key.isdigit()):
             raise ApiError(400, f"logit_bias keys must be token ids, got {key!r}", 'logit_bias')
         if not (_num(v) and -100 <= v <= 100):
-            raise ApiError(400, f"logit_bias values must be numbers in [-100, 100], got {v!r} for {key}", 'logit_bias')
+            raise ApiError(400, f"logit_bias values must be numbers in [-100, 100], got {v!r} for "
+                                f"{key}", 'logit_bias')
         out[int(key)] = float(v)
     return out
 
 def sampling_of(body:dict) -> Sampling:
     "The `Sampling` a checked request asks for"
     temp, seed = body.get('temperature', 1.0), body.get('seed')
-    if not 0 <= temp <= 2: raise ApiError(400, f"temperature must be in [0, 2], got {temp}", 'temperature')
+    if not 0 <= temp <= 2: raise ApiError(400, f"temperature must be in [0, 2], got {temp}",
+                                          'temperature')
     if seed is not None and not 0 <= seed < 2**64:
         raise ApiError(400, f"seed must be in [0, 2**64), got {seed}", 'seed')
     bias = body.get('logit_bias')
     try:
         return Sampling(temp=temp, top_p=body.get('top_p', 1.0), top_k=body.get('top_k', 0),
-                        min_p=body.get('min_p', 0.0), repetition_penalty=body.get('repetition_penalty'), seed=seed,
+                        min_p=body.get('min_p', 0.0),
+                        repetition_penalty=body.get('repetition_penalty'), seed=seed,
                         logit_bias=None if bias is None else _bias(bias))
     except InputError as e: raise ApiError(400, str(e), str(e).split()[0])
 
@@ -145,10 +163,12 @@ def max_tokens_of(body:dict, kind:str, limit:int) -> int|None:
     "The max_tokens a checked request asks for (None: as many as the limit and the context allow)"
     a, b = body.get('max_tokens'), body.get('max_completion_tokens')
     if a is not None and b is not None and a != b:
-        raise ApiError(400, f"max_tokens {a} and max_completion_tokens {b} differ: give one", 'max_completion_tokens')
+        raise ApiError(400, f"max_tokens {a} and max_completion_tokens {b} differ: give one",
+                       'max_completion_tokens')
     name, n = ('max_tokens', a) if b is None else ('max_completion_tokens', b)
     if n is None: return 16 if kind == 'text' else None
-    if not 1 <= n <= limit: raise ApiError(400, f"{name} must be in [1, {limit}] (this server's limit), got {n}", name)
+    if not 1 <= n <= limit: raise ApiError(400, f"{name} must be in [1, {limit}] (this server's "
+                                                f"limit), got {n}", name)
     return n
 
 def include_usage(body:dict) -> bool:
@@ -158,7 +178,8 @@ def include_usage(body:dict) -> bool:
     if not body.get('stream'):
         raise ApiError(400, "stream_options is only allowed when stream is true", 'stream_options')
     if set(opts) - {'include_usage'} or not isinstance(opts.get('include_usage', False), bool):
-        raise ApiError(400, f"stream_options must be {{'include_usage': true or false}}, got {reprlib.repr(opts)}",
+        raise ApiError(400, f"stream_options must be {{'include_usage': true or false}}, got "
+                            f"{reprlib.repr(opts)}",
                        'stream_options')
     return opts.get('include_usage', False)
 
@@ -234,8 +255,10 @@ class Worker:
         job.loop, job.inbox, job.seq = asyncio.get_running_loop(), asyncio.Queue(), self.arrivals
         job.times['arrived'], self.arrivals = time.monotonic(), self.arrivals + 1
         try: self.jobs.put_nowait(job)
-        except queue.Full: raise ApiError(503, f"the server is busy: {self.jobs.maxsize} requests are waiting already; "
-                                          "retry later", type='server_busy', code='server_busy') from None
+        except queue.Full: raise ApiError(503, f"the server is busy: {self.jobs.maxsize} requests "
+                                               "are waiting already; "
+                                          "retry later", type='server_busy',
+                                          code='server_busy') from None
 
     def stop(self):
         "Refuse new requests, and end the one being served and the waiting ones with a 503"
@@ -252,7 +275,8 @@ class Worker:
 
 # %% ../nbs/07c_openai_api.ipynb #c0029
 def _gone(): return ApiError(499, 'the client closed the request', type='client_closed')
-def _stopping(): return ApiError(503, 'the server is stopping', type='server_busy', code='server_stopping')
+def _stopping(): return ApiError(503, 'the server is stopping', type='server_busy',
+                                 code='server_stopping')
 
 @patch
 def _run(self:Worker):
@@ -301,12 +325,15 @@ def _budget(self:Worker, job:Job) -> tuple:
     s, what = self.session, 'messages' if job.kind == 'chat' else 'prompt'
     ids = s.prompt_ids(job.prompt, chat=job.kind == 'chat')
     room = s.room(ids)
-    if room < 1: raise ApiError(400, f"the prompt has {len(ids)} tokens; the model's context is {s.context_length}",
+    if room < 1: raise ApiError(400, f"the prompt has {len(ids)} tokens; the model's context is "
+                                     f"{s.context_length}",
                                 what, 'context_length_exceeded')
     if job.max_tokens is None: return ids, min(job.limit, room)
     if job.max_tokens > room:
-        raise ApiError(400, f"the prompt has {len(ids)} tokens and max_tokens asks for {job.max_tokens} more; the "
-                       f"model's context is {s.context_length}", 'max_tokens', 'context_length_exceeded')
+        raise ApiError(400, f"the prompt has {len(ids)} tokens and max_tokens asks for "
+                            f"{job.max_tokens} more; the "
+                       f"model's context is {s.context_length}", 'max_tokens',
+                       'context_length_exceeded')
     return ids, job.max_tokens
 
 # %% ../nbs/07c_openai_api.ipynb #c0035
@@ -324,20 +351,25 @@ class Reply:
 
     def _obj(self, choices:list, chunk:bool, **kw) -> dict:
         what = 'text_completion' if self.kind == 'text' else 'chat.completion.chunk' if chunk else 'chat.completion'
-        return dict(id=self.id, object=what, created=self.created, model=self.model, choices=choices, **kw)
+        return dict(id=self.id, object=what, created=self.created, model=self.model,
+                    choices=choices, **kw)
 
     def whole(self, text:str, reason:str, usage:dict) -> dict:
         "The whole answer, with its usage counts"
-        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None, finish_reason=reason)
-        else: choice = dict(index=0, message=dict(role='assistant', content=text), logprobs=None, finish_reason=reason)
+        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
+                                              finish_reason=reason)
+        else: choice = dict(index=0, message=dict(role='assistant', content=text), logprobs=None,
+                            finish_reason=reason)
         return self._obj([choice], False, usage=usage)
 
     def chunk(self, text:str='', reason:str|None=None, role:bool=False) -> dict:
         """One stream chunk: some text (chat: in a delta, the first with the role), the finish
         reason on the last"""
-        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None, finish_reason=reason)
+        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
+                                              finish_reason=reason)
         else:
-            delta = dict(role='assistant', content=text) if role else dict(content=text) if text else {}
+            delta = dict(role='assistant',
+                         content=text) if role else dict(content=text) if text else {}
             choice = dict(index=0, delta=delta, logprobs=None, finish_reason=reason)
         return self._obj([choice], True, **(dict(usage=None) if self.include_usage else {}))
 
@@ -384,7 +416,8 @@ def _no_constant(name): raise ValueError(f"{name} is not a JSON number")
 async def _read(request, limit:int) -> dict:
     "The body as a JSON object, at most `limit` bytes"
     size, data = request.headers.get('content-length', ''), bytearray()
-    too_big = ApiError(413, f"the body is over this server's limit of {limit} bytes", code='request_too_large')
+    too_big = ApiError(413, f"the body is over this server's limit of {limit} bytes",
+                       code='request_too_large')
     if size.isdigit() and int(size) > limit: raise too_big
     async for chunk in request.stream():
         data += chunk
@@ -392,13 +425,15 @@ async def _read(request, limit:int) -> dict:
     try: body = json.loads(data, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
         raise ApiError(400, f"the body is not valid JSON: {e}", code='invalid_json')
-    if not isinstance(body, dict): raise ApiError(400, f"the body must be a JSON object, got {type(body).__name__}")
+    if not isinstance(body, dict): raise ApiError(400, "the body must be a JSON object, got "
+                                                       f"{type(body).__name__}")
     return body
 
 def check_model(asked:str|None, served:str):
     "Refuse a request for another model than the one served (the name is compared, never opened)"
     if asked is not None and asked != served:
-        raise ApiError(404, f"The model {asked!r} does not exist: this server serves {served!r}", 'model',
+        raise ApiError(404, f"The model {asked!r} does not exist: this server serves {served!r}",
+                       'model',
                        'model_not_found')
 
 async def _watching(request, job:Job, aw):
@@ -444,7 +479,8 @@ def _endpoint(fn):
 
 def _card(s) -> dict: return dict(id=s.name, object='model', created=s.created, owned_by='edge0')
 
-async def _models(request): return JSONResponse(dict(object='list', data=[_card(request.app.state)]))
+async def _models(request): return JSONResponse(dict(object='list',
+                                                     data=[_card(request.app.state)]))
 
 async def _model(request):
     check_model(request.path_params['model'], request.app.state.name)
@@ -452,10 +488,12 @@ async def _model(request):
 
 async def _health(request):
     s = request.app.state
-    return JSONResponse(dict(status='ok', model=s.name, busy=s.worker.busy, waiting=s.worker.jobs.qsize()))
+    return JSONResponse(dict(status='ok', model=s.name, busy=s.worker.busy,
+                             waiting=s.worker.jobs.qsize()))
 
 async def _no_route(request, exc):
-    return ApiError(exc.status_code, f"{exc.detail} ({request.method} {request.url.path})").response()
+    return ApiError(exc.status_code,
+                    f"{exc.detail} ({request.method} {request.url.path})").response()
 
 # %% ../nbs/07c_openai_api.ipynb #c0045
 class _Log:
@@ -482,11 +520,14 @@ def make_app(worker:Worker, # a started worker: it owns the session
     "The starlette app that serves `worker`'s session"
     for what, v in (('max_tokens_limit', max_tokens_limit), ('max_body_bytes', max_body_bytes)):
         if not (_int(v) and v >= 1): raise InputError(f"{what} must be at least 1, got {v!r}")
-    routes = [Route('/v1/chat/completions', _endpoint(lambda r: _complete(r, 'chat')), methods=['POST']),
+    routes = [Route('/v1/chat/completions', _endpoint(lambda r: _complete(r, 'chat')),
+                    methods=['POST']),
               Route('/v1/completions', _endpoint(lambda r: _complete(r, 'text')), methods=['POST']),
-              Route('/v1/models', _endpoint(_models)), Route('/v1/models/{model:path}', _endpoint(_model)),
+              Route('/v1/models', _endpoint(_models)),
+              Route('/v1/models/{model:path}', _endpoint(_model)),
               Route('/health', _endpoint(_health))]
-    app = Starlette(routes=routes, middleware=[Middleware(_Log)], exception_handlers={HTTPException: _no_route})
+    app = Starlette(routes=routes, middleware=[Middleware(_Log)],
+                    exception_handlers={HTTPException: _no_route})
     app.state.worker, app.state.name, app.state.created = worker, name, int(time.time())
     app.state.max_tokens_limit, app.state.max_body_bytes = max_tokens_limit, max_body_bytes
     return app
@@ -524,12 +565,15 @@ def _socket(host:str, port:int) -> socket.socket:
     return sock
 
 def _listen(app, sock:socket.socket) -> tuple:
-    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False, lifespan='off',
+    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False,
+                                           lifespan='off',
                                            timeout_graceful_shutdown=3))
-    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), name='edge0-serve-http', daemon=True)
+    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]),
+                              name='edge0-serve-http', daemon=True)
     thread.start()
     while not server.started:
-        if not thread.is_alive(): raise InputError(f"the server on {sock.getsockname()} stopped as it started")
+        if not thread.is_alive(): raise InputError(f"the server on {sock.getsockname()} stopped as "
+                                                   "it started")
         time.sleep(0.01)
     return server, thread
 
@@ -554,10 +598,12 @@ def serve_in_background(model,
         sock.close()
         raise
     try:
-        server, thread = _listen(make_app(worker, name or str(model), max_tokens_limit, max_body_bytes), sock)
+        server, thread = _listen(make_app(worker, name or str(model), max_tokens_limit,
+                                          max_body_bytes), sock)
         try:
             bound = server.servers[0].sockets[0].getsockname()
-            yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker, server, thread)
+            yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker,
+                          server, thread)
         finally:
             # answers under way end now, so uvicorn's shutdown has nothing to wait for
             worker.stop()
@@ -573,9 +619,12 @@ def serve(model, host:str='127.0.0.1', port:int=8080, max_queue:int=8, max_token
           max_body_bytes:int=2**22, name:str|None=None, **session_kw):
     """Serve `model` over HTTP until interrupted (Ctrl-C or SIGTERM): what `edge0 serve` runs
     (arguments as `serve_in_background`'s)"""
-    if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM, _interrupted)
-    with serve_in_background(model, host, port, max_queue, max_tokens_limit, max_body_bytes, name, **session_kw) as s:
-        log.info(f"serving {name or model} at {s.url}/v1 (FIFO, {max_queue} waiting at most); Ctrl-C stops")
+    if threading.current_thread() is threading.main_thread(): signal.signal(signal.SIGTERM,
+                                                                            _interrupted)
+    with serve_in_background(model, host, port, max_queue, max_tokens_limit, max_body_bytes, name,
+                             **session_kw) as s:
+        log.info(f"serving {name or model} at {s.url}/v1 (FIFO, {max_queue} waiting at most); "
+                 "Ctrl-C stops")
         # after the address a client waits for
         for note in s.worker.session.handle.notes: log.info(f"note: {note}")
         try: s.thread.join()

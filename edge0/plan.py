@@ -65,12 +65,16 @@ class Device:
 
 # %% ../nbs/06c_plan.ipynb #c0007
 DEVICES = {
-    'edge-8gb-emmc': Device('8 GB edge board, eMMC', ram_mb=6.5 * 1024, storage_mb_s=277.0, mem_gb_s=15.0,
+    'edge-8gb-emmc': Device('8 GB edge board, eMMC', ram_mb=6.5 * 1024, storage_mb_s=277.0,
+                            mem_gb_s=15.0,
                             layer_ms=0.15, runtime_mb=400,
-                            note='RK3588-class board: LPDDR4x about 15 GB/s in practice, eMMC 5.1 (the emmc tier)'),
-    'mac-16gb': Device('16 GB Apple-silicon Mac', ram_mb=11 * 1024, storage_mb_s=1880.0, mem_gb_s=100.0,
+                            note='RK3588-class board: LPDDR4x about 15 GB/s in practice, eMMC 5.1 '
+                                 '(the emmc tier)'),
+    'mac-16gb': Device('16 GB Apple-silicon Mac', ram_mb=11 * 1024, storage_mb_s=1880.0,
+                       mem_gb_s=100.0,
                        layer_ms=0.25, runtime_mb=600, kv_itemsize=2,
-                       note='M2-class Mac: 100 GB/s unified memory; SSD at the 1.88 GB/s edge0 measured on one'),
+                       note='M2-class Mac: 100 GB/s unified memory; SSD at the 1.88 GB/s edge0 '
+                            'measured on one'),
 }
 
 # %% ../nbs/06c_plan.ipynb #c0009
@@ -143,7 +147,8 @@ class Compute:
 def shape_compute(mb:dict, dev:Device) -> Compute:
     """Compute estimated from the shape: every active byte streamed at `dev.mem_gb_s`, plus
     `dev.layer_ms` a layer"""
-    if not dev.mem_gb_s: raise InputError(f"device {dev.name!r} has no compute profile and no mem_gb_s to estimate one")
+    if not dev.mem_gb_s: raise InputError(f"device {dev.name!r} has no compute profile and no "
+                                          "mem_gb_s to estimate one")
     spec, ms = mb['spec'], lambda nbytes: nbytes / (dev.mem_gb_s * 1e9) * 1e3
     per_layer = {}
     for g in mb['groups']:
@@ -165,13 +170,14 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
            half_life:float=8, # tokens; 'lfu' as a run's pool: each use's weight halving every 8
            # ids from this one on are lower-bit copies (`E + e`): counted apart too
            low_from:int|None=None) -> dict:
-    """Per decode step and layer: `misses` and `cold` counts of edge0's pool (`pool` bundles, `policy`) shared by the
-    layers of `trace`, over a page-cache LRU of `cache` bundles (with `low_from`, also `low` and `low_cold`: those of
-    the copies)"""
+    """Per decode step and layer: `misses` and `cold` counts of edge0's pool (`pool` bundles,
+    `policy`) shared by the layers of `trace`, over a page-cache LRU of `cache` bundles (with
+    `low_from`, also `low` and `low_cold`: those of the copies)"""
     layers = sorted(trace)
     T = len(trace[layers[0]])
     store = NoReads(1)
-    held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy, half_life=half_life * len(layers))
+    held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy,
+                      half_life=half_life * len(layers))
     pc, ls = OrderedDict(), LayerStats()
     miss, cold, low, low_cold = (np.zeros((T - prompt, len(layers)), int) for _ in range(4))
     for t in range(T):
@@ -204,7 +210,8 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
 # figures)
 SKEW = 1.3
 
-def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=SKEW, seed:int=0) -> dict:
+def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=SKEW,
+                    seed:int=0) -> dict:
     """`{layer: (tokens, k) expert ids}` with previous-token reuse `reuse` and Zipf(`skew`)
     popularity per layer"""
     rng, E, out = np.random.default_rng(seed), spec.num_experts, {}
@@ -230,7 +237,8 @@ def trace_stats(trace:dict, num_experts:int) -> dict:
     """`reuse` (`reuse_of`) and `lru_quarter`: the mean hit rate of an LRU of a quarter of each
     layer's experts"""
     ids = [np.asarray(v) for v in trace.values()]
-    return dict(reuse=reuse_of(trace), lru_quarter=float(np.mean([lru_hits(a, max(num_experts // 4, 1)) for a in ids])))
+    return dict(reuse=reuse_of(trace),
+                lru_quarter=float(np.mean([lru_hits(a, max(num_experts // 4, 1)) for a in ids])))
 
 # %% ../nbs/06c_plan.ipynb #c0021
 def served_trace(trace:dict, planned, recall, num_experts:int, seed:int=0) -> dict:
@@ -260,8 +268,8 @@ def read_mb_s(dev:Device, nbytes:float) -> float:
     return min(dev.storage_mb_s, dev.eta.rate(nbytes)) if dev.eta else dev.storage_mb_s
 
 def miss_ms(mb:dict, dev:Device, batch:int, cold:bool, direct:bool=False) -> float:
-    """ms per expert of a layer's `batch` misses on `dev`, read from the disk (`cold`) or from the page cache; `direct`:
-    past the page cache (always from the disk)"""
+    """ms per expert of a layer's `batch` misses on `dev`, read from the disk (`cold`) or from the
+    page cache; `direct`: past the page cache (always from the disk)"""
     rows = (dev.expert_ms or {}).get('direct' if direct else 'cold' if cold else 'warm')
     if rows:
         sizes = sorted(rows)
@@ -276,7 +284,8 @@ def direct_cpu_ms(dev:Device, batch:int) -> float:
     "CPU ms per expert of a layer's `batch` misses read past the page cache: measured, else none"
     rows = (dev.expert_ms or {}).get('direct') or {}
     sizes = sorted(b for b in rows if 'cpu_ms_per_expert' in rows[b])
-    return float(np.interp(batch, sizes, [rows[b]['cpu_ms_per_expert'] for b in sizes])) if sizes else 0.0
+    return float(np.interp(batch, sizes,
+                           [rows[b]['cpu_ms_per_expert'] for b in sizes])) if sizes else 0.0
 
 # %% ../nbs/06c_plan.ipynb #c0027
 STRATEGIES = ('ram', 'static', 'off', 'routing')
@@ -287,13 +296,15 @@ def _cache_bundles(dev:Device, used_mb:float, bundle:float, share:float=1.0) -> 
     return max(int(share * (dev.ram_mb - used_mb) * MiB / bundle), 0)
 
 def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None, direct:bool=False) -> tuple:
-    """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm miss costs `warm_ms`
-    (else the store's warm read), a cold one the disk's part on top: `dev.miss_cold_ms` where it was measured in a
-    decode, else the store's cold read less its warm one. `direct` (reads past the page cache): no warm part, every
-    miss the store's direct read at its layer's batch"""
+    """(steps, layers) ms of each layer's misses of replay `r`: `(warm part, cold part)`; a warm
+    miss costs `warm_ms` (else the store's warm read), a cold one the disk's part on top:
+    `dev.miss_cold_ms` where it was measured in a decode, else the store's cold read less its warm
+    one. `direct` (reads past the page cache): no warm part, every miss the store's direct read at
+    its layer's batch"""
     m, c = r['misses'], r['cold']
     if direct:
-        return np.zeros(m.shape), m * np.vectorize(lambda n: miss_ms(mb, dev, max(int(n), 1), True, True))(m)
+        return np.zeros(m.shape), m * np.vectorize(lambda n: miss_ms(mb, dev, max(int(n), 1), True,
+                                                                     True))(m)
     cost = np.vectorize(lambda n, cold: miss_ms(mb, dev, max(int(n), 1), cold))
     warm = cost(m, False)
     disk = dev.miss_cold_ms if dev.miss_cold_ms is not None else cost(m, True) - warm
@@ -301,9 +312,9 @@ def _read_ms(mb:dict, dev:Device, r:dict, warm_ms:float|None=None, direct:bool=F
 
 # %% ../nbs/06c_plan.ipynb #c0028
 def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
-    """`trace` in read-around windows of `ra` bytes: an expert's use touches, in each of its 3 projections'
-    tensors, the windows its bytes lie in (a mapped checkpoint keeps a projection of all experts in one tensor,
-    expert after expert)"""
+    """`trace` in read-around windows of `ra` bytes: an expert's use touches, in each of its 3
+    projections' tensors, the windows its bytes lie in (a mapped checkpoint keeps a projection of
+    all experts in one tensor, expert after expert)"""
     proj = mb['bundle'] / 3
     per = math.ceil(mb['spec'].num_experts * proj / ra)  # windows in one projection tensor
     span = lambda e: range(int(e * proj // ra), int(((e + 1) * proj - 1) // ra) + 1)
@@ -323,8 +334,8 @@ def _static(mb:dict, dev:Device, trace:dict, prompt:int) -> dict:
 
 # %% ../nbs/06c_plan.ipynb #67f72011
 def _expert_cache(mb:dict, dev:Device, used:float, direct:bool=False) -> int:
-    """Bundles of experts the page cache behind the pool keeps (the resident weights' pages were read through it too);
-    none where the experts are read past it (`direct`)"""
+    """Bundles of experts the page cache behind the pool keeps (the resident weights' pages were
+    read through it too); none where the experts are read past it (`direct`)"""
     if dev.cold_steps or direct: return 0
     return _cache_bundles(dev, used + mb['resident'] / MiB, mb['bundle'], dev.cache_share)
 
@@ -333,11 +344,13 @@ def _cold_cpu(dev:Device, mode:str) -> float:
     else nothing"""
     return max((dev.cold_cpu_ms or {}).get(mode, 0.0), 0.0)
 
-def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, c:Compute, direct:bool=False) -> dict:
+def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, c:Compute,
+         direct:bool=False) -> dict:
     """Pool misses, cold where the page cache behind the pool had dropped them (`direct`: all of
     them)"""
     used = dev.runtime_mb + mb['resident'] / MiB + pool_mib
-    r = replay(trace, max(int(pool_mib * MiB / mb['bundle']), mb['k']), _expert_cache(mb, dev, used, direct), prompt,
+    r = replay(trace, max(int(pool_mib * MiB / mb['bundle']), mb['k']),
+               _expert_cache(mb, dev, used, direct), prompt,
                dev.cold_steps, dev.policy)
     warm, cold = _read_ms(mb, dev, r, c.miss_ms, direct)
     # a direct read's work is in its measured time
@@ -347,15 +360,17 @@ def _off(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, c:Compute,
 
 # %% ../nbs/06c_plan.ipynb #c0030
 def copy_bytes(mb:dict, bits:int) -> float:
-    """Bytes of one expert's `bits`-bit copy (`edge0 convert --low-bits`): the int4 codes' planes at `bits`, the scales
-    and biases as they are (int4 in groups of 64 with 2-byte scales and biases, as the copies require)"""
+    """Bytes of one expert's `bits`-bit copy (`edge0 convert --low-bits`): the int4 codes' planes at
+    `bits`, the scales and biases as they are (int4 in groups of 64 with 2-byte scales and biases,
+    as the copies require)"""
     w = _codes_part(mb['bundle'])
     return code_bytes(int(w), check_low_bits(bits)) + mb['bundle'] - w
 
 def _new_in_slots(ids, prompt:int) -> list:
     "Per token, the experts a layer's K planned slots did not hold: they held the step before's set"
     rows = [list(r) for r in np.asarray(ids).tolist()]
-    new = [[e for e in now if e not in before] for before, now in zip(rows[prompt:], rows[prompt + 1:])]
+    new = [[e for e in now if e not in before] for before, now in zip(rows[prompt:],
+                                                                      rows[prompt + 1:])]
     return rows[:prompt + 1] + new
 
 def _deadlines(c:Compute, layers:list) -> list:
@@ -364,13 +379,15 @@ def _deadlines(c:Compute, layers:list) -> list:
     return [start[l] + c.attention_ms[l] for l in layers]
 
 def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.ndarray:
-    """Per step, what the background reader's work for replay `r` adds to the compute on the same cores: through the
-    page cache, each miss's measured in-place cost and each cold one's extra; past it, the direct reads' CPU time"""
+    """Per step, what the background reader's work for replay `r` adds to the compute on the same
+    cores: through the page cache, each miss's measured in-place cost and each cold one's extra;
+    past it, the direct reads' CPU time"""
     if direct: return (r['misses'] * np.vectorize(lambda n: direct_cpu_ms(dev, max(int(n), 1)))(r['misses'])).sum(1)
     warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
     return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
 
-def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall, c:Compute,
+def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall,
+             c:Compute,
              served:dict|None=None, within:bool=False,
              exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
              direct:bool=False,
@@ -385,7 +402,8 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planne
     # 'auto': one budget holds all
     if within: pool_mib = max(pool_mib - held / MiB, k * mb['bundle'] / MiB)
     used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mib
-    served = served if served is not None else served_trace(trace, planned, recall, spec.num_experts)
+    served = served if served is not None else served_trace(trace, planned, recall,
+                                                            spec.num_experts)
     # a copy's bytes, in bundles
     share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0
     slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
@@ -394,28 +412,35 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planne
     read = {l: _new_in_slots(rows, prompt) for l, rows in slots.items()}
     # the pool holds copies at their size
     mean = (exact_top + (k - exact_top) * share) / k if low_bits else 1.0
-    bundles, cache = max(int(pool_mib * MiB / (mb['bundle'] * mean)), k), _expert_cache(mb, dev, used, direct)
-    r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy, low_from=E if low_bits else None)
+    bundles, cache = max(int(pool_mib * MiB / (mb['bundle'] * mean)),
+                         k), _expert_cache(mb, dev, used, direct)
+    r = replay(read, bundles, cache, prompt, dev.cold_steps, dev.policy,
+               low_from=E if low_bits else None)
     if low_bits:  # each copy's miss counted as the bundles its bytes are
-        r = dict(r, misses=r['misses'] - (1 - share) * r['low'], cold=r['cold'] - (1 - share) * r['low_cold'])
+        r = dict(r, misses=r['misses'] - (1 - share) * r['low'],
+                 cold=r['cold'] - (1 - share) * r['low_cold'])
     store_warm, cold = _read_ms(mb, dev, r, None, direct)
     ms = store_warm + cold  # the background reader's time per layer
     due = _deadlines(c, r['layers'])
-    exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d, float(t)) for l, d, t in zip(r['layers'], due, row)],
+    exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d,
+                                             float(t)) for l, d, t in zip(r['layers'], due, row)],
                                         1.0) for row in ms])
     exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     # the own heaviest the heads did not serve: read in the foreground, the layer waiting
     if exact_top:
-        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(), slots[l])]
+        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(),
+                                                                                 slots[l])]
               for l in sorted(planned)}  # a heaviest expert staged as its copy is read at int4 too
         f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
         warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
         # as `off`
         exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)
         nbytes += f['misses'].sum(1).mean() * mb['bundle']
-    return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used, bytes=nbytes,
-                syncs=1 + len(planned) * (exact_top > 0), copies=float(r['low'].sum(1).mean()) if low_bits else 0.0)
+    return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
+                bytes=nbytes,
+                syncs=1 + len(planned) * (exact_top > 0),
+                copies=float(r['low'].sum(1).mean()) if low_bits else 0.0)
 
 # %% ../nbs/06c_plan.ipynb #f1d04cb2
 def kv_per_token(config:dict, itemsize:int) -> float:
@@ -432,16 +457,19 @@ def kv_per_token(config:dict, itemsize:int) -> float:
     return float(layers * per * itemsize)
 
 def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS, direct:bool=False) -> dict:
-    """What `--pool-mib auto` gives a run of `mb` (`model_bytes`) on `dev`: `00_memory.pool_budget` on its figures
-    (`direct`: experts read past the page cache, whose room is then one layer's read buffers)"""
+    """What `--pool-mib auto` gives a run of `mb` (`model_bytes`) on `dev`: `00_memory.pool_budget`
+    on its figures (`direct`: experts read past the page cache, whose room is then one layer's read
+    buffers)"""
     spec, k, bundle = mb['spec'], mb['k'], mb['bundle']
     cfg = mb.get('config') or {}
     tokens = min(kv_tokens, cfg.get('max_position_embeddings') or kv_tokens)
     kv = kv_per_token(cfg, dev.kv_itemsize) * tokens if cfg else 0.0
-    step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts, tokens, direct)
+    step, room = step_and_room(k, int(bundle), max(mb['experts'].values()), spec.num_experts,
+                               tokens, direct)
     free = (dev.ram_mb - dev.runtime_mb) * MiB - mb['resident']
     pool = pool_budget(int(free), int(kv), step, room, sum(mb['experts'].values()), int(k * bundle))
-    return dict(pool_mib=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens, step_mb=step / MiB,
+    return dict(pool_mib=pool / MiB, free_mb=free / MiB, kv_mb=kv / MiB, kv_tokens=tokens,
+                step_mb=step / MiB,
                 room_mb=room / MiB, refused=pool < k * bundle)
 
 def plan_reader(mb:dict, dev:Device, pool_mib:float) -> str:
@@ -464,7 +492,8 @@ def _check_device(dev:Device):
     if dev.policy not in POLICIES:
         raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
 
-def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES, trace:dict|None=None,
+def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES,
+         trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
          kv_tokens:int=KV_TOKENS, exact_top:int=0,
          # routing: exact top-M's K-M other slots read as copies at these bits
@@ -480,10 +509,12 @@ def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies
     check_exact_top('routing', exact_top, k)
     if low_bits is not None:
         check_low_bits(low_bits, 'low bits')
-        if not 0 < exact_top < k: raise InputError(f"low bits {low_bits} are read for the K-M slots beside exact "
-                                                   f"top-M's own M heaviest: give exact top-M between 1 and {k - 1}")
+        if not 0 < exact_top < k: raise InputError(f"low bits {low_bits} are read for the K-M "
+                                                   "slots beside exact top-M's own M heaviest: "
+                                                   f"give exact top-M between 1 and {k - 1}")
     ahead = stage_ahead or stage_ahead_of(mb)
-    if ahead < 1: raise InputError(f"stage_ahead {stage_ahead!r}: expected a positive number of planned layers")
+    if ahead < 1: raise InputError(f"stage_ahead {stage_ahead!r}: expected a positive number of "
+                                   "planned layers")
     planned = set(spec.moe_layers[1:]) if planned is None else set(planned)
     trace = trace if trace is not None else synthetic_trace(spec, k)
     compute = compute or {}
@@ -499,7 +530,8 @@ def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies
     if pool_mib == AUTO:
         T, every = len(next(iter(trace.values()))), sum(mb['experts'].values()) / MiB
         kv_free = budget['kv_mb'] * max(1 - T / budget['kv_tokens'], 0)
-        budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free, every - pool), 0)
+        budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free,
+                                    every - pool), 0)
         pool += budget['lent_mb']
     direct, rows = reader == 'direct', {}
     for s in strategies:
@@ -507,29 +539,39 @@ def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies
         if s == 'ram':
             peak = dev.runtime_mb + mb['total'] / MiB
             fits = peak <= dev.ram_mb
-            rows[s] = dict(tps=1e3 / c.step_ms if fits else None, step_ms=c.step_ms, compute_ms=c.step_ms, wait_ms=0.0,
+            rows[s] = dict(tps=1e3 / c.step_ms if fits else None, step_ms=c.step_ms,
+                           compute_ms=c.step_ms, wait_ms=0.0,
                            mib_per_token=0.0, peak_mb=peak, fits=fits,
-                           binds='compute' if fits else f"memory: {peak:.0f} MiB needed, {dev.ram_mb:.0f} MiB there")
+                           binds='compute' if fits else f"memory: {peak:.0f} MiB needed, "
+                                                        f"{dev.ram_mb:.0f} MiB there")
             continue
         r = (_static(mb, dev, trace, prompt) if s == 'static' else
              _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
-             _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0, c, served,
-                      within=pool_mib == AUTO, exact_top=exact_top, direct=direct, low_bits=low_bits,
+             _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0,
+                      c, served,
+                      within=pool_mib == AUTO, exact_top=exact_top, direct=direct,
+                      low_bits=low_bits,
                       stage_ahead=ahead))
         wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
         step = c.step_ms + wait
-        rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
+        rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()),
+                       compute_ms=c.step_ms,
                        wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
-                       mib_per_token=r['bytes'] / MiB, peak_mb=r['peak_mb'], fits=r['peak_mb'] <= dev.ram_mb,
-                       binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'),
-                       **({'syncs_per_step': r['syncs'], 'copies_per_step': r['copies']} if s == 'routing' else {}))
+                       mib_per_token=r['bytes'] / MiB, peak_mb=r['peak_mb'],
+                       fits=r['peak_mb'] <= dev.ram_mb,
+                       binds=_binds(c.step_ms, float(wait.mean()),
+                                    'A1' if s == 'routing' else 'A2'),
+                       **({'syncs_per_step': r['syncs'],
+                           'copies_per_step': r['copies']} if s == 'routing' else {}))
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
-    return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'), device=dev.name, k=k,
+    return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'),
+                device=dev.name, k=k,
                 exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mib=pool,
                 budget=budget if pool_mib == AUTO else None, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
-                compute=next(iter(compute.values())).source if compute else 'shape estimate', rows=rows,
+                compute=next(iter(compute.values())).source if compute else 'shape estimate',
+                rows=rows,
                 per_class={v: {c.name: b for c, b in per.items()} for v, per in views.items()})
 
 # %% ../nbs/06c_plan.ipynb #c0034
@@ -542,56 +584,72 @@ def stage_ahead_of(mb:dict) -> int:
 def _budget_note(b:dict) -> str:
     head = "pool: what --pool-mib auto gives a run on this device" + (" (below one token's experts: a run is refused)"
                                                             if b['refused'] else '')
-    return (f"{head}: {b['free_mb']:,.0f} MiB free after the runtime and resident weights, less the KV cache of "
-            f"{b['kv_tokens']:,} tokens {b['kv_mb']:,.0f}, a step's experts {b['step_mb']:,.0f}, page cache "
-            f"{b['room_mb']:,.0f}; slots and resident layers come out of it"
-            + (f"; while decoding it is lent {b['lent_mb']:,.0f} MiB (the KV cache not grown yet, a prefill's "
-               "transient experts beyond K)" if b.get('lent_mb') else ''))
+    return (f"{head}: {b['free_mb']:,.0f} MiB free after the runtime and resident weights, less "
+            f"the KV cache of {b['kv_tokens']:,} tokens {b['kv_mb']:,.0f}, a step's experts "
+            f"{b['step_mb']:,.0f}, page cache {b['room_mb']:,.0f}; slots and resident layers come "
+            "out of it"
+            + (f"; while decoding it is lent {b['lent_mb']:,.0f} MiB (the KV cache not grown yet, "
+               "a prefill's transient experts beyond K)" if b.get('lent_mb') else ''))
 
 def plan_table(p:dict) -> str:
     "A plan as a table"
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / MiB:.2f}" for c, v in by.items())
                     for view, by in p['per_class'].items())
     how = {'direct': 'past the page cache (direct)', 'pread': 'through the page cache (pread)'}
-    lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mib']:.0f} MiB, compute: {p['compute']}",
-             *([f"the trace replayed: previous-token reuse {p['routing']['reuse']:.2f}, an LRU of a quarter of a "
-                f"layer's experts hits {p['routing']['lru_quarter']:.0%}"] if p.get('routing') else []),
+    lines = [f"{p['model']} on {p['device']}, K={p['k']}, pool {p['pool_mib']:.0f} MiB, compute: "
+             f"{p['compute']}",
+             *([f"the trace replayed: previous-token reuse {p['routing']['reuse']:.2f}, an LRU of "
+                f"a quarter of a layer's experts hits {p['routing']['lru_quarter']:.0%}"]
+               if p.get('routing') else []),
              *([f"edge0 reads experts {how[p['reader']]}; pool policy {p['policy']}"] if p.get('reader') else []),
              f"MiB a token by address class ({per})",
              *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
              *p.get('notes', []),
-             *([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest experts the heads did not "
-                f"serve are read in the foreground; {p['rows']['routing']['syncs_per_step']} host syncs a step"]
+             *([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest "
+                "experts the heads did not serve are read in the foreground; "
+                f"{p['rows']['routing']['syncs_per_step']} host syncs a step"]
                if p.get('exact_top') and 'routing' in p['rows'] else []),
-             *([f"routing reads the other {p['k'] - p['exact_top']} predicted slots as {p['low_bits']}-bit copies: "
-                f"{p['rows']['routing']['copies_per_step']:.1f} copies read a step"]
+             *([f"routing reads the other {p['k'] - p['exact_top']} predicted slots as "
+                f"{p['low_bits']}-bit copies: {p['rows']['routing']['copies_per_step']:.1f} copies "
+                "read a step"]
                if p.get('low_bits') and 'routing' in p['rows'] else []),
              *([f"routing stages {p['stage_ahead']} planned layers at once: the budget keeps "
                 f"{(p['stage_ahead'] - 1) * p['k']} experts for them"]
                if (p.get('stage_ahead') or 1) > 1 and 'routing' in p['rows'] else []),
              *([_budget_note(p['budget'])] if p.get('budget') else []),
-             f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}{'peak MiB':>10}"
-             "  binds"]
+             f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}"
+             f"{'peak MiB':>10}  binds"]
     for s, r in p['rows'].items():
         tps = f"{r['tps']:.2f}" if r['tps'] else '-'
-        lines.append(f"{s:10}{tps:>8}{r['step_ms']:>10.1f}{r['compute_ms']:>9.1f}{r['wait_ms']:>9.1f}"
-                     f"{r['mib_per_token']:>9.2f}{r['peak_mb']:>10.0f}  {r['binds']}")
+        lines.append(f"{s:10}{tps:>8}{r['step_ms']:>10.1f}{r['compute_ms']:>9.1f}"
+                     f"{r['wait_ms']:>9.1f}{r['mib_per_token']:>9.2f}{r['peak_mb']:>10.0f}  "
+                     f"{r['binds']}")
     return '\n'.join(lines)
 
 # %% ../nbs/06c_plan.ipynb #c0056
 SHAPES = {
-    'qwen3-30b-a3b': dict(model_type='qwen3_moe', hidden_size=2048, num_hidden_layers=48, num_experts=128,
+    'qwen3-30b-a3b': dict(model_type='qwen3_moe', hidden_size=2048, num_hidden_layers=48,
+                          num_experts=128,
                           num_experts_per_tok=8, moe_intermediate_size=768, intermediate_size=6144,
-                          num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
-                          tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=40960,
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                          vocab_size=151936,
+                          tie_word_embeddings=False, rms_norm_eps=1e-6, rope_theta=1e6,
+                          max_position_embeddings=40960,
                           norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[]),
-    'qwen3.5-35b-a3b': dict(model_type='qwen3_next', hidden_size=2048, num_hidden_layers=40, num_experts=256,
-                            num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
-                            intermediate_size=5120, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
-                            linear_num_value_heads=32, linear_num_key_heads=16, linear_key_head_dim=128,
-                            linear_value_head_dim=128, linear_conv_kernel_dim=4, full_attention_interval=4,
-                            partial_rotary_factor=0.25, vocab_size=248320, tie_word_embeddings=False,
-                            rms_norm_eps=1e-6, rope_theta=1e7, max_position_embeddings=262144, norm_topk_prob=True,
+    'qwen3.5-35b-a3b': dict(model_type='qwen3_next', hidden_size=2048, num_hidden_layers=40,
+                            num_experts=256,
+                            num_experts_per_tok=8, moe_intermediate_size=512,
+                            shared_expert_intermediate_size=512,
+                            intermediate_size=5120, num_attention_heads=16, num_key_value_heads=2,
+                            head_dim=256,
+                            linear_num_value_heads=32, linear_num_key_heads=16,
+                            linear_key_head_dim=128,
+                            linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                            full_attention_interval=4,
+                            partial_rotary_factor=0.25, vocab_size=248320,
+                            tie_word_embeddings=False,
+                            rms_norm_eps=1e-6, rope_theta=1e7, max_position_embeddings=262144,
+                            norm_topk_prob=True,
                             decoder_sparse_step=1, mlp_only_layers=[]),
 }
 
@@ -599,13 +657,15 @@ SHAPES = {
 PAPERS = {
     ('qwen3-30b-a3b', 'edge-8gb-emmc', 8): dict(
         source='Budgeting Bytes (arXiv 2609.04238), abstract',
-        reported='4-bit (18 GB) overflows the 8 GB board: decode "pinned at the eMMC bandwidth ceiling"; prefetch, '
-                 'even a perfect oracle, does not help; a 16 GB device runs a smaller quant GPU-resident at 11.5 '
-                 'tok/s, called 22x: about 0.52 tok/s on the board', tps=0.52),
+        reported='4-bit (18 GB) overflows the 8 GB board: decode "pinned at the eMMC bandwidth '
+                 'ceiling"; prefetch, even a perfect oracle, does not help; a 16 GB device runs a '
+                 'smaller quant GPU-resident at 11.5 tok/s, called 22x: about 0.52 tok/s on the '
+                 'board', tps=0.52),
     ('qwen3.5-35b-a3b', 'mac-16gb', 4): dict(
         source='Edge0 (arXiv 2609.18063); Edge0-AI/Edge0 docs and PR 102',
-        reported='20.4 tok/s at 2.9 GiB peak active memory (24 GB M4 Pro); acceptance target of edge0-35b about 13 '
-                 'tok/s and 3.3 GB; on a 16 GB M2, 49 MiB read per decode step at 1.88 GB/s', tps=13.0),
+        reported='20.4 tok/s at 2.9 GiB peak active memory (24 GB M4 Pro); acceptance target of '
+                 'edge0-35b about 13 tok/s and 3.3 GB; on a 16 GB M2, 49 MiB read per decode step '
+                 'at 1.88 GB/s', tps=13.0),
 }
 
 def public_plans(strategies=STRATEGIES, recall:float=0.9, reuse:float=0.3, skew:float=SKEW) -> list:
@@ -631,7 +691,8 @@ def attention_window(mb:dict, c:Compute, rates:dict, recall:float|dict=1.0) -> l
             bps = b * 1e6 / 1e3  # bytes per ms
             # ms: times in ms
             probe = exposed_latency([Job('named', 0.0, att, r * s)], bps) + (1 - r) * s / bps
-            tiers[t] = dict(window=bps * att, hides=s <= bps * att, with_probe_ms=probe, without_ms=s / bps)
+            tiers[t] = dict(window=bps * att, hides=s <= bps * att, with_probe_ms=probe,
+                            without_ms=s / bps)
         rows.append(dict(layer=l, s_bytes=s, attention_ms=att, recall=r, tiers=tiers))
     return rows
 

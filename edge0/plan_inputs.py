@@ -18,7 +18,8 @@ from .decode import generate_ids
 from .serving import open_served
 from .conditions import child, conditions, measure_read, sequence, tier_name
 from .roofline import predicted_layers
-from .measure import (Eta, cached, cold_misses, compute_profile, eta_curve, measure_expert_reads,
+from .measure import (Eta, cached, cold_misses, compute_profile, eta_curve,
+                           measure_expert_reads,
                            read_ahead_kb)
 from .plan import Compute, Device, model_bytes
 

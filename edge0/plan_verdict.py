@@ -167,7 +167,8 @@ def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
     near = min(mine, key=lambda e: abs(math.log(e['pool_mib'] / pool)), default=None)
     cmd = f"`edge0 plan {d} --k {k}" + (f" --exact-top {exact_top}" if exact_top else '') + '`'
     if near is None or abs(math.log(near['pool_mib'] / pool)) > math.log(1.5):
-        seen = f" (the nearest was planned for a pool of {near['pool_mib']:.0f} MiB)" if near else ''
+        seen = (f" (the nearest was planned for a pool of {near['pool_mib']:.0f} MiB)" if near
+                else '')
         return 'routing', (f"auto: no plan of this machine for {d.name} near this run's pool of "
                            f"{pool:.0f} MiB{seen}: serving routing; {cmd} measures it once "
                            "(minutes), then auto serves the faster")

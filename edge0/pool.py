@@ -37,7 +37,8 @@ class LayerStats:
     peak_active:int = 0    # most backend memory held after this layer's calls
     def add(self, other:LayerStats):
         for name, v in asdict(other).items():
-            setattr(self, name, max(self.peak_active, v) if name == 'peak_active' else getattr(self, name) + v)
+            setattr(self, name,
+                    max(self.peak_active, v) if name == 'peak_active' else getattr(self, name) + v)
     @property
     def cold_fraction(self) -> float: return self.cold_pages / self.pages if self.pages else 0.0
     def load(self, cost:LoadStats, bundles:int=1):
@@ -54,17 +55,20 @@ class LayerStats:
 POLICIES = ('lfu', 'lru')
 
 class ExpertPool:
-    """Expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the budget. `policy`
-    says which bundle goes first: 'lru' the least recently used, 'lfu' the least used, each use's weight halving every
-    `half_life` requests (a request: one layer's experts for one step)"""
-    def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None, k:int|None=None,
+    """Expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the
+    budget. `policy` says which bundle goes first: 'lru' the least recently used, 'lfu' the least
+    used, each use's weight halving every `half_life` requests (a request: one layer's experts for
+    one step)"""
+    def __init__(self, store:ExpertStore, budget_bytes:int|None=None, budget_bundles:int|None=None,
+                 k:int|None=None,
                  policy:str='lru', half_life:float=256,
                  # count the requests per (layer, expert) in `uses` (for a usage profile)
                  count:bool=False,
                  # a lower-bit copy asked for (id E + e) is served by its int4 expert e where that
                  # is held (nothing read, more exact), and putting e drops the copy
                  upgrade:bool=False):
-        if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of {', '.join(POLICIES)}")
+        if policy not in POLICIES: raise InputError(f"pool policy {policy!r}: expected one of "
+                                                    f"{', '.join(POLICIES)}")
         # `lru`: the bundles held, by recency
         self.store, self.lru, self.k = store, OrderedDict(), k or store.spec.k
         self.policy, self.rate, self.clock = policy, math.log(2) / half_life, 0
@@ -73,20 +77,23 @@ class ExpertPool:
         # requests per (layer, expert) since load: a usage profile's counts
         self.uses = Counter() if count else None
         self.upgrade, self.E = upgrade, store.spec.num_experts if upgrade else None
-        self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * store.expert_nbytes
+        bundle = store.expert_nbytes
+        self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * bundle
         caps = [b for b in (budget_bytes, in_bundles) if b is not None]
         self.budget_bytes = min(caps) if caps else None  # None: unbounded
         # in bundles
-        self.budget = None if self.budget_bytes is None else self.budget_bytes // store.expert_nbytes
+        self.budget = None if self.budget_bytes is None else self.budget_bytes // bundle
         # bundles' worth held outside the LRU (slots, resident layers)
         self.reserved = 0
         self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
         if self.max_bundles < self.k:
-            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} MiB) is smaller "
-                             f"than one token's working set: {self.k} experts x {store.expert_nbytes} bytes")
+            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} "
+                             f"MiB) is smaller than one token's working set: {self.k} experts x "
+                             f"{store.expert_nbytes} bytes")
 
     @property
-    def max_bundles(self) -> int: return 1 << 62 if self.budget is None else self.budget - self.reserved
+    def max_bundles(self) -> int:
+        return 1 << 62 if self.budget is None else self.budget - self.reserved
     @property
     def bytes_held(self) -> int: return len(self.lru) * self.store.expert_nbytes
     @property
@@ -98,9 +105,10 @@ class ExpertPool:
         n = -(-nbytes // self.store.expert_nbytes)
         with self.lock:
             if self.max_bundles - n < self.k:
-                raise StoreError(f"pool budget of {self.budget_bytes / MiB:.2f} MiB cannot hold {what} "
-                                 f"({nbytes / MiB:.2f} MiB) and one token's working set ({self.k} experts x "
-                                 f"{self.store.expert_nbytes} bytes); raise the pool budget")
+                raise StoreError(f"pool budget of {self.budget_bytes / MiB:.2f} MiB cannot hold "
+                                 f"{what} ({nbytes / MiB:.2f} MiB) and one token's working set "
+                                 f"({self.k} experts x {self.store.expert_nbytes} bytes); raise "
+                                 "the pool budget")
             self.reserved += n
             self._trim()
 
@@ -111,9 +119,10 @@ class ExpertPool:
         with self.lock:
             budget = None if budget_bytes is None else budget_bytes // self.store.expert_nbytes
             if budget is not None and budget - self.reserved < self.k:
-                raise StoreError(f"pool budget of {budget_bytes / MiB:.2f} MiB cannot hold what is reserved "
-                                 f"({self.bytes_reserved / MiB:.2f} MiB) and one token's working set ({self.k} "
-                                 f"experts x {self.store.expert_nbytes} bytes)")
+                raise StoreError(f"pool budget of {budget_bytes / MiB:.2f} MiB cannot hold what is "
+                                 f"reserved ({self.bytes_reserved / MiB:.2f} MiB) and one token's "
+                                 f"working set ({self.k} experts x {self.store.expert_nbytes} "
+                                 "bytes)")
             self.budget_bytes, self.budget = budget_bytes, budget
             self._trim()
 

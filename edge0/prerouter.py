@@ -32,12 +32,13 @@ class Head(B.Module):
         self.skip = dict(weight=B.zeros((e_out, d_in)))
     def __call__(self, f):
         z = bnn.gelu_erf(bnn.linear(f, self.fc1['weight'], self.fc1['bias']))
-        return bnn.linear(z, self.fc2['weight'], self.fc2['bias']) + bnn.linear(f, self.skip['weight'])
+        return bnn.linear(z, self.fc2['weight'],
+                          self.fc2['bias']) + bnn.linear(f, self.skip['weight'])
 
 # %% ../nbs/02a_prerouter.ipynb #3cd74cd7
 def features(h, routed, routed_prev, E:int):
-    """`[h; multi-hot(routed); multi-hot(routed_prev)]` for hidden states (..., D) and expert ids (..., K), MLX arrays
-    or torch tensors (the torch step's heads)"""
+    """`[h; multi-hot(routed); multi-hot(routed_prev)]` for hidden states (..., D) and expert ids
+    (..., K), MLX arrays or torch tensors (the torch step's heads)"""
     xp = B.ops_of(h)
     def hot(r):
         rows = (xp.arange(E)[None] == r.reshape(-1, r.shape[-1])[..., None]).any(axis=-2)
@@ -53,7 +54,8 @@ def router_weight(spec:MoESpec, model, layer:int):
     if not isinstance(r, dict): return r.astype(B.float32)
     w = r['weight']
     if 'scales' in r:
-        w = bq.dequantize(w, r['scales'].astype(B.float32), r['biases'].astype(B.float32), r.group_size, r.bits)
+        w = bq.dequantize(w, r['scales'].astype(B.float32), r['biases'].astype(B.float32),
+                          r.group_size, r.bits)
     return w.astype(B.float32)
 
 def router_bias_of(spec:MoESpec, model, layer:int):
@@ -69,7 +71,8 @@ class Prerouter(B.Module):
         self.owners = tuple(owners if owners is not None else moe[1:-1])
         for n in self.owners:
             if n not in moe[:-1]:
-                raise ValueError(f"owner layer {n} must be an MoE layer with a next MoE layer; MoE layers are {moe}")
+                raise ValueError(f"owner layer {n} must be an MoE layer with a next MoE layer; MoE "
+                                 f"layers are {moe}")
         self.next_layer = {n: spec.next_moe[n] for n in self.owners}
         self.spec, self.hidden, self.k = spec, hidden, k or spec.k
         # keys are not bare numbers: a digit key would be read back as a list index
@@ -77,13 +80,16 @@ class Prerouter(B.Module):
         self.heads = {f"layer{n}": Head(d_in, hidden, spec.num_experts) for n in self.owners}
     def __call__(self, n:int, f): return self.heads[f"layer{n}"](f)
 
-def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=None, seed:int=0) -> Prerouter:
+def init_prerouter(spec:MoESpec, model, owners=None, hidden:int=512, k:int|None=None,
+                   seed:int=0) -> Prerouter:
     "Heads for `model` with `skip` warm-started from each next layer's router weight"
     B.seed(seed)
     pr = Prerouter(spec, owners, hidden, k)
     for n in pr.owners:
         w = router_weight(spec, model, pr.next_layer[n])
-        pr.heads[f"layer{n}"].skip['weight'] = B.concatenate([w, B.zeros((w.shape[0], 2 * spec.num_experts))], axis=1)
+        pr.heads[f"layer{n}"].skip['weight'] = B.concatenate([w, B.zeros((w.shape[0],
+                                                                          2 * spec.num_experts))],
+                                                             axis=1)
     return pr
 
 # %% ../nbs/02a_prerouter.ipynb #168c2943
@@ -91,7 +97,8 @@ def capture(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> dict:
     """`{layer: dict(h=(T, D), logits=(T, E), routed=(T, k))}` over `tokens`, windows of `seq` (T =
     whole windows only)"""
     wins = list(routed_windows(spec, model, tokens, k, seq, inputs=True))
-    return {l: {n: np.concatenate([w[l][n] for w in wins]) for n in ('h', 'logits', 'routed')} for l in spec.moe_layers}
+    return {l: {n: np.concatenate([w[l][n] for w in wins]) for n in ('h', 'logits', 'routed')}
+            for l in spec.moe_layers}
 
 # %% ../nbs/02a_prerouter.ipynb #2f3843af
 def pair_positions(T:int, seq:int=256) -> np.ndarray:
@@ -110,29 +117,34 @@ def pairs(cap:dict, n:int, n_next:int, seq:int=256):
 # %% ../nbs/02a_prerouter.ipynb #491018bd
 def recall(pred, true) -> float:
     "Mean |pred ∩ true| / K over rows of expert ids (n, K)"
-    return float(np.mean([len(set(a) & set(b)) for a, b in zip(pred.tolist(), true.tolist())]) / true.shape[1])
+    return float(np.mean([len(set(a) & set(b)) for a, b in zip(pred.tolist(),
+                                                               true.tolist())]) / true.shape[1])
 
 @patch
 def predict(self:Prerouter, n:int, h, routed, routed_prev):
     "Predicted logits of layer `next_layer[n]` at the next token"
-    return self(n, features(B.array(h), B.array(routed), B.array(routed_prev), self.spec.num_experts))
+    return self(n, features(B.array(h), B.array(routed), B.array(routed_prev),
+                            self.spec.num_experts))
 
 def heaviest_hit(pred, target_logits, r:Routing, k:int, bias=None) -> float:
     """Share of rows whose heaviest routed expert (largest routing weight at `k`) is in the
     predicted set `pred`"""
     inds, w = route(r, B.array(target_logits), k, bias)
-    top = np.take_along_axis(np.array(inds), np.argmax(B.to_numpy(w.astype(B.float32)), -1)[:, None], -1)
+    top = np.take_along_axis(np.array(inds),
+                             np.argmax(B.to_numpy(w.astype(B.float32)), -1)[:, None], -1)
     return float((np.asarray(pred) == top).any(-1).mean())
 
 def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
-    """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head (`head`), by temporal
-    locality (`reuse`: layer N+1's experts at t), and how often its heaviest expert is predicted (`heaviest`)"""
+    """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head
+    (`head`), by temporal locality (`reuse`: layer N+1's experts at t), and how often its heaviest
+    expert is predicted (`heaviest`)"""
     rep = {}
     for n in pr.owners if owners is None else owners:
         h, r, rp, tl, tr, prev = pairs(cap, n, pr.next_layer[n])
         bias = router_bias_of(pr.spec, model, pr.next_layer[n])
         pred = np.array(route(pr.spec.routing, pr.predict(n, h, r, rp), k, bias)[0])
-        rep[n] = dict(head=recall(pred, tr[:, :k] if tr.shape[1] == k else tr), reuse=recall(prev, tr),
+        rep[n] = dict(head=recall(pred, tr[:, :k] if tr.shape[1] == k else tr),
+                      reuse=recall(prev, tr),
                       heaviest=heaviest_hit(pred, tl, pr.spec.routing, k, bias))
     return rep
 
@@ -170,7 +182,8 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
     """Train head `n` on its captured pairs by KL to the next router (plus `weighted` x the
     routing-weighted NLL); KL log"""
     head, spec = pr.heads[f"layer{n}"], pr.spec
-    if weighted and target_routed is None: raise ValueError("a routing-weighted loss needs the next layer's routed ids")
+    if weighted and target_routed is None: raise ValueError("a routing-weighted loss needs the "
+                                                            "next layer's routed ids")
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
     positions = pair_positions(len(h), seq)
     def loss_fn(head, f, target, routed_next):
@@ -179,7 +192,8 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
         if not weighted: return kl, kl
         return kl + weighted * weighted_nll(spec, q, target, routed_next), kl
     loss_and_grad = bnn.value_and_grad(head, loss_fn)
-    bar = tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step', disable=not show)
+    bar = tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step',
+               disable=not show)
     for step in range(start, steps):
         t = head_batch(n, step, seed, positions, batch)
         f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
@@ -189,18 +203,22 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
         B.eval(head.parameters(), opt.state)
         log.append(kl.item())
         bar.update(1)
-        if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}", kl=f"{np.mean(log[-50:]):.4f}")
+        if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}",
+                                                 kl=f"{np.mean(log[-50:]):.4f}")
         if on_step is not None: on_step(step + 1, opt, log)
     bar.close()
     return log
 
 # %% ../nbs/02a_prerouter.ipynb #0242159c
-def train_on_capture(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3, seed:int=0,
+def train_on_capture(pr:Prerouter, cap:dict, steps:int=300, batch:int=512, lr:float=1e-3,
+                     seed:int=0,
                      show:bool=True, seq:int=256, weighted:float=1.0) -> list:
     """Train every head on a capture (`capture`'s dict, windows of `seq`), one after another; the
     mean KL log"""
-    logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps, batch, lr, seed,
-                       seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'], weighted=weighted)
+    logs = [train_head(pr, n, cap[n]['h'], cap[n]['routed'], cap[pr.next_layer[n]]['logits'], steps,
+                       batch, lr, seed,
+                       seq, show=show, target_routed=cap[pr.next_layer[n]]['routed'],
+                       weighted=weighted)
             for n in pr.owners]
     return np.mean(logs, axis=0).tolist()
 
@@ -262,8 +280,8 @@ def heads_file(model_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
     spec = spec or model_spec(model_dir)
     if (p := find_heads(model_dir, spec, k)) is not None: return p
     raise FileNotFoundError(f"no prerouter heads for K={k or spec.k} of {model_dir}: looked for "
-                            f"{', '.join(map(str, heads_places(model_dir, spec, k)))}; train them with "
-                            f"`edge0 train {model_dir} --phase heads --k {k or spec.k}`")
+                            f"{', '.join(map(str, heads_places(model_dir, spec, k)))}; train them "
+                            f"with `edge0 train {model_dir} --phase heads --k {k or spec.k}`")
 
 def heads_fingerprint(path) -> str:
     """Hash of a heads file's bytes: what an adapter was trained with, and what a measurement of the
@@ -275,21 +293,28 @@ def _describe(out:Path, base_dir):
     """`model.json` in `out`: which model the heads there belong to, for a person looking in the
     folder"""
     d = Path(base_dir)
-    info = dict(path=str(d.absolute()), model_type=read_json(d / 'config.json', 'model config').get('model_type'),
-                fingerprint=fingerprint(d), note='prerouter heads of this model; edge0 finds them by the fingerprint')
-    replace_whole(out / 'model.json', lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
+    info = dict(path=str(d.absolute()),
+                model_type=read_json(d / 'config.json', 'model config').get('model_type'),
+                fingerprint=fingerprint(d), note='prerouter heads of this model; edge0 finds them '
+                                                 'by the fingerprint')
+    replace_whole(out / 'model.json',
+                  lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1) + '\n'))
 
-def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None, dst=None) -> Path:
+def save_prerouter(pr:Prerouter, base_dir, phase:str='phase1', extra:dict|None=None,
+                   dst=None) -> Path:
     """Write the heads of the base in `base_dir` (file named by `prerouter_file`) into `dst`, else
     `heads_dir_for`"""
-    meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k), owners=json.dumps(list(pr.owners)),
-                num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase, date=time.strftime('%Y-%m-%d'),
+    meta = dict(format=FORMAT, base_fingerprint=fingerprint(base_dir), k=str(pr.k),
+                owners=json.dumps(list(pr.owners)),
+                num_layers=str(pr.spec.num_layers), hidden=str(pr.hidden), phase=phase,
+                date=time.strftime('%Y-%m-%d'),
                 **{k: str(v) for k, v in (extra or {}).items()})
     out = Path(dst) if dst is not None else heads_dir_for(base_dir)
     out.mkdir(parents=True, exist_ok=True)
     if out.resolve() != Path(base_dir).resolve(): _describe(out, base_dir)
     p = out / prerouter_file(pr.spec, pr.k)
-    replace_whole(p, lambda tmp: B.save_safetensors(tmp, dict(B.tree_flatten(pr.parameters())), meta))
+    replace_whole(p, lambda tmp: B.save_safetensors(tmp, dict(B.tree_flatten(pr.parameters())),
+                                                    meta))
     return p
 
 # %% ../nbs/02a_prerouter.ipynb #d309e2f4
@@ -298,9 +323,11 @@ _INT_KEYS = ('k', 'num_layers', 'hidden')
 def _provenance(p:Path) -> dict:
     "The metadata of the prerouter file `p`, every key present and the counts as integers"
     meta = read_header(p)[1]
-    if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get('format') != FORMAT: raise InputError(f"{p}: format {meta.get('format')!r}, "
+                                                      f"expected {FORMAT!r}")
     for key in ('base_fingerprint', 'owners', *_INT_KEYS):
-        if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a complete prerouter")
+        if key not in meta: raise InputError(f"{p}: metadata has no {key!r}; the file is not a "
+                                             "complete prerouter")
     out = dict(meta)
     for key in _INT_KEYS:
         v = meta[key]
@@ -310,7 +337,8 @@ def _provenance(p:Path) -> dict:
     try: out['owners'] = json.loads(meta['owners'])
     except (TypeError, json.JSONDecodeError): out['owners'] = None
     if not isinstance(out['owners'], list) or not all(isinstance(n, int) for n in out['owners']):
-        raise InputError(f"{p}: metadata owners is {meta['owners']!r:.60}, expected a JSON list of layer numbers")
+        raise InputError(f"{p}: metadata owners is {meta['owners']!r:.60}, expected a JSON list of "
+                         "layer numbers")
     return out
 
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
@@ -324,8 +352,10 @@ def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None)
         raise InputError(f"{p} was made for another base (fingerprint {meta['base_fingerprint']}, "
                          f"{d} has {fingerprint(d)})")
     if meta['num_layers'] != spec.num_layers:
-        raise InputError(f"{p} was made for {meta['num_layers']} layers, the base has {spec.num_layers}")
-    if k is not None and meta['k'] != k: raise InputError(f"{p} was trained for K={meta['k']}, asked for K={k}")
+        raise InputError(f"{p} was made for {meta['num_layers']} layers, the base has "
+                         f"{spec.num_layers}")
+    if k is not None and meta['k'] != k: raise InputError(f"{p} was trained for K={meta['k']}, "
+                                                          f"asked for K={k}")
     try:
         pr = Prerouter(spec, meta['owners'], meta['hidden'], meta['k'])
         pr.load_weights(list(B.load_arrays(p).items()))

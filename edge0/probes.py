@@ -31,9 +31,11 @@ class PreAttnTap:
     def __init__(self, spec:MoESpec, model,
                  # the decoder layer's norm whose output attention reads
                  norm:str='input_layernorm'):
-        self.norm, self.layers, self.seen = norm, {l: decoder_layer(spec, model, l) for l in spec.moe_layers}, {}
+        self.norm, self.layers, self.seen = norm, {l: decoder_layer(spec, model,
+                                                                    l) for l in spec.moe_layers}, {}
         missing = [l for l, layer in self.layers.items() if norm not in layer]
-        if missing: raise ValueError(f"MoE layers {missing} of this {spec.model_type} model have no {norm!r}")
+        if missing: raise ValueError(f"MoE layers {missing} of this {spec.model_type} model have "
+                                     f"no {norm!r}")
         for l, layer in self.layers.items():
             def tapped(x, l=l, f=layer[norm]):
                 y = f(x)
@@ -70,10 +72,12 @@ class Probes(B.Module):
         for l in self.layers: check_moe_layer(spec, l)
         self.spec, self.hidden, self.k = spec, hidden, k or spec.k
         # keys are not bare numbers: a digit key would be read back as a list index
-        self.heads = {f"layer{l}": Head(spec.hidden_size, hidden, spec.num_experts) for l in self.layers}
+        self.heads = {f"layer{l}": Head(spec.hidden_size, hidden,
+                                        spec.num_experts) for l in self.layers}
     def __call__(self, l:int, x): return self.heads[f"layer{l}"](x)
 
-def init_probes(spec:MoESpec, model, layers=None, hidden:int=256, k:int|None=None, seed:int=0) -> Probes:
+def init_probes(spec:MoESpec, model, layers=None, hidden:int=256, k:int|None=None,
+                seed:int=0) -> Probes:
     """Probes with `skip` warm-started from each layer's own router weight: untrained, a probe is
     its layer's router"""
     B.seed(seed)
@@ -93,7 +97,9 @@ def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own fo
     """Distil every probe from its own layer's router on the captured tokens; returns the loss log
     (mean KL per step)"""
     opt, rng, log, t0 = bnn.optim.Adam(lr), np.random.default_rng(seed), [], time.time()
-    def loss_fn(probes, xs, targets): return sum(_kl(probes.spec, targets[l], probes(l, xs[l])) for l in xs) / len(xs)
+    def loss_fn(probes, xs,
+                targets): return sum(_kl(probes.spec, targets[l],
+                                         probes(l, xs[l])) for l in xs) / len(xs)
     loss_and_grad = bnn.value_and_grad(probes, loss_fn)
     for step in range(steps):
         i = rng.integers(0, len(cap[probes.layers[0]]['pre']), batch)
@@ -103,7 +109,8 @@ def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own fo
         B.eval(probes.parameters(), opt.state)
         log.append(loss.item())
         if show and (step + 1) % 100 == 0:
-            print(f"step {step + 1}/{steps}: mean KL {np.mean(log[-100:]):.4f} ({time.time() - t0:.0f} s)", flush=True)
+            print(f"step {step + 1}/{steps}: mean KL {np.mean(log[-100:]):.4f} "
+                  f"({time.time() - t0:.0f} s)", flush=True)
     return log
 
 # %% ../nbs/06d_probes.ipynb #6776cf3e
@@ -111,7 +118,8 @@ def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own fo
 def routed(self:Probes, model, l:int, pre, k:int) -> np.ndarray:
     """Experts (n, k) that layer `l` routes to with the probe's logits for pre-attention states
     `pre` (n, D)"""
-    return np.array(route(self.spec.routing, self(l, B.array(pre)), k, router_bias_of(self.spec, model, l))[0])
+    return np.array(route(self.spec.routing, self(l, B.array(pre)), k,
+                          router_bias_of(self.spec, model, l))[0])
 
 # %% ../nbs/06d_probes.ipynb #932fb1e6
 def probe_recall(probes:Probes, model,
@@ -132,7 +140,8 @@ def probe_recall(probes:Probes, model,
         pre, true = cap[l]['pre'][s], cap[l]['routed'][s]
         warm = np.array(route_block(probes.spec, block(probes.spec, model, l), B.array(pre), k)[0])
         rows[l] = dict(probe=recall(probes.routed(model, l, pre, k), true), warm=recall(warm, true),
-                       reuse=recall(cap[l]['routed'][s - 1], true), **({'head': ahead[l]} if l in ahead else {}))
+                       reuse=recall(cap[l]['routed'][s - 1], true),
+                       **({'head': ahead[l]} if l in ahead else {}))
     return rows
 
 # %% ../nbs/06d_probes.ipynb #eb8f1032
@@ -159,15 +168,17 @@ def load_probes(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
     d = Path(base_dir)
     spec = spec or model_spec(d)
     p = Path(path or d / probes_file(k or spec.k))
-    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: train probes first (edge0.probes.train_probes)")
+    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: train probes first "
+                                               "(edge0.probes.train_probes)")
     meta = read_header(p)[1]
     if meta.get('format') != PROBES_FORMAT:
         raise InputError(f"{p}: format {meta.get('format')!r}, expected {PROBES_FORMAT!r}")
     if meta.get('base_fingerprint') not in base_fingerprints(d):
-        raise InputError(f"{p} was made for another base (fingerprint {meta.get('base_fingerprint')}, "
-                         f"{d} has {fingerprint(d)})")
+        raise InputError(f"{p} was made for another base (fingerprint "
+                         f"{meta.get('base_fingerprint')}, {d} has {fingerprint(d)})")
     if meta.get('num_layers') != str(spec.num_layers):
-        raise InputError(f"{p} was made for {meta.get('num_layers')} layers, the base has {spec.num_layers}")
+        raise InputError(f"{p} was made for {meta.get('num_layers')} layers, the base has "
+                         f"{spec.num_layers}")
     if k is not None and meta.get('k') != str(k): raise InputError(f"{p} serves K={meta.get('k')}, asked for K={k}")
     try:
         probes = Probes(spec, json.loads(meta['layers']), int(meta['hidden']), int(meta['k']))

@@ -28,7 +28,8 @@ def rung_metrics(served, teacher, windows:np.ndarray, batch:int=4, show:bool=Fal
     """Perplexity, top-1 agreement with `teacher`, mean KL(teacher || served) and the reverse KL of
     `served` on `windows`"""
     kl, rkl, agree, nll = [], [], [], []
-    for i in tqdm(range(0, len(windows), batch), desc='windows', unit='batch', leave=False, disable=not show):
+    for i in tqdm(range(0, len(windows), batch), desc='windows', unit='batch', leave=False,
+                  disable=not show):
         x = B.array(windows[i:i + batch].astype(np.int32))
         lp, lq = log_softmax(teacher(x).astype(B.float32)), log_softmax(served(x).astype(B.float32))
         kl.append(np.array((B.exp(lp) * (lp - lq)).sum(-1))[:, :-1])
@@ -63,7 +64,8 @@ def served_options(pool_mib:float|str|None) -> StreamOptions|None:
     """How `Served` streams within `pool_mib` MiB (or 'auto'): every prompt exactly; None (resident)
     for None"""
     if pool_mib is None: return None
-    return StreamOptions(pool_bytes=pool_mib if pool_mib == 'auto' else int(pool_mib * MiB), prefill_path='exact')
+    return StreamOptions(pool_bytes=pool_mib if pool_mib == 'auto' else int(pool_mib * MiB),
+                         prefill_path='exact')
 
 class Served:
     """One configuration (`Serving`) of the int4 model `model_dir`, resident or streamed, measured
@@ -78,8 +80,10 @@ class Served:
         if isinstance(serving, Serving):
             if k is not None or pool_mib is not None or fields:
                 raise TypeError("Served takes a Serving or its fields, not both")
-        elif serving not in SERVED_MODES: raise InputError(f"mode {serving!r} is not one of {SERVED_MODES}")
-        else: serving = Serving(serving, k or None, resident=pool_mib is None, options=served_options(pool_mib),
+        elif serving not in SERVED_MODES: raise InputError(f"mode {serving!r} is not one of "
+                                                           f"{SERVED_MODES}")
+        else: serving = Serving(serving, k or None, resident=pool_mib is None,
+                                options=served_options(pool_mib),
                                 **fields)
         if (serving.mode or 'off') not in SERVED_MODES:
             raise InputError(f"mode {serving.mode!r} is not one of {SERVED_MODES}")
@@ -107,9 +111,11 @@ def logits(self:Served, ids, # (B, L) token ids
     if prefill < 1: raise InputError(f"prefill={prefill}: the prompt has at least one token")
     x = B.array(np.asarray(ids).astype(np.int32))
     if self.mode == 'routing':
-        with StudentPath(self.model, self.spec, self.heads, self.k) as path: return path.from_start(x, prefill)
+        with StudentPath(self.model, self.spec, self.heads,
+                         self.k) as path: return path.from_start(x, prefill)
     if self.k == self.spec.k: return self.model(x)
-    installed = shadow_blocks(self.spec, self.model, lambda layer, blk, h: moe_forward(self.spec, blk, h, self.k))
+    installed = shadow_blocks(self.spec, self.model, lambda layer, blk,
+                              h: moe_forward(self.spec, blk, h, self.k))
     try: return self.model(x)
     finally: unshadow(installed)
 
@@ -126,7 +132,8 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
     decoder = Decoder(self.model, self.spec, engine, self.mode, self.k, self.heads)
     eos, out = self.tokenizer.eos_token_ids, []
     try:
-        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder, sampling=sampling):
+        for t, _ in generate_ids(self.model, list(prompt_ids), max_tokens, eos=eos, decoder=decoder,
+                                 sampling=sampling):
             if t in eos: break
             out.append(t)
             if until and any(s in self.tokenizer.decode(out) for s in until): break
@@ -134,7 +141,8 @@ def generate(self:Served, prompt_ids, # token ids of the prompt
     return out
 
 # %% ../nbs/05b_quality.ipynb #94c73d68
-def quality(served:Served, reference, windows:np.ndarray, prefill:int=1, batch:int=4, show:bool=False) -> dict:
+def quality(served:Served, reference, windows:np.ndarray, prefill:int=1, batch:int=4,
+            show:bool=False) -> dict:
     """`dict(ppl, agreement, kl, tokens)` of `served` against `reference` (a `Served`, or a function
     ids -> logits)"""
     fn = lambda m: partial(m.logits, prefill=prefill) if isinstance(m, Served) else m

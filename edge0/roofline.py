@@ -52,13 +52,16 @@ def key_group(spec:MoESpec, key:str) -> tuple:
     "`(group name, layer)` of a safetensors `key` that is not a routed expert"
     if 'embed_tokens' in key: return 'embed', None
     m = _LAYER.search(key)
-    if m is None: return ('head' if 'lm_head' in key or re.search(r'(^|\.)norm\.', key) else 'other'), None
+    if m is None: return ('head' if 'lm_head' in key or re.search(r'(^|\.)norm\.',
+                                                                  key) else 'other'), None
     i = int(m.group(1))
     blk = spec.block_path.format(layer=i)
     if not _under(key, blk): return f'layer{i}.attention', i
-    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.router, spec.router_bias) if a):
+    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.router,
+                                                                  spec.router_bias) if a):
         return f'layer{i}.router', i
-    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.shared, spec.shared_gate) if a):
+    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.shared,
+                                                                  spec.shared_gate) if a):
         return f'layer{i}.shared', i
     return f'layer{i}.mlp', i
 
@@ -71,7 +74,8 @@ def _assign(spec:MoESpec, tensors:dict) -> dict:
     for l in spec.moe_layers:
         keys = list(expert_keys(spec, l, layer_quant(spec, tensors, l)).values())
         gone = [x for x in keys if x not in tensors]
-        if gone: raise InputError(f"routed-expert tensor {gone[0]} is not among the checkpoint's tensors")
+        if gone: raise InputError(f"routed-expert tensor {gone[0]} is not among the checkpoint's "
+                                  "tensors")
         out[f'layer{l}.experts'] = (l, keys)
     taken = {x for _, keys in out.values() for x in keys}
     for key in tensors:
@@ -94,15 +98,18 @@ def _check_k(spec:MoESpec, k:int|None) -> int:
 def _check_predicted(spec:MoESpec, predicted) -> set:
     "`predicted` as a set of MoE layers"
     bad = [l for l in predicted if l not in spec.moe_layers]
-    if bad: raise InputError(f"predicted layer {bad[0]!r} is not an MoE layer; MoE layers are {list(spec.moe_layers)}")
+    if bad: raise InputError(f"predicted layer {bad[0]!r} is not an MoE layer; MoE layers are "
+                             f"{list(spec.moe_layers)}")
     return set(predicted)
 
-def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(), rows:dict|None=None) -> list:
+def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(),
+                  rows:dict|None=None) -> list:
     """The `WeightGroup`s of the tensors `{safetensors key: nbytes}` of a model, at `k` experts per
     token"""
     k, predicted, rows = _check_k(spec, k), _check_predicted(spec, predicted), rows or {}
     def row(key):
-        if not rows.get(key): raise InputError(f"token table {key}: its row count is not given (rows)")
+        if not rows.get(key): raise InputError(f"token table {key}: its row count is not given "
+                                               "(rows)")
         return tensors[key] / rows[key]
     tied = not any('lm_head' in key for key in tensors)
     out = []
@@ -135,7 +142,8 @@ def checkpoint_groups(model_dir, k:int|None=None, predicted=()) -> list:
 def predicted_layers(spec:MoESpec, owners) -> tuple:
     "The MoE layers a prerouter with heads at `owners` predicts: each owner's next MoE layer"
     bad = [n for n in owners if n not in spec.next_moe]
-    if bad: raise InputError(f"owner layer {bad[0]!r}: expected an MoE layer with a next MoE layer ({spec.moe_layers})")
+    if bad: raise InputError(f"owner layer {bad[0]!r}: expected an MoE layer with a next MoE layer "
+                             f"({spec.moe_layers})")
     return tuple(spec.next_moe[n] for n in owners)
 
 # %% ../nbs/06_roofline.ipynb #7b2f5925
@@ -156,22 +164,26 @@ def config_tensors(config:dict, bits:int=4, group_size:int=64) -> tuple:
     from shapes alone"""
     Model, Args = model_class(config)
     try: model = Model(Args.from_dict(config))  # lazy arrays: nothing is computed or allocated
-    except Exception as e: raise InputError(f"config: mlx-lm cannot build a {config.get('model_type')} model ({e})")
+    except Exception as e: raise InputError("config: mlx-lm cannot build a "
+                                            f"{config.get('model_type')} model ({e})")
     quant, sizes, rows = _config_quant(model, bits, group_size), {}, {}
     for key, w in B.tree_flatten(model.parameters()):
         module, leaf = key.rsplit('.', 1)
         n, r = math.prod(w.shape), (w.shape[0] if w.shape else 1)
         if leaf == 'weight' and module in quant:
             b, g = quant[module]
-            sizes.update({key: n * b // 8, f'{module}.scales': n // g * 2, f'{module}.biases': n // g * 2})
+            sizes.update({key: n * b // 8, f'{module}.scales': n // g * 2,
+                          f'{module}.biases': n // g * 2})
             rows.update(dict.fromkeys((key, f'{module}.scales', f'{module}.biases'), r))
         else: sizes[key], rows[key] = n * 2, r
     return sizes, rows
 
-def config_groups(config:dict, k:int|None=None, bits:int=4, group_size:int=64, predicted=()) -> list:
+def config_groups(config:dict, k:int|None=None, bits:int=4, group_size:int=64,
+                  predicted=()) -> list:
     """The `WeightGroup`s of `config`'s model quantized to `bits` (affine, `group_size`), from the
     config alone"""
-    spec = spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size, mode='affine')})
+    spec = spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size,
+                                                    mode='affine')})
     sizes, rows = config_tensors(config, bits, group_size)
     return weight_groups(spec, sizes, k, predicted, rows)
 
@@ -184,9 +196,11 @@ class Job:
     deadline:float  # when compute uses its bytes
     nbytes:float
     def __post_init__(self):
-        if not self.nbytes >= 0: raise InputError(f"job {self.name!r}: nbytes {self.nbytes!r}, expected bytes >= 0")
+        if not self.nbytes >= 0: raise InputError(f"job {self.name!r}: nbytes {self.nbytes!r}, "
+                                                  "expected bytes >= 0")
         if not self.deadline >= self.release:
-            raise InputError(f"job {self.name!r}: deadline {self.deadline!r} is before its release {self.release!r}")
+            raise InputError(f"job {self.name!r}: deadline {self.deadline!r} is before its release "
+                             f"{self.release!r}")
 
 def _lengths(jobs, bandwidth) -> list:
     "`[(job, seconds on the channel)]`, the bandwidth and the job names checked"
@@ -203,11 +217,13 @@ def deficits(jobs, bandwidth) -> list:
     largest deficit first"""
     lengths, out = _lengths(jobs, bandwidth), []
     for r in sorted({j.release for j, _ in lengths}):
-        inside, total, names = sorted((j.deadline, p, j.name) for j, p in lengths if j.release >= r), 0.0, []
+        inside, total, names = sorted((j.deadline, p,
+                                       j.name) for j, p in lengths if j.release >= r), 0.0, []
         for i, (d, p, name) in enumerate(inside):
             total += p
             names.append(name)
-            if i + 1 == len(inside) or inside[i + 1][0] > d: out.append((total - (d - r), r, d, tuple(names)))
+            if i + 1 == len(inside) or inside[i + 1][0] > d: out.append((total - (d - r), r, d,
+                                                                         tuple(names)))
     return sorted(out, key=lambda x: (-x[0], x[1], x[2]))
 
 def exposed_latency(jobs, bandwidth) -> float:
@@ -252,7 +268,8 @@ def edf(jobs, bandwidth) -> dict:
         if left[i] <= 1e-12 * length[i]:
             finish[i] = t
             heapq.heappop(ready)
-    per = {j.name: dict(release=j.release, deadline=j.deadline, nbytes=j.nbytes, start=start[i], finish=finish[i],
+    per = {j.name: dict(release=j.release, deadline=j.deadline, nbytes=j.nbytes, start=start[i],
+                        finish=finish[i],
                         lateness=finish[i] - j.deadline) for i, j in enumerate(jobs)}
     worst = max((v['lateness'] for v in per.values()), default=-math.inf)
     return dict(jobs=per, segments=segments, max_lateness=worst)
@@ -263,7 +280,8 @@ def brute_force_lateness(lengths, releases, deadlines) -> int:
     time slots"""
     n = len(lengths)
     if not n or len(releases) != n or len(deadlines) != n:
-        raise InputError(f"{n} lengths, {len(releases)} releases, {len(deadlines)} deadlines: expected as many (>= 1)")
+        raise InputError(f"{n} lengths, {len(releases)} releases, {len(deadlines)} deadlines: "
+                         "expected as many (>= 1)")
     def fits(late:int) -> bool:
         """Can every job get its slots in [release, deadline + late)? (a job with no work is done at
         its release)"""
@@ -275,7 +293,8 @@ def brute_force_lateness(lengths, releases, deadlines) -> int:
             if any(w and w > due[i] - t for i, w in enumerate(left)): return False
             runnable = [i for i, w in enumerate(left) if w and releases[i] <= t]
             return any(go(t + 1, tuple(w - (i == j) for i, w in enumerate(left))) for j in [*runnable, None])
-        return all(r <= e for p, r, e in zip(lengths, releases, due) if p == 0) and go(min(releases), tuple(lengths))
+        return all(r <= e for p, r, e in zip(lengths, releases,
+                                             due) if p == 0) and go(min(releases), tuple(lengths))
     late = min(releases) - max(deadlines)  # no job finishes before the first release
     while not fits(late): late += 1
     return late

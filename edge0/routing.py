@@ -73,7 +73,8 @@ def _normalize(w, k:int, norm:bool, eps:float, k1:bool):
 # %% ../nbs/00_routing.ipynb #43084c65
 def softmax_topk(logits, # (..., E) router logits
                  k:int, # experts per token (may be below the model's native K)
-                 select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True, scale:float=1.0,
+                 select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True,
+                 scale:float=1.0,
                  topk_first:bool=False, n_group:int=1, topk_group:int=1):
     "Softmax routing: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
@@ -82,7 +83,8 @@ def softmax_topk(logits, # (..., E) router logits
         w = xp.softmax(xp.take_along_axis(logits, inds, axis=-1), axis=-1, precise=True)
     else:
         s = xp.softmax(logits, axis=-1, precise=True)
-        if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max', 0.0)
+        if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max',
+                                                                  0.0)
         inds = _select(s, k, select)
         w = xp.take_along_axis(s, inds, axis=-1)
     w = _normalize(w, k, norm, norm_eps, norm_k1)
@@ -100,7 +102,8 @@ def sigmoid_group(logits, # (..., E) router logits
     x = xp.astype(logits, xp.float32)
     s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1)
     sel = s + bias if bias is not None else s
-    if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2', group_fill)
+    if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
+                                                                group_fill)
     inds = _select(sel, k, select)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, norm, norm_eps, norm_k1) * scale
     return inds, (xp.astype(w, logits.dtype) if cast_back else w)
@@ -113,12 +116,17 @@ def route(r:Routing, logits, k:int, bias=None):
     if not 1 <= k <= avail:
         raise ValueError(f"k={k} is out of range: this router picks from {avail} of {E} experts"
                          + (f" ({r.topk_group} of {r.n_group} groups)" if r.grouped else ""))
-    if r.bias and bias is None: raise ValueError("this router needs its correction bias (bias=None given)")
+    if r.bias and bias is None: raise ValueError("this router needs its correction bias "
+                                                 "(bias=None given)")
     if r.kind == RouterKind.softmax_topk:
-        return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps, norm_k1=r.norm_k1,
-                            scale=r.scale, topk_first=r.topk_first, n_group=r.n_group, topk_group=r.topk_group)
-    return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group, topk_group=r.topk_group,
-                         score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
+        return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
+                            norm_k1=r.norm_k1,
+                            scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
+                            topk_group=r.topk_group)
+    return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
+                         topk_group=r.topk_group,
+                         score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
+                         norm_eps=r.norm_eps,
                          norm_k1=r.norm_k1, scale=r.scale, cast_back=r.cast_back)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
@@ -135,7 +143,8 @@ class QuantSpec:
         not quantized)"""
         q = config.get('quantization') or config.get('quantization_config')
         if not q: return None
-        if not isinstance(q, dict): raise InputError(f"config.json: quantization is {q!r}, expected an object")
+        if not isinstance(q, dict): raise InputError(f"config.json: quantization is {q!r}, "
+                                                     "expected an object")
         if 'bits' not in q: return None
         own = q.get(path, True)
         if own is False: return None
@@ -202,7 +211,8 @@ def attr_at(obj, path:str):
 
 def expert_projs(layout:str) -> tuple:
     "The routed expert projections of a layout"
-    return ('gate_up_proj', 'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
+    return ('gate_up_proj',
+            'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
 
 def check_moe_layer(spec:MoESpec, layer:int):
     if layer not in spec.moe_layers:
@@ -253,7 +263,8 @@ def route_block(spec:MoESpec, blk, x, k:int|None=None):
 # %% ../nbs/00_routing.ipynb #4dc29d6a
 def _need(c:dict, key:str, mt:str):
     "`c[key]`, which every `mt` config has"
-    if key not in c: raise InputError(f"config.json: key {key!r} is missing (a {mt} config needs it)")
+    if key not in c: raise InputError(f"config.json: key {key!r} is missing (a {mt} config needs "
+                                      "it)")
     return c[key]
 
 def _count(c:dict, key:str, mt:str, default:int|None=None, least:int=1) -> int:
@@ -270,17 +281,22 @@ def _common(c, mt, experts_key:str, size_key:str, routing, block='model.layers.{
     """The spec fields every family reads the same way; `experts_key`, `size_key`: its expert count
     and size keys"""
     E, k = _count(c, experts_key, mt), _count(c, 'num_experts_per_tok', mt)
-    if k > E: raise InputError(f"config.json: num_experts_per_tok is {k}, expected at most {experts_key} ({E})")
+    if k > E: raise InputError(f"config.json: num_experts_per_tok is {k}, expected at most "
+                               f"{experts_key} ({E})")
     return dict(model_type=mt, num_layers=_count(c, 'num_hidden_layers', mt), num_experts=E, k=k,
-                hidden_size=_count(c, 'hidden_size', mt), expert_size=_count(c, size_key, mt), routing=routing,
-                block_path=block, dtype=str(c.get('torch_dtype') or c.get('dtype') or 'bfloat16'), **kw)
+                hidden_size=_count(c, 'hidden_size', mt), expert_size=_count(c, size_key, mt),
+                routing=routing,
+                block_path=block, dtype=str(c.get('torch_dtype') or c.get('dtype') or 'bfloat16'),
+                **kw)
 
 # %% ../nbs/00_routing.ipynb #8f92a5b2
 def _qwen(c, mt):
     step, only = c.get('decoder_sparse_step', 1), set(c.get('mlp_only_layers', []))
-    r = Routing(RouterKind.softmax_topk, select='tail', norm=bool(c.get('norm_topk_prob', mt == 'qwen3_5_moe')))
+    r = Routing(RouterKind.softmax_topk, select='tail',
+                norm=bool(c.get('norm_topk_prob', mt == 'qwen3_5_moe')))
     blk = 'language_model.model.layers.{layer}.mlp' if mt == 'qwen3_5_moe' else 'model.layers.{layer}.mlp'
-    shared = dict(shared='shared_expert', shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
+    shared = dict(shared='shared_expert',
+                  shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk,
                 out_cast='experts' if mt == 'qwen3_moe' else None, **shared)
     # mlx-lm's qwen3_5 makes every layer MoE: it reads neither key
@@ -296,12 +312,14 @@ def _qwen2(c, mt):
 
 def _mixtral(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', topk_first=True)
-    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r, 'model.layers.{layer}.block_sparse_moe')
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'model.layers.{layer}.block_sparse_moe')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 def _olmoe(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', norm=bool(c.get('norm_topk_prob', False)))
-    d = _common(c, mt, 'num_experts', 'intermediate_size', r, expert_bias=bool(c.get('mlp_bias', False)))
+    d = _common(c, mt, 'num_experts', 'intermediate_size', r,
+                expert_bias=bool(c.get('mlp_bias', False)))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #5b59dfdd
@@ -310,19 +328,24 @@ def _deepseek(c, mt):
     scale = float(c.get('routed_scaling_factor', 1.0))
     if mt == 'deepseek_v2':
         grouped = c.get('topk_method') == 'group_limited_greedy'
-        n_group, topk_group = (_count(c, 'n_group', mt), _count(c, 'topk_group', mt)) if grouped else (1, 1)
-        r = Routing(RouterKind.softmax_topk, select='head', scale=scale, n_group=n_group, topk_group=topk_group,
+        n_group, topk_group = (_count(c, 'n_group', mt),
+                               _count(c, 'topk_group', mt)) if grouped else (1, 1)
+        r = Routing(RouterKind.softmax_topk, select='head', scale=scale, n_group=n_group,
+                    topk_group=topk_group,
                     group_score='max')
         bias = None
     else:
         method = c.get('topk_method', 'noaux_tc')
         if method != 'noaux_tc':
-            raise InputError(f"config.json: topk_method is {method!r}, expected 'noaux_tc' (all mlx-lm's {mt} does)")
-        r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head', norm=bool(c.get('norm_topk_prob', True)),
+            raise InputError(f"config.json: topk_method is {method!r}, expected 'noaux_tc' (all "
+                             f"mlx-lm's {mt} does)")
+        r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head',
+                    norm=bool(c.get('norm_topk_prob', True)),
                     norm_k1=False, scale=scale, n_group=_count(c, 'n_group', mt, default=1),
                     topk_group=_count(c, 'topk_group', mt, default=1), bias=True)
         bias = 'gate.e_score_correction_bias'
-    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight', router_bias=bias,
+    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight',
+                router_bias=bias,
                 shared='shared_experts' if c.get('n_shared_experts') else None,
                 out_cast='experts' if mt in ('deepseek_v3', 'glm4_moe') else None)
     moe = (lambda i: i >= first and i % freq == 0) if mt != 'glm4_moe' else (lambda i: i >= first)
@@ -344,30 +367,38 @@ _BAILING = {
     'bailing_moe': _Ling(select='tail', group_fill=0.0, norm_eps=1e-20, out_cast='experts'),
     'bailing_moe_linear': _Ling(select='head', group_fill=0.0, norm_eps=0.0),
     'bailing_hybrid': _Ling(select='head', group_fill=-math.inf, norm_eps=1e-20),
-    'bailing_moe_v3': _Ling(select='head', group_fill=-math.inf, norm_eps=1e-20, router='gate.weight', router_f32=True,
+    'bailing_moe_v3': _Ling(select='head', group_fill=-math.inf, norm_eps=1e-20,
+                            router='gate.weight', router_f32=True,
                             cast_back=False, out_cast='input'),
 }
 
 def _bailing(c, mt):
     ling, v3 = _BAILING[mt], mt == 'bailing_moe_v3'
     bias = v3 or bool(c.get('moe_router_enable_expert_bias', mt == 'bailing_hybrid'))
-    score = 'sigmoid' if v3 else c.get('score_function', 'sigmoid' if mt == 'bailing_hybrid' else 'softmax')
+    score = 'sigmoid' if v3 else c.get('score_function',
+                                       'sigmoid' if mt == 'bailing_hybrid' else 'softmax')
     norm = v3 or bool(c.get('norm_topk_prob', True))
-    r = Routing(RouterKind.sigmoid_group, score=score, select=ling.select, norm=norm, norm_eps=ling.norm_eps,
+    r = Routing(RouterKind.sigmoid_group, score=score, select=ling.select, norm=norm,
+                norm_eps=ling.norm_eps,
                 norm_k1=v3, scale=float(c.get('routed_scaling_factor', 1.0)),
-                n_group=_count(c, 'n_group', mt, default=1), topk_group=_count(c, 'topk_group', mt, default=1),
+                n_group=_count(c, 'n_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1),
                 group_fill=ling.group_fill, bias=bias, cast_back=ling.cast_back)
-    shared = c.get('num_shared_experts', 1) > 0 and (v3 or c.get('moe_router_enable_shared_expert', True))
+    shared = c.get('num_shared_experts',
+                   1) > 0 and (v3 or c.get('moe_router_enable_shared_expert', True))
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router=ling.router,
                 router_bias='gate.expert_bias' if bias else None, router_f32=ling.router_f32,
-                shared='shared_experts' if shared else None, expert_bias=bool(c.get('use_bias', False)) and not v3,
+                shared='shared_experts' if shared else None,
+                expert_bias=bool(c.get('use_bias', False)) and not v3,
                 out_cast=ling.out_cast)
     first = c.get('first_k_dense_replace', 1 if v3 else 0)
     return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
 
 # %% ../nbs/00_routing.ipynb #7edbae38
-_FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2, 'mixtral': _mixtral,
-             'olmoe': _olmoe, 'deepseek_v2': _deepseek, 'deepseek_v3': _deepseek, 'glm4_moe': _deepseek,
+_FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
+             'mixtral': _mixtral,
+             'olmoe': _olmoe, 'deepseek_v2': _deepseek, 'deepseek_v3': _deepseek,
+             'glm4_moe': _deepseek,
              'bailing_moe': _bailing, 'bailing_moe_linear': _bailing, 'bailing_hybrid': _bailing,
              'bailing_moe_v3': _bailing}
 SUPPORTED = tuple(_FAMILIES)
@@ -376,9 +407,11 @@ _ARCH_REMAP = {('bailing_hybrid', 'BailingMoeV3ForCausalLM'): 'bailing_moe_v3'}
 
 def resolve_model_type(config:dict) -> str:
     "The mlx-lm module a config loads with (after mlx-lm's own remapping)"
-    if 'model_type' not in config: raise InputError("config.json: key 'model_type' is missing (e.g. 'qwen3_moe')")
+    if 'model_type' not in config: raise InputError("config.json: key 'model_type' is missing "
+                                                    "(e.g. 'qwen3_moe')")
     mt, archs = config['model_type'], config.get('architectures') or ()
-    if not isinstance(mt, str): raise InputError(f"config.json: model_type is {mt!r}, expected a string")
+    if not isinstance(mt, str): raise InputError(f"config.json: model_type is {mt!r}, expected a "
+                                                 "string")
     for a in ([archs] if isinstance(archs, str) else archs):
         if (mt, a) in _ARCH_REMAP: return _ARCH_REMAP[mt, a]
     return _REMAP.get(mt, mt)
@@ -389,7 +422,8 @@ def model_class(config:dict):
     return module.Model, module.ModelArgs
 
 # %% ../nbs/00_routing.ipynb #a5fdcd12
-_META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization', 'quantization_config')
+_META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
+         'quantization_config')
 
 def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
@@ -397,7 +431,8 @@ def _args_source(config:dict) -> tuple:
     if mt != 'qwen3_5_moe': return mt, model_class(config)[1], config
     # the language model reads its text config through qwen3_5's args class
     src = config.get('text_config', config)
-    if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected an object")
+    if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected "
+                                                   "an object")
     return mt, importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, src
 
 def absent_args(config:dict) -> list:
@@ -423,23 +458,25 @@ def check_buildable(config:dict):
     with a TypeError"""
     absent = absent_args(config)
     if absent:
-        raise InputError(f"config.json: key {absent[0]!r} is missing (mlx-lm's {resolve_model_type(config)} model "
-                         "needs it to build the model)")
+        raise InputError(f"config.json: key {absent[0]!r} is missing (mlx-lm's "
+                         f"{resolve_model_type(config)} model needs it to build the model)")
 
 
 # %% ../nbs/00_routing.ipynb #a5649b47
 _BITS = (2, 3, 4, 5, 6, 8)  # the widths mlx quantizes to
 # what mlx's kernels take per mode: (bits, group sizes)
-_MODES = {'affine': (_BITS, (32, 64, 128)), 'mxfp4': ((4,), (32,)), 'nvfp4': ((4,), (16,)), 'mxfp8': ((8,), (32,))}
+_MODES = {'affine': (_BITS, (32, 64, 128)), 'mxfp4': ((4,), (32,)), 'nvfp4': ((4,), (16,)),
+          'mxfp8': ((8,), (32,))}
 
 def _check_quant(q:QuantSpec, where:str):
     "Refuse a quantization mlx's kernels cannot run"
     if q.mode not in _MODES:
-        raise InputError(f"config.json: {where} mode is {q.mode!r}, expected one of {', '.join(_MODES)}")
+        raise InputError(f"config.json: {where} mode is {q.mode!r}, expected one of "
+                         f"{', '.join(_MODES)}")
     bits, groups = _MODES[q.mode]
     if isinstance(q.bits, bool) or q.bits not in bits:
-        raise InputError(f"config.json: {where} bits is {q.bits!r}, expected one of {', '.join(map(str, bits))} "
-                         f"({q.mode})")
+        raise InputError(f"config.json: {where} bits is {q.bits!r}, expected one of "
+                         f"{', '.join(map(str, bits))} ({q.mode})")
     if isinstance(q.group_size, bool) or q.group_size not in groups:
         raise InputError(f"config.json: {where} group_size is {q.group_size!r}, expected one of "
                          f"{', '.join(map(str, groups))} ({q.mode})")
@@ -447,12 +484,15 @@ def _check_quant(q:QuantSpec, where:str):
 def _check(spec:MoESpec):
     "Refuse config values that would make routing or the expert shapes meaningless"
     r, E = spec.routing, spec.num_experts
-    if not spec.moe_layers: raise InputError(f"config.json: no layer of this {spec.model_type} model has an MoE block")
+    if not spec.moe_layers: raise InputError(f"config.json: no layer of this {spec.model_type} "
+                                             "model has an MoE block")
     if r.grouped and E % r.n_group:
-        raise InputError(f"config.json: n_group is {r.n_group}, expected a divisor of the {E} experts")
+        raise InputError(f"config.json: n_group is {r.n_group}, expected a divisor of the {E} "
+                         "experts")
     if r.grouped and spec.k > E // r.n_group * r.topk_group:
-        raise InputError(f"config.json: num_experts_per_tok is {spec.k}, but topk_group {r.topk_group} of n_group "
-                         f"{r.n_group} leaves {E // r.n_group * r.topk_group} experts to pick from")
+        raise InputError(f"config.json: num_experts_per_tok is {spec.k}, but topk_group "
+                         f"{r.topk_group} of n_group {r.n_group} leaves "
+                         f"{E // r.n_group * r.topk_group} experts to pick from")
     if spec.quant: _check_quant(spec.quant, 'quantization')
     for path, q in spec.quant_paths:
         if q: _check_quant(q, f"quantization[{path!r}]")
@@ -468,9 +508,10 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
     `InputError`"""
     mt = resolve_model_type(config)
     if mt not in _FAMILIES:
-        raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported MoE; "
-                         f"supported: {', '.join(SUPPORTED)}")
-    if layout not in ('separate', 'fused'): raise ValueError(f"layout must be 'separate' or 'fused', got {layout!r}")
+        raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported "
+                         f"MoE; supported: {', '.join(SUPPORTED)}")
+    if layout not in ('separate', 'fused'): raise ValueError("layout must be 'separate' or "
+                                                             f"'fused', got {layout!r}")
     d = _FAMILIES[mt](model_args(config), mt)
     quant = QuantSpec.from_config(config, '')  # the default: '' is no module's path
     spec = MoESpec(**d, layout=layout, quant=quant,
@@ -517,8 +558,11 @@ def weigh(r:Routing, logits, inds):
     "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
     k, xp = inds.shape[-1], B.ops_of(logits)
     if r.kind == RouterKind.softmax_topk:
-        s = xp.take_along_axis(logits, inds, axis=-1) if r.topk_first else xp.softmax(logits, axis=-1, precise=True)
-        w = xp.softmax(s, axis=-1, precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
+        s = xp.take_along_axis(logits, inds,
+                               axis=-1) if r.topk_first else xp.softmax(logits, axis=-1,
+                                                                        precise=True)
+        w = xp.softmax(s, axis=-1,
+                       precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1)
         return w * r.scale if r.scale != 1.0 else w
     x = xp.astype(logits, xp.float32)
@@ -531,7 +575,8 @@ class RouterTap:
     """Records `{layer: (block input, router logits, chosen experts or None)}` of each forward pass
     through `model`"""
     def __init__(self, spec:MoESpec, model):
-        self.spec, self.blocks, self.seen = spec, {l: block(spec, model, l) for l in spec.moe_layers}, {}
+        self.spec, self.blocks, self.seen = spec, {l: block(spec, model,
+                                                            l) for l in spec.moe_layers}, {}
         for l, blk in self.blocks.items():
             def tapped(x, l=l, blk=blk, gate=blk['gate']):
                 out = gate(x)
@@ -547,7 +592,8 @@ class RouterTap:
     def __exit__(self, *exc): self.remove()
 
 # %% ../nbs/00_routing.ipynb #5d275e89
-def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:int=256, whole:bool=True,
+def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:int=256,
+                   whole:bool=True,
                    inputs:bool=False, heaviest_first:bool=False):
     """Per window of `seq` tokens: `{layer: dict(routed=(T, k) ids, logits=(T, E) float32, h=(T, D)
     if inputs)}`"""
@@ -561,7 +607,8 @@ def routed_windows(spec:MoESpec, model, tokens:np.ndarray, k:int|None=None, seq:
                 ids, w = route(spec.routing, lg, k, router_bias(spec, tap.blocks[l]))
                 ids, lg = np.array(ids).reshape(-1, k), lg.reshape(-1, lg.shape[-1])
                 if heaviest_first:  # each token's ids by routing weight, heaviest first
-                    order = np.argsort(-B.to_numpy(w.astype(B.float32)).reshape(-1, k), axis=1, kind='stable')
+                    order = np.argsort(-B.to_numpy(w.astype(B.float32)).reshape(-1, k), axis=1,
+                                       kind='stable')
                     ids = np.take_along_axis(ids, order, axis=1)
                 out[l] = dict(routed=ids, logits=B.to_numpy(lg.astype(B.float32)))
                 if inputs: out[l]['h'] = B.to_numpy(x.reshape(-1, x.shape[-1]).astype(B.float32))

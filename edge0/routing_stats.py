@@ -20,7 +20,8 @@ def routing_trace(model, spec:MoESpec, tokens:np.ndarray, k:int|None=None, seq:i
                   heaviest_first:bool=False) -> dict:
     """`{layer: (n_tokens, k) expert ids}` as the model routes `tokens` (edge0's routing at `k`,
     windows of `seq`)"""
-    wins = list(routed_windows(spec, model, tokens, k, seq, whole=False, heaviest_first=heaviest_first))
+    wins = list(routed_windows(spec, model, tokens, k, seq, whole=False,
+                               heaviest_first=heaviest_first))
     return {l: np.concatenate([w[l]['routed'] for w in wins]) for l in spec.moe_layers}
 
 # %% ../nbs/04b_routing_stats.ipynb #f2e5cee8
@@ -32,18 +33,20 @@ def lru_hits(ids:np.ndarray, capacity:int) -> float:
         hits += sum(e in held for e in row)
         for e in row: held[e] = t
         if len(held) > capacity:  # evict the least recently used, never one of this token's
-            for e, _ in sorted(held.items(), key=lambda kv: kv[1])[:len(held) - capacity]: del held[e]
+            for e, _ in sorted(held.items(),
+                               key=lambda kv: kv[1])[:len(held) - capacity]: del held[e]
     return hits / ids.size
 
 def routing_stats(trace:dict, n_experts:int) -> dict:
-    """Per layer: expert load (share of assignments), adjacent-token overlap |S_t & S_t-1|/K (= reuse recall), Jaccard,
-    and the hit rate of an LRU holding a quarter of the layer's experts"""
+    """Per layer: expert load (share of assignments), adjacent-token overlap |S_t & S_t-1|/K (=
+    reuse recall), Jaccard, and the hit rate of an LRU holding a quarter of the layer's experts"""
     stats = {}
     for layer, ids in trace.items():
         k = ids.shape[1]
         load = np.bincount(ids.ravel(), minlength=n_experts) / ids.size
         shared = np.array([len(set(now) & set(before)) for now, before in zip(ids[1:], ids[:-1])])
-        stats[layer] = dict(load=load, reuse_recall=shared.mean() / k, jaccard=(shared / (2 * k - shared)).mean(),
+        stats[layer] = dict(load=load, reuse_recall=shared.mean() / k,
+                            jaccard=(shared / (2 * k - shared)).mean(),
                             max_over_mean=load.max() * n_experts, chance=k / n_experts,
                             lru_quarter=lru_hits(ids, max(n_experts // 4, k)))
     return stats
@@ -58,24 +61,29 @@ def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) 
         trace = routing_trace(h.model, h.spec, tokens, k, seq=n_tokens)
         n = h.spec.num_experts
     st = routing_stats(trace, n)
-    return {layer: dict(reuse=st[layer]['reuse_recall'], coverage=len(np.unique(ids)) / n, chance=st[layer]['chance'],
-                        max_over_mean=st[layer]['max_over_mean'], lru_quarter=st[layer]['lru_quarter'])
+    return {layer: dict(reuse=st[layer]['reuse_recall'], coverage=len(np.unique(ids)) / n,
+                        chance=st[layer]['chance'],
+                        max_over_mean=st[layer]['max_over_mean'],
+                        lru_quarter=st[layer]['lru_quarter'])
             for layer, ids in trace.items()}
 
 def format_routing(report:dict, name:str='') -> str:
     "`checkpoint_routing`'s figures as lines, with a warning where the routing is degenerate"
     cov, reuse = [r['coverage'] for r in report.values()], [r['reuse'] for r in report.values()]
-    lines = [f"routing of {name} ({len(report)} MoE layers, chance reuse {next(iter(report.values()))['chance']:.2f}): "
-             f"experts used over the tokens {min(cov):.0%}-{max(cov):.0%} per layer (median {np.median(cov):.0%}), "
-             f"reuse of the previous token's experts {min(reuse):.2f}-{max(reuse):.2f} (median {np.median(reuse):.2f})"]
+    lines = [f"routing of {name} ({len(report)} MoE layers, chance reuse "
+             f"{next(iter(report.values()))['chance']:.2f}): experts used over the tokens "
+             f"{min(cov):.0%}-{max(cov):.0%} per layer (median {np.median(cov):.0%}), reuse of the "
+             f"previous token's experts {min(reuse):.2f}-{max(reuse):.2f} (median "
+             f"{np.median(reuse):.2f})"]
     lru = [r['lru_quarter'] for r in report.values() if 'lru_quarter' in r]
-    if lru: lines[0] += (f", an LRU of a quarter of a layer's experts hits {min(lru):.0%}-{max(lru):.0%} "
-                         f"(median {np.median(lru):.0%})")
+    if lru: lines[0] += (", an LRU of a quarter of a layer's experts hits "
+                         f"{min(lru):.0%}-{max(lru):.0%} (median {np.median(lru):.0%})")
     bad = [l for l, r in report.items() if r['coverage'] < 0.5]
-    if bad: lines.append(f"WARNING: layers {bad} use under half of their experts: routing is degenerate, I/O figures "
-                         "will be understated")
+    if bad: lines.append(f"WARNING: layers {bad} use under half of their experts: routing is "
+                         "degenerate, I/O figures will be understated")
     narrow = [l for l, r in report.items() if 0.5 <= r['coverage'] < 0.75]
-    if narrow: lines.append(f"note: layers {narrow} use under 75% of their experts, fewer than a trained model's: "
-                            "their cache hits will be higher than a trained model's")
+    if narrow: lines.append(f"note: layers {narrow} use under 75% of their experts, fewer than a "
+                            "trained model's: their cache hits will be higher than a trained "
+                            "model's")
     return '\n'.join(lines)
 

@@ -27,21 +27,25 @@ def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
     from edge0.torchstep import TorchStep, check_torch_step, packed_for_torch
     if not options.torch_step:
         if packed_for_torch(handle):
-            handle.notes.append("the MLX graph computes each step, torch's kernels each projection: the torch step is "
-                                "off (torch_step=False, --no-torch-step)")
+            handle.notes.append("the MLX graph computes each step, torch's kernels each "
+                                "projection: the torch step is off (torch_step=False, "
+                                "--no-torch-step)")
         return None
     why = check_torch_step(handle) or (max_kv_size and "a rotating KV cache (max_kv_size) is asked")
     if why is None:
-        handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to MLX within it)")
+        handle.notes.append("each step runs in torch (attention, routing, experts; no crossing to "
+                            "MLX within it)")
         return TorchStep(handle)
     # converted for torch's kernels, so the user expects the torch step
     if packed_for_torch(handle):
-        handle.notes.append(f"the MLX graph computes each step, torch's kernels each projection: {why}")
+        handle.notes.append("the MLX graph computes each step, torch's kernels each projection: "
+                            f"{why}")
     return None
 
 def _add_eos(tokenizer, token):
     try: tokenizer.add_eos_token(str(token))
-    except ValueError: raise InputError(f"extra end-of-sequence token {token!r} is not a token of this tokenizer")
+    except ValueError: raise InputError(f"extra end-of-sequence token {token!r} is not a token of "
+                                        "this tokenizer")
 
 # %% ../nbs/07a_session.ipynb #c0007
 class Session:
@@ -63,12 +67,14 @@ class Session:
             adapter = fields.pop('adapter', None)
             if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
             serving = Serving(adapter=None if no_adapter else adapter or 'auto', **fields)
-        elif fields or no_adapter: raise TypeError("Session takes a Serving or its fields, not both")
+        elif fields or no_adapter: raise TypeError("Session takes a Serving or its fields, not "
+                                                   "both")
         self.name, self.model_dir = str(model), find_model(model)
         options = serving.options or StreamOptions()
         if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
         self.serving = serving = replace(serving, options=options)
-        self.handle = open_served(self.model_dir, serving, choose=auto_mode if serving.mode == AUTO else None)
+        self.handle = open_served(self.model_dir, serving,
+                                  choose=auto_mode if serving.mode == AUTO else None)
         self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
         try:
             for t in extra_eos: _add_eos(self.handle.tokenizer, t)
@@ -97,8 +103,10 @@ ROLES = ('system', 'user', 'assistant', 'tool')
 def _check_messages(messages) -> list:
     if not isinstance(messages, (list, tuple)) or not messages: raise InputError("messages must be a non-empty list")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'), str):
-            raise InputError(f"message {i} must be {{'role': one of {', '.join(ROLES)}, 'content': text}}, got {m!r}")
+        if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'),
+                                                                                   str):
+            raise InputError(f"message {i} must be "
+                             f"{{'role': one of {', '.join(ROLES)}, 'content': text}}, got {m!r}")
     return [dict(role=m['role'], content=m['content']) for m in messages]
 
 @patch
@@ -113,7 +121,8 @@ def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` 
         if system_prompt is not None: raise InputError("a system prompt needs the chat template")
         return tok.encode(prompt)
     if not tok.has_chat_template:
-        raise InputError(f"{self.model_dir}: the tokenizer has no chat template; give plain text without one")
+        raise InputError(f"{self.model_dir}: the tokenizer has no chat template; give plain text "
+                         "without one")
     messages = [dict(role='user', content=prompt)] if text else _check_messages(prompt)
     if system_prompt is not None: messages = [dict(role='system', content=system_prompt)] + messages
     try: text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -167,9 +176,11 @@ def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
     if max_tokens < 1: raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
     if not ids: raise InputError("the prompt is empty: give the text to continue")
     if self.room(ids) < 0:
-        raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {self.context_length}")
+        raise InputError(f"the prompt has {len(ids)} tokens; the model's context is "
+                         f"{self.context_length}")
     v = self.vocab_size
-    if v and sampling.top_k > v: raise InputError(f"top_k {sampling.top_k} is above the vocabulary size {v}")
+    if v and sampling.top_k > v: raise InputError(f"top_k {sampling.top_k} is above the vocabulary "
+                                                  f"size {v}")
     bad = [t for t in (sampling.logit_bias or {}) if not (isinstance(t, int) and 0 <= t < (v or math.inf))]
     if bad: raise InputError(f"logit_bias token {bad[0]!r} is not a token id below {v}")
 
@@ -194,7 +205,8 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
     detok.reset()
     # torch step, or graph
     gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
-                       vocab_size=self.vocab_size, sampling=sampling, cache=self.cache, history=self.tokens)
+                       vocab_size=self.vocab_size, sampling=sampling, cache=self.cache,
+                       history=self.tokens)
     # paused: at a yield, where a consumer that stops leaves the cache whole
     times, ok, paused = [], False, False
     try:
@@ -240,11 +252,14 @@ def _account(self:Session, ids, n, got, times, reason):
     self.counts['reused_tokens'] += n
     self.counts['generated_tokens'] += len(done)
     rest = sum(times[1:])
-    self.last = dict(prompt_tokens=len(ids), reused_tokens=n, completion_tokens=len(done), finish_reason=reason,
-                     prompt_tps=(len(ids) - n) / times[0], generation_tps=(len(times) - 1) / rest if rest else 0.0)
+    self.last = dict(prompt_tokens=len(ids), reused_tokens=n, completion_tokens=len(done),
+                     finish_reason=reason,
+                     prompt_tps=(len(ids) - n) / times[0],
+                     generation_tps=(len(times) - 1) / rest if rest else 0.0)
 
 @patch
-def generate(self:Session, prompt, max_tokens:int=256, sampling:Sampling|None=None, stop=(), chat:bool|None=None,
+def generate(self:Session, prompt, max_tokens:int=256, sampling:Sampling|None=None, stop=(),
+             chat:bool|None=None,
              system_prompt:str|None=None, keep:bool=True) -> str:
     "The whole text generated after `prompt` (text or chat messages)"
     ids = self.prompt_ids(prompt, chat, system_prompt)
@@ -264,10 +279,12 @@ def _thrash(self:Session, seen:str):
     if b is None: what = "the resident model and this process do not fit in memory: serve it streamed"
     else:
         pool = 'unbounded' if b.pool is None else f"{b.pool / MiB:,.0f} MiB"
-        what = (f"this process ({b.rss / MiB:,.0f} MiB resident at load) and its expert budget ({pool}, {b.asked}) "
+        what = (f"this process ({b.rss / MiB:,.0f} MiB resident at load) and its expert budget "
+                f"({pool}, {b.asked}) "
                 f"do not fit in what it may use ({b.binds}): "
                 + ("--pool-mib auto sizes the budget from the memory left" if b.asked != 'auto' else
-                   "pass a smaller --pool-mib or --max-kv-size, or free memory (the budget was made from "
+                   "pass a smaller --pool-mib or --max-kv-size, or free memory (the budget was "
+                   "made from "
                    f"{b.free / MiB:,.0f} MiB free at load)"))
     _log.warning(f"warning: memory is short: {seen}; {what}")
 
@@ -279,7 +296,8 @@ def stats(self:Session) -> dict:
     h = self.handle
     serving = None if h.engine is None else decode_stats(h) if h.decoder is not None else stream_stats(h.engine)
     if serving is not None and self.step is not None:
-        serving['torch_step'] = dict(steps=self.step.counts.steps, crossings=self.step.counts.crossings,
+        serving['torch_step'] = dict(steps=self.step.counts.steps,
+                                     crossings=self.step.counts.crossings,
                                      kernel_calls=self.step.kernel_calls())
     return dict(self.counts, cached_tokens=len(self.tokens), last=self.last, serving=serving)
 
@@ -295,23 +313,26 @@ def format_stats(s:dict) -> str:
     head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
             f"{'blocked ms':>10} {'peak MiB':>8}")
     def row(name, r):
-        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} {r['bytes_read'] / MiB:>8.2f} "
-                f"{r['cold_fraction']:>5.2f} {r['blocked_ms']:>10.1f} {r['peak_active'] / MiB:>8.1f}")
+        return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} "
+                f"{r['bytes_read'] / MiB:>8.2f} {r['cold_fraction']:>5.2f} "
+                f"{r['blocked_ms']:>10.1f} {r['peak_active'] / MiB:>8.1f}")
     lines = [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
     p = s['pool']
     budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / MiB:.2f} MiB"
-    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, {p['evictions']} evictions | "
-                 f"budget {budget}, of it {p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
-                 f"{p['resident_layers']}, slots, hot sets) | "
-                 f"slots {s['slot_bytes'] / MiB:.2f} MiB | "
-                 f"peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
+    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, "
+                 f"{p['evictions']} evictions | budget {budget}, of it "
+                 f"{p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
+                 f"{p['resident_layers']}, slots, hot sets) | slots {s['slot_bytes'] / MiB:.2f} "
+                 f"MiB | peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
     if s.get('reads'):
         r, u = s['reads'], s['reads']['usage_fill']
         how = 'past the page cache' if r['direct'] else 'through the page cache'
         ahead = f" | {r['stage_ahead']} planned layers read at once" if s.get('mode', 'off') != 'off' else ''
-        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy {r['policy']}"
-                     + (f" | filled from the usage profile: {u['bundles']} experts, {u['bytes'] / MiB:.1f} MiB in "
-                        f"{u['seconds']:.2f} s" if u['bundles'] else ''))
+        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy "
+                     f"{r['policy']}"
+                     + (f" | filled from the usage profile: {u['bundles']} experts, "
+                        f"{u['bytes'] / MiB:.1f} MiB in {u['seconds']:.2f} s"
+                        if u['bundles'] else ''))
     if 'decoder' in s:
         d = s['decoder']
         lines.append(f"mode {s['mode']} K={s['k']}: {d['steps']} steps, "
@@ -321,17 +342,17 @@ def format_stats(s:dict) -> str:
                      f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
         if d.get('exact_staged'):
             staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}" for r, n in enumerate(d['exact_staged']))
-            lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged ({staged}); "
-                         f"{d['exact_read']} of {d['exact_checked']} read at once")
+            lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged "
+                         f"({staged}); {d['exact_read']} of {d['exact_checked']} read at once")
         if d.get('low_asked'):
             t = s['total']
             asked = d['steps'] * len(s['layers']) * s['k']
-            lines.append(f"lower-bit copies: {d['low_asked']} of {asked} experts asked as a copy, {t['low_upgraded']} "
-                         "of them served by their int4 expert already pooled; "
+            lines.append(f"lower-bit copies: {d['low_asked']} of {asked} experts asked as a copy, "
+                         f"{t['low_upgraded']} of them served by their int4 expert already pooled; "
                          f"{t['low_loads']} of {t['loads']} loads read a copy")
     if s.get('torch_step'):
         t, n = s['torch_step'], max(s['torch_step']['steps'], 1)
-        lines.append(f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to MLX/step, "
-                     f"{t['kernel_calls'] / n:.0f} int4 expert products/step")
+        lines.append(f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to "
+                     f"MLX/step, {t['kernel_calls'] / n:.0f} int4 expert products/step")
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)

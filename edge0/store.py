@@ -58,11 +58,12 @@ def _header_bytes(path:Path) -> tuple[bytes, int]:
     try:
         with open(path, 'rb') as f:
             size = os.fstat(f.fileno()).st_size
-            if size < 8: raise StoreError(f"{path} is {size} bytes: too short for a safetensors file")
+            if size < 8: raise StoreError(f"{path} is {size} bytes: too short for a safetensors "
+                                          "file")
             n = int.from_bytes(f.read(8), 'little')
             if n > size - 8 or n > _MAX_HEADER:
-                raise StoreError(f"{path}: header length {n} runs past the end of the file ({size} bytes); "
-                                 "truncated or not safetensors")
+                raise StoreError(f"{path}: header length {n} runs past the end of the file ({size} "
+                                 "bytes); truncated or not safetensors")
             return f.read(n), size
     except OSError as e: raise StoreError(f"{path}: cannot read the file ({e.strerror or e})") from None
 
@@ -72,19 +73,23 @@ def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
     the file"""
     where = f"{path}: tensor {name}"
     if not isinstance(entry, dict):
-        raise StoreError(f"{where} is {entry!r:.60}, expected an object with dtype, shape and data_offsets")
+        raise StoreError(f"{where} is {entry!r:.60}, expected an object with dtype, shape and "
+                         "data_offsets")
     dt, shape, offsets = entry.get('dtype'), entry.get('shape'), entry.get('data_offsets')
     if dt not in bio.DTYPES: raise StoreError(f"{where} has unsupported dtype {dt!r}")
     if not isinstance(shape, list) or not all(map(_is_count, shape)):
-        raise StoreError(f"{where} has shape {shape!r:.60}, expected a list of non-negative integers")
+        raise StoreError(f"{where} has shape {shape!r:.60}, expected a list of non-negative "
+                         "integers")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
-        raise StoreError(f"{where} has data_offsets {offsets!r:.60}, expected a pair of non-negative integers")
+        raise StoreError(f"{where} has data_offsets {offsets!r:.60}, expected a pair of "
+                         "non-negative integers")
     (b, e), want = offsets, math.prod(shape) * bio.itemsize(dt)
     if e - b != want:
-        raise StoreError(f"{where} {dt}{shape} needs {want} bytes but data_offsets [{b}, {e}] hold {e - b}")
+        raise StoreError(f"{where} {dt}{shape} needs {want} bytes but data_offsets [{b}, {e}] hold "
+                         f"{e - b}")
     if base + e > size:
-        raise StoreError(f"{where} data_offsets [{b}, {e}] run past the end of the file ({size} bytes); "
-                         "the shard is truncated")
+        raise StoreError(f"{where} data_offsets [{b}, {e}] run past the end of the file ({size} "
+                         "bytes); the shard is truncated")
     return TensorInfo(name, dt, tuple(shape), path, base + b, want)
 
 def _check_disjoint(path:Path, tensors:dict, base:int):
@@ -93,40 +98,46 @@ def _check_disjoint(path:Path, tensors:dict, base:int):
     end, owner = base, None
     for t in sorted(tensors.values(), key=lambda t: (t.start, t.nbytes)):
         if t.start < end:
-            raise StoreError(f"{path}: tensor {t.name} data_offsets [{t.start - base}, {t.start + t.nbytes - base}] "
-                             f"overlap tensor {owner.name}'s, which end at {end - base}; the header is corrupt")
+            raise StoreError(f"{path}: tensor {t.name} data_offsets [{t.start - base}, "
+                             f"{t.start + t.nbytes - base}] overlap tensor {owner.name}'s, which "
+                             f"end at {end - base}; the header is corrupt")
         if t.start + t.nbytes > end: end, owner = t.start + t.nbytes, t
 
 # __metadata__ key of a file holding a layer's experts expert by expert
 EXPERTS_META = 'edge0_experts'
 
 def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
-    """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8 tensor of experts x
-    stride bytes, and `meta[EXPERTS_META]` says where each part lies in a row: `{tensor: [[name, dtype, shape of one
-    expert's slice, offset in the row], ...]}`. Each part becomes a `TensorInfo` of its own, strided"""
+    """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8
+    tensor of experts x stride bytes, and `meta[EXPERTS_META]` says where each part lies in a row:
+    `{tensor: [[name, dtype, shape of one expert's slice, offset in the row], ...]}`. Each part
+    becomes a `TensorInfo` of its own, strided"""
     if EXPERTS_META not in meta: return out
     try:
         blobs = json.loads(meta[EXPERTS_META])
-        items = [(blob, [(str(n), dt, tuple(s), int(o)) for n, dt, s, o in parts]) for blob, parts in blobs.items()]
+        items = [(blob, [(str(n), dt, tuple(s),
+                          int(o)) for n, dt, s, o in parts]) for blob, parts in blobs.items()]
     except (ValueError, TypeError, AttributeError):
-        raise StoreError(f"{path}: __metadata__ {EXPERTS_META} is {meta[EXPERTS_META]!r:.60}, expected JSON of "
-                         "tensor: [[name, dtype, shape, offset], ...]") from None
+        raise StoreError(f"{path}: __metadata__ {EXPERTS_META} is {meta[EXPERTS_META]!r:.60}, "
+                         "expected JSON of tensor: [[name, dtype, shape, offset], ...]") from None
     for blob, parts in items:
         b = out.pop(blob, None)
         if b is None or b.dtype != 'U8' or len(b.shape) != 2:
-            raise StoreError(f"{path}: {EXPERTS_META} names {blob!r}, which is not a U8 tensor of experts x bytes here")
+            raise StoreError(f"{path}: {EXPERTS_META} names {blob!r}, which is not a U8 tensor of "
+                             "experts x bytes here")
         experts, stride = b.shape
         end = 0
         for name, dt, shape, off in sorted(parts, key=lambda p: p[3]):
             if dt not in bio.DTYPES or not all(map(_is_count, shape)):
-                raise StoreError(f"{path}: {EXPERTS_META} part {name} is {dt}{list(shape)}, expected a known dtype "
-                                 "and a shape of non-negative integers")
+                raise StoreError(f"{path}: {EXPERTS_META} part {name} is {dt}{list(shape)}, "
+                                 "expected a known dtype and a shape of non-negative integers")
             n = math.prod(shape) * bio.itemsize(dt)
             if off < end or off + n > stride:
-                raise StoreError(f"{path}: {EXPERTS_META} part {name} at bytes [{off}, {off + n}) of each expert "
-                                 f"overlaps the part before it or runs past the expert's {stride} bytes")
+                raise StoreError(f"{path}: {EXPERTS_META} part {name} at bytes [{off}, {off + n}) "
+                                 "of each expert overlaps the part before it or runs past the "
+                                 f"expert's {stride} bytes")
             end = off + n
-            out[name] = TensorInfo(name, dt, (experts, *shape), path, b.start + off, experts * n, stride)
+            out[name] = TensorInfo(name, dt, (experts, *shape), path, b.start + off, experts * n,
+                                   stride)
     return out
 
 def gather(t:TensorInfo, buf, at:int) -> np.ndarray:
@@ -134,7 +145,9 @@ def gather(t:TensorInfo, buf, at:int) -> np.ndarray:
     `at` on"""
     a = np.frombuffer(buf, np.uint8)[t.start - at:]
     if not t.stride: return a[:t.nbytes]
-    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0], t.nbytes // t.shape[0]), (t.stride, 1),
+    return np.ascontiguousarray(np.lib.stride_tricks.as_strided(a, (t.shape[0],
+                                                                    t.nbytes // t.shape[0]),
+                                                                (t.stride, 1),
                                                                 writeable=False)).reshape(-1)
 
 def read_header(path) -> tuple[dict, dict]:
@@ -143,10 +156,13 @@ def read_header(path) -> tuple[dict, dict]:
     path = Path(path)
     raw, size = _header_bytes(path)
     try: hdr = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise StoreError(f"{path}: header is not valid JSON ({e})")
-    if not isinstance(hdr, dict): raise StoreError(f"{path}: header is a JSON {type(hdr).__name__}, expected an object")
+    except (json.JSONDecodeError,
+            UnicodeDecodeError) as e: raise StoreError(f"{path}: header is not valid JSON ({e})")
+    if not isinstance(hdr, dict): raise StoreError(f"{path}: header is a JSON "
+                                                   f"{type(hdr).__name__}, expected an object")
     meta, base = hdr.pop('__metadata__', None) or {}, 8 + len(raw)
-    if not isinstance(meta, dict): raise StoreError(f"{path}: __metadata__ is {meta!r:.60}, expected an object")
+    if not isinstance(meta, dict): raise StoreError(f"{path}: __metadata__ is {meta!r:.60}, "
+                                                    "expected an object")
     out = {name: _tensor_info(path, name, entry, base, size) for name, entry in hdr.items()}
     _check_disjoint(path, out, base)
     return _expand_experts(path, out, meta), meta
@@ -178,7 +194,8 @@ def shard_files(model_dir) -> list:
 def index_checkpoint(model_dir) -> dict:
     "`{name: TensorInfo}` for every tensor of every shard of the checkpoint in `model_dir`"
     d = Path(model_dir)
-    if not d.is_dir(): raise StoreError(f"{d} is not a directory (expected an mlx-lm model directory)")
+    if not d.is_dir(): raise StoreError(f"{d} is not a directory (expected an mlx-lm model "
+                                        "directory)")
     shards = _shard_names(d)
     if not shards: raise StoreError(f"{d} holds no model*.safetensors files")
     out = {}
@@ -199,7 +216,8 @@ def fingerprint(base_dir, tensors:dict|None=None) -> str:
 # %% ../nbs/01a_store.ipynb #7c9f7f75
 _libc = ctypes.CDLL(ctypes.util.find_library('c') or None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 PAGE = mmap.PAGESIZE
@@ -255,7 +273,8 @@ def read_files(src) -> list:
     if p.is_file(): return [p]
     # the shards alone: heads and adapters beside them are not read
     files = shard_files(p) if p.is_dir() else []
-    if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors files")
+    if not files: raise InputError(f"{p}: expected a file, or a model directory with .safetensors "
+                                   "files")
     return files
 
 # %% ../nbs/01a_store.ipynb #c0006
@@ -271,13 +290,15 @@ def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
     f = np.searchsorted(first, picks, side='right') - 1
     return [(int(i), int((p - first[i]) * size)) for i, p in zip(f, picks)]
 
-def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256, seed:int=0,
+def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256,
+              seed:int=0,
               cold:bool=True, # drop the files from the page cache first
               # read the plan again (cold again) until this many MB and `seconds` are done
               min_mb:float=0) -> dict:
     """MB/s (1e6 bytes) of `size`-byte reads of the files of `src`, `pattern` sequential or
     scattered, from cold pages"""
-    if pattern not in PATTERNS: raise InputError(f"read pattern {pattern!r}: expected one of {', '.join(PATTERNS)}")
+    if pattern not in PATTERNS: raise InputError(f"read pattern {pattern!r}: expected one of "
+                                                 f"{', '.join(PATTERNS)}")
     files = read_files(src)
     sizes = [f.stat().st_size for f in files]
     n = min(int(max_mb * 1e6) // size, sum(s // size for s in sizes))
@@ -299,7 +320,8 @@ def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:
         dt = time.perf_counter() - t0
     finally:
         for fd in fds: os.close(fd)
-    return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt, mb_s=got / dt / 1e6, cold=cold)
+    return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt,
+                mb_s=got / dt / 1e6, cold=cold)
 
 # %% ../nbs/01a_store.ipynb #33099c20
 # what O_DIRECT asks of offsets, lengths and buffers: a page, which every disk's logical block
@@ -391,10 +413,11 @@ GAP = 64
 class PreadReader:
     "`os.preadv` through the page cache, into `Slabs`"
     kind, direct, align = 'pread', False, 1
-    def __init__(self, fds:dict, slabs:Slabs|None=None): self.fds, self.slabs = fds, slabs or Slabs()
+    def __init__(self, fds:dict,
+                 slabs:Slabs|None=None): self.fds, self.slabs = fds, slabs or Slabs()
     def prepare(self, spans:list) -> tuple[list, list]:
-        """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new buffer, and the reads
-        (callables, one a range, to run on any threads) that fill it"""
+        """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new
+        buffer, and the reads (callables, one a range, to run on any threads) that fill it"""
         # one read a run of neighbouring ranges: [path, start, end, [(start, n), ...]]
         a, runs = self.align, []
         for p, s, n in spans:
@@ -420,7 +443,8 @@ class PreadReader:
         return views
     def read(self, path, start:int, n:int): return self.read_spans([(path, start, n)])[0]
     def hint(self, path, start:int, n:int):
-        if hasattr(os, 'posix_fadvise'): os.posix_fadvise(self.fds[path], start, n, os.POSIX_FADV_WILLNEED)
+        if hasattr(os, 'posix_fadvise'): os.posix_fadvise(self.fds[path], start, n,
+                                                          os.POSIX_FADV_WILLNEED)
     def close(self): self.slabs.clear()
 
 class DirectReader(PreadReader):
@@ -450,7 +474,8 @@ class MmapReader:
     def hint(self, path, start:int, n:int):
         a0 = start // PAGE * PAGE
         if hasattr(mmap, 'MADV_WILLNEED'):
-            self.maps[path].madvise(mmap.MADV_WILLNEED, a0, min(n + start - a0, len(self.maps[path]) - a0))
+            self.maps[path].madvise(mmap.MADV_WILLNEED, a0,
+                                    min(n + start - a0, len(self.maps[path]) - a0))
     def close(self):
         for m in self.maps.values():
             try: m.close()
@@ -483,7 +508,8 @@ def expected_shapes(spec:MoESpec, quant:dict) -> dict:
     for p, q in quant.items():
         o, i = io[p]
         if q and q.mode == 'torch':
-            out[p, 'packed'], out[p, 'sz'] = ('U8', (o, i // 2)), ('BF16', (i // q.group_size, o, 2))
+            out[p, 'packed'], out[p, 'sz'] = ('U8', (o, i // 2)), ('BF16', (i // q.group_size, o,
+                                                                            2))
             if spec.expert_bias: out[p, 'bias'] = ('float', (o,))
             continue
         out[p, 'weight'] = ('U32', (o, i * q.bits // 32)) if q else ('float', (o, i))
@@ -516,12 +542,14 @@ def model_spec(model_dir) -> MoESpec:
 # %% ../nbs/01a_store.ipynb #ec8ef16e
 class ExpertStore:
     "Routed experts of a checkpoint, read on demand by byte range"
-    def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2, residency:bool=True,
+    def __init__(self, model_dir, spec:MoESpec|None=None, reader:str='pread', threads:int=2,
+                 residency:bool=True,
                  # also serve the experts' copies at these bits: expert `E + e` is `e`'s
                  low_bits:int|None=None):
         self.dir = Path(model_dir)
         spec = spec or model_spec(self.dir)
-        if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+        if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, "
+                                                   f"got {reader!r}")
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
@@ -542,7 +570,8 @@ class ExpertStore:
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets
         # must hold any of them
         self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
-        paths = sorted({t.path for ts in (*self.layers.values(), *self.low.values()) for t in ts.values()})
+        paths = sorted({t.path for ts in (*self.layers.values(),
+                                          *self.low.values()) for t in ts.values()})
         self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
         # kept free: K experts' buffers
         self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None
@@ -556,24 +585,31 @@ def _packing_desc(p:dict) -> str:
     return f"torch {p.get('torch')} on {p.get('capability')} ({p.get('scheme') or 'packing ' + str(p.get('probe'))})"
 
 def check_packing(model_dir) -> tuple:
-    """`(Repack or None, note or None)`: how the torch-packed experts of `model_dir` are served by this machine's torch,
-    from the packing its config.json records; a `StoreError` where they cannot be served exactly"""
+    """`(Repack or None, note or None)`: how the torch-packed experts of `model_dir` are served by
+    this machine's torch, from the packing its config.json records; a `StoreError` where they cannot
+    be served exactly"""
     d = Path(model_dir)
     layout = read_json(d / 'config.json', 'model config').get('edge0_layout', {})
     rec, here = layout.get('packing'), bq.torch_packing()
-    fix = (f"convert the mlx-lm checkpoint they came from ({layout.get('source') or 'its source'}) on this machine: "
+    fix = (f"convert the mlx-lm checkpoint they came from ({layout.get('source') or 'its source'}) "
+           "on this machine: "
            f"edge0 convert SOURCE DST --layout torch-cpu")
     if not (isinstance(rec, dict) and isinstance(rec.get('probe'), str)):
-        raise StoreError(f"{d / 'config.json'}: edge0_layout records no torch packing (converted by an older "
+        raise StoreError(f"{d / 'config.json'}: edge0_layout records no torch packing (converted "
+                         "by an older "
                          f"edge0), so the experts may be packed for another CPU; {fix}")
     if rec['probe'] == here['probe']: return None, None
     src = bq.scheme_of(rec['probe'])
     if src is None or here['scheme'] is None:
-        raise StoreError(f"{d.name}: its experts were packed by {_packing_desc(rec)}, this machine's is "
-                         f"{_packing_desc(here)}, and edge0 cannot re-pack one into the other; {fix}")
+        raise StoreError(f"{d.name}: its experts were packed by {_packing_desc(rec)}, this "
+                         "machine's is "
+                         f"{_packing_desc(here)}, and edge0 cannot re-pack one into the other; "
+                         f"{fix}")
     return bq.Repack(src, here['scheme']), (
-        f"the experts of {d.name} were packed by {_packing_desc(rec)}; this machine's is {_packing_desc(here)}: each "
-        f"expert is re-packed exactly as it is read, a cost on every load (`edge0 convert {d} DST --layout torch-cpu` "
+        f"the experts of {d.name} were packed by {_packing_desc(rec)}; this machine's is "
+        f"{_packing_desc(here)}: each "
+        f"expert is re-packed exactly as it is read, a cost on every load (`edge0 convert {d} DST "
+        "--layout torch-cpu` "
         f"stores them re-packed for this machine)")
 
 # %% ../nbs/01a_store.ipynb #722de1ed
@@ -587,19 +623,22 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
     expected = expected_shapes(s, quant)
     for key, name in expert_keys(s, layer, quant).items():
         t = self.tensors.get(name)
-        if t is None: raise StoreError(f"layer {layer}: expert tensor {name} is in no shard of {self.dir}")
+        if t is None: raise StoreError(f"layer {layer}: expert tensor {name} is in no shard of "
+                                       f"{self.dir}")
         kind, shape = expected[key]
         # packed, but no scales were found
         if kind == 'float' and key[1] == 'weight' and t.dtype in ('U32', 'U8'):
             scales = name[:-len('weight')] + 'scales'
-            raise StoreError(f"layer {layer}: {name} is packed ({t.dtype}) but {scales} is in no shard of {self.dir}")
+            raise StoreError(f"layer {layer}: {name} is packed ({t.dtype}) but {scales} is in no "
+                             f"shard of {self.dir}")
         if not (t.dtype == kind if kind != 'float' else t.dtype in ('F32', 'F16', 'BF16')):
             want = 'a float dtype' if kind == 'float' else f"{kind} ({_describe(quant[key[0]])})"
             raise StoreError(f"{t.path.name}: {name} has dtype {t.dtype}, expected {want}")
         if t.shape != (s.num_experts, *shape):
-            raise StoreError(f"{t.path.name}: {name} has shape {list(t.shape)}, but config.json (hidden "
-                             f"{s.hidden_size}, expert size {s.expert_size}, {s.num_experts} experts, "
-                             f"{key[0]} {_describe(quant[key[0]])}) implies {[s.num_experts, *shape]}")
+            raise StoreError(f"{t.path.name}: {name} has shape {list(t.shape)}, but config.json "
+                             f"(hidden {s.hidden_size}, expert size {s.expert_size}, "
+                             f"{s.num_experts} experts, {key[0]} {_describe(quant[key[0]])}) "
+                             f"implies {[s.num_experts, *shape]}")
         out[key] = t
     return out
 
@@ -607,24 +646,27 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
 # %% ../nbs/01a_store.ipynb #b1e0c001
 @patch
 def _low_layer(self:ExpertStore, layer:int) -> dict:
-    """`{(proj, part): TensorInfo}` of `layer`'s `low_bits` copies, `codes` in place of the packed weight: refused in
-    one line where the file is missing, damaged, or a copy of other weights than this checkpoint's int4 experts"""
+    """`{(proj, part): TensorInfo}` of `layer`'s `low_bits` copies, `codes` in place of the packed
+    weight: refused in one line where the file is missing, damaged, or a copy of other weights than
+    this checkpoint's int4 experts"""
     bits, int4, E = self.low_bits, self.layers[layer], self.spec.num_experts
     src = next(iter(int4.values())).path
     path = self.dir / lowbit.low_file(layer, bits)
-    fix = (f"write a checkpoint that has them with `edge0 convert INT4_MLX_CHECKPOINT DST --low-bits {bits}` "
-           f"(--layout {'torch-cpu' if self.torch_packed else 'mlx'})")
+    fix = ("write a checkpoint that has them with `edge0 convert INT4_MLX_CHECKPOINT DST "
+           f"--low-bits {bits}` (--layout {'torch-cpu' if self.torch_packed else 'mlx'})")
     if not path.exists():
-        raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its experts; {fix}")
+        raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its "
+                         f"experts; {fix}")
     tensors, meta = read_header(path)
     try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
     except ValueError: rec = None
     if not (isinstance(rec, dict) and rec.get('bits') == bits and rec.get('of') == src.name):
-        raise StoreError(f"{path}: __metadata__ {lowbit.LOW_META} is {meta.get(lowbit.LOW_META)!r:.80}, expected a "
-                         f"{bits}-bit copy of {src.name}; {fix}")
+        raise StoreError(f"{path}: __metadata__ {lowbit.LOW_META} is "
+                         f"{meta.get(lowbit.LOW_META)!r:.80}, expected a {bits}-bit copy of "
+                         f"{src.name}; {fix}")
     if rec.get('stamp') != lowbit.stamp(src):
-        raise StoreError(f"{path} copies other weights than {src.name} holds now (their stamps differ): it would serve "
-                         f"wrong numbers; {fix}")
+        raise StoreError(f"{path} copies other weights than {src.name} holds now (their stamps "
+                         f"differ): it would serve wrong numbers; {fix}")
     blk, out = self.spec.block_path.format(layer=layer), {}
     for (p, part), t in int4.items():
         low_part = 'codes' if part in ('weight', 'packed') else part
@@ -634,7 +676,8 @@ def _low_layer(self:ExpertStore, layer:int) -> dict:
         dt = 'U8' if low_part == 'codes' else t.dtype
         if lt is None or lt.dtype != dt or lt.shape[0] != E or lt.nbytes != want * E:
             got = 'missing' if lt is None else f"{lt.dtype}{list(lt.shape)}"
-            raise StoreError(f"{path}: {name} is {got}, expected {dt} of {want} bytes for each of {E} experts; {fix}")
+            raise StoreError(f"{path}: {name} is {got}, expected {dt} of {want} bytes for each of "
+                             f"{E} experts; {fix}")
         out[p, low_part] = lt
         if low_part == 'codes': self.low_target[lt.name] = ((p, part), t.dtype, t.shape[1:], per)
     return out
@@ -685,9 +728,9 @@ def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:
 
 @patch
 def _expand_low(self:ExpertStore, parts:list, views:list) -> list:
-    """A lower-bit copy's `views`, laid out again in one recycled buffer of its int4 expert's size: the codes expanded
-    into the int4 layout's packed bytes, the other parts copied, so the read buffer goes back at once and a copy held
-    in the pool costs what its int4 expert does"""
+    """A lower-bit copy's `views`, laid out again in one recycled buffer of its int4 expert's size:
+    the codes expanded into the int4 layout's packed bytes, the other parts copied, so the read
+    buffer goes back at once and a copy held in the pool costs what its int4 expert does"""
     sizes = [self.low_target[t.name][3] if key[1] == 'codes' else n for key, t, _, n, _ in parts]
     at = np.cumsum([0] + [-(-s // 64) * 64 for s in sizes])
     buf = self.slabs.take(int(at[-1]))
@@ -711,7 +754,8 @@ def _read_all(self:ExpertStore, parts:list, stats:LoadStats) -> dict:
 def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
     "Expert `expert` of `layer` as `{(proj, part): array}`, and its `LoadStats`"
     stats, t0 = LoadStats(low=int(expert >= self.spec.num_experts)), time.perf_counter()
-    out = self._read_all([(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, expert)], stats)
+    out = self._read_all([(key, t, off, n,
+                           t.shape[1:]) for key, t, off, n in self.ranges(layer, expert)], stats)
     stats.seconds = time.perf_counter() - t0
     return out, stats
 
@@ -720,11 +764,13 @@ def _drain(reads):
 
 @patch
 def read_experts(self:ExpertStore, layer:int, experts) -> list:
-    """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them in flight at once
-    on the store's threads (its queue depth), each expert's `seconds` its share of the wall time"""
+    """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them
+    in flight at once on the store's threads (its queue depth), each expert's `seconds` its share of
+    the wall time"""
     if self.pool is None or len(experts) < 2: return [self.read_expert(layer, e) for e in experts]
     t0, stats = time.perf_counter(), [LoadStats(low=int(e >= self.spec.num_experts)) for e in experts]
-    parts = [[(key, t, off, n, t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
+    parts = [[(key, t, off, n,
+               t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
     prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]
     views = [v for v, _ in prepared]
     def copy_task(i):  # a lower-bit copy (one aligned read) is expanded by the thread that read it
@@ -773,14 +819,15 @@ def hint_layer(self:ExpertStore, layer:int):
 def use_reader(self:ExpertStore, reader:str, note:bool=True):
     """Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass
     the page cache)"""
-    if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got "
+                                               f"{reader!r}")
     if self.reader is not None: self.reader.close()
     paths = sorted(self.fds)
     self.reader = (DirectReader(paths, self.slabs) if reader == 'direct' else
                    PreadReader(self.fds, self.slabs) if reader == 'pread' else MmapReader(self.fds))
     if reader == 'direct' and not self.reader.direct and note:
-        self.notes.append(f"the file system of {self.dir} refuses reads past the page cache (O_DIRECT): the "
-                          "experts are read through it (as --reader pread)")
+        self.notes.append(f"the file system of {self.dir} refuses reads past the page cache "
+                          "(O_DIRECT): the experts are read through it (as --reader pread)")
 
 @patch
 def use_threads(self:ExpertStore, threads:int):

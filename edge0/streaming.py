@@ -14,12 +14,15 @@ from .routing import MoESpec, block, check_buildable
 from .store import ExpertStore, model_spec
 from .experts import torch_quant, expert_mlp, per_expert_mlp
 from .pool import POLICIES, LayerStats, ExpertPool
-from .engine import (PATHS, StreamOptions, StreamEngine, Staged, incr_stack, usage_file, read_usage,
+from .engine import (PATHS, StreamOptions, StreamEngine, Staged, incr_stack, usage_file,
+                          read_usage,
                           StreamingSwitchGLU, stats, reset_stats)
 
 # the engine's parts, importable from here as before the engine had its own modules
-_all_ = ['torch_quant', 'expert_mlp', 'per_expert_mlp', 'POLICIES', 'LayerStats', 'ExpertPool', 'PATHS',
-         'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage', 'StreamingSwitchGLU',
+_all_ = ['torch_quant', 'expert_mlp', 'per_expert_mlp', 'POLICIES', 'LayerStats', 'ExpertPool',
+         'PATHS',
+         'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage',
+         'StreamingSwitchGLU',
          'kv_bytes', 'stats', 'reset_stats']
 
 
@@ -31,22 +34,29 @@ __all__ = ['check_tokenizer', 'open_tokenizer', 'serving_dtype', 'cast_params', 
 
 # %% ../nbs/01b_streaming.ipynb #6ee7d66b
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'tokenizer.tiktoken')
-_JSON_FILES = {'tokenizer.json': 'tokenizer (a tokenizers JSON file)', 'tokenizer_config.json': 'tokenizer settings',
-               'special_tokens_map.json': "tokenizer's special tokens", 'added_tokens.json': "tokenizer's added tokens",
-               'vocab.json': "tokenizer's vocabulary", 'generation_config.json': 'generation settings (end tokens)'}
+_JSON_FILES = {'tokenizer.json': 'tokenizer (a tokenizers JSON file)',
+               'tokenizer_config.json': 'tokenizer settings',
+               'special_tokens_map.json': "tokenizer's special tokens",
+               'added_tokens.json': "tokenizer's added tokens",
+               'vocab.json': "tokenizer's vocabulary",
+               'generation_config.json': 'generation settings (end tokens)'}
 
 def check_tokenizer(model_dir):
     """An `InputError` for a model directory without tokenizer files, or with a JSON one that is not
     a JSON object"""
     d = Path(model_dir)
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
-        raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} beside config.json")
-    files = {name: read_json(d / name, what) for name, what in _JSON_FILES.items() if (d / name).exists()}
+        raise InputError(f"{d} has no tokenizer: expected one of {', '.join(_TOKENIZER_FILES)} "
+                         "beside config.json")
+    files = {name: read_json(d / name, what)
+             for name, what in _JSON_FILES.items() if (d / name).exists()}
     t = files.get('tokenizer_config.json', {}).get('chat_template')
-    named = isinstance(t, list) and all(isinstance(x, dict) and isinstance(x.get('template'), str) for x in t)
+    named = isinstance(t, list) and all(isinstance(x, dict) and isinstance(x.get('template'),
+                                                                           str) for x in t)
     # else it fails at the first prompt, not here
     if not (t is None or isinstance(t, str) or named):
-        raise InputError(f"{d / 'tokenizer_config.json'}: chat_template is {str(t)[:60]!r}, expected a Jinja "
+        raise InputError(f"{d / 'tokenizer_config.json'}: chat_template is {str(t)[:60]!r}, "
+                         "expected a Jinja "
                          "template (a string) or a list of {'name', 'template'} objects")
 
 def _brief(e:Exception) -> str:
@@ -61,7 +71,8 @@ def _tokenizer_of(d:Path, eos_token_ids=None):
     try: return load_tokenizer(d, eos_token_ids=eos_token_ids)
     # transformers and tokenizers fail in many types (KeyError, TypeError, a bare Exception)
     except Exception as e:
-        files = ', '.join(f for f in (*_TOKENIZER_FILES, 'tokenizer_config.json') if (d / f).is_file())
+        files = ', '.join(f for f in (*_TOKENIZER_FILES,
+                                      'tokenizer_config.json') if (d / f).is_file())
         raise InputError(f"{d}: no tokenizer can be made from {files} ({_brief(e)})") from None
 
 def open_tokenizer(model_dir, eos_token_ids=None):
@@ -82,7 +93,8 @@ def cast_params(model, spec:MoESpec, dtype=None):
     # mlx-lm's rule: e.g. A_log, router biases stay float32
     cast = getattr(model, 'cast_predicate', lambda name: True)
     model.update(B.tree_unflatten([(n, w.astype(dt)) for n, w in B.tree_flatten(model.parameters())
-                                   if w.dtype in (B.float32, B.float16, B.bfloat16) and w.dtype != dt
+                                   if w.dtype in (B.float32, B.float16,
+                                                  B.bfloat16) and w.dtype != dt
                                    and cast(n)]))
     B.eval(model.parameters())
     return model
@@ -132,7 +144,8 @@ def _cache_growth(c) -> tuple:
     if hasattr(c, 'caches'):  # mlx-lm's CacheList: the layer's caches side by side
         parts = [_cache_growth(x) for x in c.caches]
         caps = [cap for per, _, cap in parts if per]
-        return sum(p[0] for p in parts), sum(p[1] for p in parts), max(caps) if caps and None not in caps else None
+        cap = max(caps) if caps and None not in caps else None
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), cap
     keys = getattr(c, 'keys', None)
     if keys is None or not hasattr(c, 'offset'): return 0.0, int(getattr(c, 'nbytes', 0) or 0), None
     # allocated in steps: bytes per slot
@@ -159,11 +172,13 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions,
     bundle = store.expert_nbytes
     per_layer = [sum(t.nbytes for t in store.layers[layer].values()) for layer in spec.moe_layers]
     ctx = getattr(getattr(model, 'args', None), 'max_position_embeddings', None) or KV_TOKENS
-    tokens, growth, notes = min(options.kv_tokens or KV_TOKENS, ctx), growth or kv_growth(model, engine), []
+    tokens, growth, notes = min(options.kv_tokens or KV_TOKENS,
+                                ctx), growth or kv_growth(model, engine), []
     h, experts, minimum = headroom(B.memory_stats().active), sum(per_layer), k * bundle
     # and the slots and hot sets beside them
     experts += engine.pool.bytes_reserved + len(spec.moe_layers) * k * bundle
-    step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens, store.reader.direct)
+    step, room = step_and_room(k, bundle, max(per_layer), spec.num_experts, tokens,
+                               store.reader.direct)
     # with n tokens' cache
     fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)
     if options.kv_tokens is None and options.pool_bytes == 'auto' and fits(tokens) < 2 * minimum:
@@ -172,13 +187,16 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions,
         while n > 256 and fits(n) < 2 * minimum: n //= 2
         n = max(n, 256)
         if n < tokens:
-            notes.append(f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the default: a longer "
-                         "conversation may pass what this process may use (--max-kv-size bounds it)")
+            notes.append(f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the "
+                         "default: a longer conversation may pass what this process may use "
+                         "(--max-kv-size bounds it)")
             tokens = n
     asked = options.pool_bytes
     return Budget(fits(tokens) if asked == 'auto' else asked,
-                  'auto' if asked == 'auto' else 'unbounded' if asked is None else f"{asked / MiB:g} MiB asked",
-                  h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step, room, experts,
+                  asked if asked == 'auto' else 'unbounded' if asked is None
+                  else f"{asked / MiB:g} MiB asked",
+                  h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step,
+                  room, experts,
                   minimum, notes, [list(g) for g in growth])
 
 # %% ../nbs/01b_streaming.ipynb #00a92d7c
@@ -190,18 +208,22 @@ def apply_budget(engine:StreamEngine, where):
     if b.asked != 'auto':
         want = b.experts if b.pool is None else min(b.pool, b.experts)
         if want > max(fits, 0):
-            what, fix = ((f"holding every expert ({want / MiB:,.0f} MiB)", "streamed with --pool-mib auto, it fits")
-                         if b.pool is None else (f"an expert budget of {want / MiB:,.0f} MiB ({b.asked})",
+            what, fix = ((f"holding every expert ({want / MiB:,.0f} MiB)",
+                          "streamed with --pool-mib auto, it fits")
+                         if b.pool is None else (f"an expert budget of {want / MiB:,.0f} MiB "
+                                                 f"({b.asked})",
                                                  "--pool-mib auto sizes it"))
-            _log.warning(f"warning: {where}: {what} is more than the {max(fits, 0) / MiB:,.0f} MiB this process has "
-                         f"for experts ({b.binds}); it may be killed or thrash: {fix} (--stats shows each number)")
+            _log.warning(f"warning: {where}: {what} is more than the {max(fits, 0) / MiB:,.0f} MiB "
+                         f"this process has for experts ({b.binds}); it may be killed or thrash: "
+                         f"{fix} (--stats shows each number)")
         return
     if b.pool < b.minimum:
-        raise InputError(f"{where}: not enough memory to stream: {b.free / MiB:,.0f} MiB free after loading "
-                         f"({b.binds}) less {b.kv / MiB:,.0f} MiB of KV cache ({b.kv_tokens} tokens), "
-                         f"{b.step / MiB:,.0f} MiB of a step's experts and {b.room / MiB:,.0f} MiB of page cache leave "
-                         f"{b.pool / MiB:,.1f} MiB, below one token's {b.minimum / MiB:,.1f} MiB of experts; "
-                         "free memory, lower --max-kv-size or pass --pool-mib")
+        raise InputError(f"{where}: not enough memory to stream: {b.free / MiB:,.0f} MiB free "
+                         f"after loading ({b.binds}) less {b.kv / MiB:,.0f} MiB of KV cache "
+                         f"({b.kv_tokens} tokens), {b.step / MiB:,.0f} MiB of a step's experts and "
+                         f"{b.room / MiB:,.0f} MiB of page cache leave {b.pool / MiB:,.1f} MiB, "
+                         f"below one token's {b.minimum / MiB:,.1f} MiB of experts; free memory, "
+                         "lower --max-kv-size or pass --pool-mib")
     engine.pool.resize(b.pool)
     B.set_cache_limit(b.step)  # freed stacks wait for the next layer's, within the step's share
 
@@ -218,7 +240,8 @@ def _model_and_tokenizer(d:Path, lazy:bool, strict:bool=True):
     check_buildable(config)
     eos = config.get('eos_token_id')
     if not (eos is None or _token_id(eos) or isinstance(eos, list) and all(map(_token_id, eos))):
-        raise InputError(f"config.json: eos_token_id is {eos!r}, expected a token id or a list of them")
+        raise InputError(f"config.json: eos_token_id is {eos!r}, expected a token id or a list of "
+                         "them")
     try: model, config = load_model(d, lazy=lazy, strict=strict)
     # a config value mlx-lm cannot build from, a weight missing
     except (TypeError, ValueError, KeyError) as e:
@@ -231,17 +254,21 @@ def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
     should know otherwise"""
     if packed and kernels != 'torch':
         source = read_json(d / 'config.json', 'model config').get('edge0_layout', {}).get('source')
-        raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted with --layout "
-                         f"torch-cpu); serve them with kernels='torch' on a CPU, or serve the mlx-lm checkpoint "
-                         + (f"it was converted from ({source})" if source else "they were converted from"))
+        raise InputError(f"{d}: the routed experts are packed for torch's CPU kernels (converted "
+                         "with --layout torch-cpu); serve them with kernels='torch' on a CPU, or "
+                         "serve the mlx-lm checkpoint "
+                         + (f"it was converted from ({source})" if source
+                            else "they were converted from"))
     if kernels == 'torch' and not packed:
-        return [f"experts of {d.name} are computed by MLX's kernels, the rest by torch's; "
-                f"`edge0 convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (faster decode where "
-                f"projections are large: 2.2-2.6x MLX's on a 30B shape; on tiny models MLX's kernels are faster)"]
+        return [f"experts of {d.name} are computed by MLX's kernels, the rest by torch's; `edge0 "
+                f"convert {d} DST --layout torch-cpu` stores them for torch's int4 kernel (faster "
+                "decode where projections are large: 2.2-2.6x MLX's on a 30B shape; on tiny "
+                "models MLX's kernels are faster)"]
     return []
 
 # %% ../nbs/01b_streaming.ipynb #48b7501c
-def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None, dtype=None,
+def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None,
+         dtype=None,
          **kw) -> Handle:
     """A `Handle` on the model in `model_dir`, every routed `SwitchGLU` streamed from disk (kwargs
     go to `StreamOptions`)"""
@@ -251,7 +278,8 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     check_tokenizer(d)
     # auto: decided once the budget is known
     reader = 'pread' if options.reader == 'auto' else options.reader
-    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader), residency=options.residency,
+    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader),
+                        residency=options.residency,
                         low_bits=options.low_bits)
     try: engine = StreamEngine(store, options, k)
     except BaseException:
@@ -324,6 +352,7 @@ def _resident_packed(d:Path, spec:MoESpec, dtype=None) -> Handle:
         raise
     # the counters start after load, as streamed
     h.engine.stats = {layer: LayerStats() for layer in spec.moe_layers}
-    h.notes.append(f"the experts of {d.name} are packed for torch's kernels (--layout torch-cpu), which mlx-lm cannot "
-                   f"load: they are served resident through edge0's streaming layer, every layer read once at load")
+    h.notes.append(f"the experts of {d.name} are packed for torch's kernels (--layout torch-cpu), "
+                   "which mlx-lm cannot load: they are served resident through edge0's streaming "
+                   "layer, every layer read once at load")
     return h

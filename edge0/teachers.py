@@ -14,7 +14,8 @@ from mlx_lm.utils import quantize_model, save_config
 from tokenizers import Tokenizer, decoders, models as tok_models, pre_tokenizers, trainers as tok_trainers
 from .backend import core as B, nn as bnn
 from .calib import CORPUS, HELDOUT, code_split, corpus_split
-from .files import (PARTS, InputError, atomic_dir, clear_stale, code_excerpt, heldout_excerpt, line_cut, model_corpus,
+from .files import (PARTS, InputError, atomic_dir, clear_stale, code_excerpt, heldout_excerpt,
+                         line_cut, model_corpus,
                          read_json, replace_whole, teacher_path)
 from .routing import RouterTap, block, model_class, spec_for
 from .zoo import CHAT_TEMPLATE, SPECIALS, randomize
@@ -45,7 +46,8 @@ def train_tokenizer(texts:list, dst, vocab:int=8192, show:bool=False) -> Path:
     dst = Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(dst / 'tokenizer.json'))
-    config = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>', pad_token='<|endoftext|>',
+    config = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>',
+                  pad_token='<|endoftext|>',
                   bos_token=None, chat_template=CHAT_TEMPLATE, model_max_length=4096,
                   clean_up_tokenization_spaces=False)
     (dst / 'tokenizer_config.json').write_text(json.dumps(config, indent=1))
@@ -81,18 +83,24 @@ class TeacherSpec:
 def _llm_config(model_type:str, hidden:int=128, layers:int=6, vocab:int=8192, **overrides) -> dict:
     """An mlx-lm config of `model_type`: 4 attention heads (2 for keys and values), bf16;
     `overrides` win"""
-    base = dict(model_type=model_type, hidden_size=hidden, num_hidden_layers=layers, vocab_size=vocab,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, rms_norm_eps=1e-6,
-                rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype='bfloat16')
+    base = dict(model_type=model_type, hidden_size=hidden, num_hidden_layers=layers,
+                vocab_size=vocab,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
+                rms_norm_eps=1e-6,
+                rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False,
+                torch_dtype='bfloat16')
     return dict(base, **overrides)
 
 TEACHERS = {
     'edge0-tiny': TeacherSpec('edge0-tiny', _llm_config(
-        'qwen3_moe', num_experts=64, num_experts_per_tok=8, moe_intermediate_size=64, intermediate_size=512,
+        'qwen3_moe', num_experts=64, num_experts_per_tok=8, moe_intermediate_size=64,
+                                                        intermediate_size=512,
         decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True), steps=1100),
     'edge0-tiny-ds': TeacherSpec('edge0-tiny-ds', _llm_config(
-        'deepseek_v3', layers=4, n_routed_experts=32, num_experts_per_tok=4, moe_intermediate_size=64,
-        intermediate_size=256, n_shared_experts=1, routed_scaling_factor=2.5, n_group=4, topk_group=2,
+        'deepseek_v3', layers=4, n_routed_experts=32, num_experts_per_tok=4,
+                                                              moe_intermediate_size=64,
+        intermediate_size=256, n_shared_experts=1, routed_scaling_factor=2.5, n_group=4,
+                                                              topk_group=2,
         first_k_dense_replace=1, moe_layer_freq=1, topk_method='noaux_tc', scoring_func='sigmoid',
         norm_topk_prob=True, kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, v_head_dim=32,
         qk_nope_head_dim=32, num_key_value_heads=4), steps=500, aux_coef=0.001, bias_rate=1e-3),
@@ -129,7 +137,8 @@ def update_bias(taps:RouterTap, rate:float):
     "Move each correction bias towards balance: up for under-used experts, down for over-used"
     for layer, (_, _, chosen) in taps.seen.items():
         gate = taps.blocks[layer]['gate']  # the module itself, under the tap
-        load = np.bincount(np.array(chosen).ravel(), minlength=taps.spec.num_experts).astype(np.float32)
+        load = np.bincount(np.array(chosen).ravel(),
+                           minlength=taps.spec.num_experts).astype(np.float32)
         bias = taps.spec.router_bias_param
         setattr(gate, bias, getattr(gate, bias) + B.array(rate * np.sign(load.mean() - load)))
 
@@ -186,7 +195,8 @@ def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, f
     """Train to step `until` (default: all steps), checkpointing every `ckpt_every` steps; a bar
     shows loss and tok/s"""
     until = until or self.teacher.steps
-    bar = tqdm(total=self.teacher.steps, initial=self.step, desc=self.teacher.name, unit='step', file=file,
+    bar = tqdm(total=self.teacher.steps, initial=self.step, desc=self.teacher.name, unit='step',
+               file=file,
                disable=not show)
     while self.step < until:
         started = time.perf_counter()
@@ -195,7 +205,8 @@ def run(self:Trainer, until:int|None=None, ckpt_every:int=100, show:bool=True, f
         self.log.append(dict(step=self.step, loss=ce, tok_s=tok_s))
         bar.update()
         if self.step % 10 == 0 or self.step == until:
-            bar.set_postfix(loss=f"{np.mean([entry['loss'] for entry in self.log[-10:]]):.3f}", tok_s=f"{tok_s:,.0f}")
+            bar.set_postfix(loss=f"{np.mean([entry['loss'] for entry in self.log[-10:]]):.3f}",
+                            tok_s=f"{tok_s:,.0f}")
         if self.out and (self.step % ckpt_every == 0 or self.step == until): self.save()
     bar.close()
     return self
@@ -208,7 +219,8 @@ def save(self:Trainer):
     with atomic_dir(self.out, overwrite=True) as tmp:
         B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(self.model.parameters())))
         B.save_safetensors(tmp / 'optimizer.safetensors', dict(B.tree_flatten(self.opt.state)))
-        (tmp / 'state.json').write_text(json.dumps(dict(step=self.step, log=self.log, teacher=asdict(self.teacher))))
+        (tmp / 'state.json').write_text(json.dumps(dict(step=self.step, log=self.log,
+                                                        teacher=asdict(self.teacher))))
 
 @patch
 def resume(self:Trainer, ckpt=None):
@@ -219,8 +231,8 @@ def resume(self:Trainer, ckpt=None):
     # compared as JSON: tuples are lists there
     if state['teacher'] != json.loads(json.dumps(asdict(self.teacher))):
         saved = state['teacher']
-        raise InputError(f"{ckpt / 'state.json'} was written for another recipe: {saved['name']}, {saved['steps']} "
-                         f"steps; remove {ckpt} or use another work folder")
+        raise InputError(f"{ckpt / 'state.json'} was written for another recipe: {saved['name']}, "
+                         f"{saved['steps']} steps; remove {ckpt} or use another work folder")
     self.model.load_weights(list(B.load_arrays(ckpt / 'model.safetensors').items()))
     self.opt.state = B.tree_unflatten(list(B.load_arrays(ckpt / 'optimizer.safetensors').items()))
     self.step, self.log = state['step'], state['log']
@@ -233,7 +245,8 @@ def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8, show:bool=Fal
     n_windows = (len(tokens) - 1) // seq
     windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n_windows)]).astype(np.int32)
     total_ce = 0.0
-    for i in tqdm(range(0, n_windows, batch), desc='perplexity', unit='batch', leave=False, disable=not show):
+    for i in tqdm(range(0, n_windows, batch), desc='perplexity', unit='batch', leave=False,
+                  disable=not show):
         x, y = B.array(windows[i:i + batch, :-1]), B.array(windows[i:i + batch, 1:])
         total_ce += bnn.cross_entropy(model(x).astype(B.float32), y).item() * len(x)
     return math.exp(total_ce / n_windows)
@@ -243,9 +256,11 @@ def _write_checkpoint(model, config:dict, tok_dir, dst, provenance:dict) -> Path
     """An mlx-lm checkpoint of `model` in `dst`, written atomically, with `provenance` in its
     metadata and config.json"""
     with atomic_dir(dst, overwrite=True) as tmp:
-        for name in ('tokenizer.json', 'tokenizer_config.json'): shutil.copy2(Path(tok_dir) / name, tmp / name)
+        for name in ('tokenizer.json',
+                     'tokenizer_config.json'): shutil.copy2(Path(tok_dir) / name, tmp / name)
         metadata = dict(format='mlx', edge0_provenance=json.dumps(provenance))
-        B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(model.parameters())), metadata)
+        B.save_safetensors(tmp / 'model.safetensors', dict(B.tree_flatten(model.parameters())),
+                           metadata)
         save_config(dict(config, edge0_provenance=provenance), tmp / 'config.json')
     return Path(dst)
 
@@ -261,7 +276,8 @@ def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst
                if not (balancing_bias and key.endswith(balancing_bias))]
     model.update(B.tree_unflatten(to_bf16))
     config = dict(config, eos_token_id=_token_id(tok_dir, '<|im_end|>'))
-    full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / name, dict(provenance, precision='bf16'))
+    full = _write_checkpoint(model, config, tok_dir, Path(dst_dir) / name,
+                             dict(provenance, precision='bf16'))
     int4_model, int4_config = quantize_model(model, config, 64, 4)
     base = _write_checkpoint(int4_model, int4_config, tok_dir, Path(dst_dir) / f"{name}-int4",
                              dict(provenance, precision='int4 g64'))
@@ -270,7 +286,8 @@ def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst
 def export_teacher(trainer:Trainer, tok_dir, dst_dir, provenance:dict) -> tuple[Path, Path]:
     """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained teacher into
     `dst_dir`"""
-    return export_checkpoints(trainer.model, trainer.teacher.config, trainer.spec.router_bias_param, tok_dir, dst_dir,
+    return export_checkpoints(trainer.model, trainer.teacher.config, trainer.spec.router_bias_param,
+                              tok_dir, dst_dir,
                               trainer.teacher.name, provenance)
 
 # %% ../nbs/04a_teachers.ipynb #6556516e
@@ -281,8 +298,10 @@ def blas_in_use() -> str:
 
 def recipe(name:str, steps:int|None=None) -> TeacherSpec:
     "The `TeacherSpec` of teacher `name`, optionally with another number of steps"
-    if name not in TEACHERS: raise InputError(f"unknown teacher {name!r}; known: {', '.join(TEACHERS)}")
-    return TEACHERS[name] if steps is None else TeacherSpec(**dict(asdict(TEACHERS[name]), steps=steps))
+    if name not in TEACHERS: raise InputError(f"unknown teacher {name!r}; known: "
+                                              f"{', '.join(TEACHERS)}")
+    return TEACHERS[name] if steps is None else TeacherSpec(**dict(asdict(TEACHERS[name]),
+                                                                   steps=steps))
 
 def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
     """Tokenizer directory, training token ids and held-out texts, made once under `work` and reused
@@ -292,13 +311,15 @@ def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
     train_texts, heldout_texts = corpus_split(corpus_dir)
     tok_dir, token_cache = work / 'tokenizer', work / 'train_tokens.npy'
     if not (tok_dir / 'tokenizer.json').exists():
-        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer(train_texts, tmp, show=show)
+        with atomic_dir(tok_dir, overwrite=True) as tmp: train_tokenizer(train_texts, tmp,
+                                                                         show=show)
     if not token_cache.exists():
         ids = encode(tok_dir, train_texts, show)
         replace_whole(token_cache, lambda tmp: np.save(tmp, ids))
     return tok_dir, np.load(token_cache), heldout_texts
 
-def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:bool=True) -> tuple[Path, Path]:
+def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None,
+              show:bool=True) -> tuple[Path, Path]:
     """Train teacher `name` of `TEACHERS` from the corpus and write its bf16 and int4 checkpoints
     into `dst_dir`"""
     teacher = recipe(name, steps)
@@ -308,10 +329,12 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None, show:boo
     trainer.run(show=show)
     heldout_ids = encode(tok_dir, heldout_texts)
     data = f"{', '.join(CORPUS)}: first {100 * (1 - HELDOUT):.0f}% of each file (held out: last {100 * HELDOUT:.0f}%)"
-    provenance = dict(teacher=name, seed=teacher.seed, steps=teacher.steps, batch=teacher.batch, seq=teacher.seq,
+    provenance = dict(teacher=name, seed=teacher.seed, steps=teacher.steps, batch=teacher.batch,
+                      seq=teacher.seq,
                       lr=teacher.lr, train_tokens=int(len(tokens)), data=data,
                       final_loss=float(np.mean([entry['loss'] for entry in trainer.log[-20:]])),
-                      heldout_ppl=perplexity(trainer.model, heldout_ids[:200_000], show=show), blas=blas_in_use(),
+                      heldout_ppl=perplexity(trainer.model, heldout_ids[:200_000], show=show),
+                      blas=blas_in_use(),
                       builder='edge0.teachers.reproduce', date=time.strftime('%Y-%m-%d'))
     return export_teacher(trainer, tok_dir, dst_dir, provenance)
 

@@ -38,7 +38,8 @@ def _rows(wq, scales, biases, group:int):
     def take(idx):
         by = q[idx]
         n = torch.stack([by & 15, by >> 4], -1).reshape(len(idx), -1).float()
-        return (n.view(len(idx), -1, group) * s[idx][..., None] + b[idx][..., None]).reshape(len(idx), -1)
+        return (n.view(len(idx), -1,
+                       group) * s[idx][..., None] + b[idx][..., None]).reshape(len(idx), -1)
     return take
 
 # %% ../nbs/02c_torch_step.ipynb #b737141f
@@ -88,16 +89,18 @@ class Proj:
 
 # %% ../nbs/02c_torch_step.ipynb #11e9e4fa
 def fuse(projs:list) -> Proj|None:
-    """One `Proj` computing `projs` (same input, int4, same group, no LoRA or refinement) as one product, else None.
-    Torch's int4 packing interleaves rows within blocks (`bq.pack_rows()`: 64 with AVX512, 32 with AVX2), so packed
-    weights stack when each but the last fills whole blocks; the originals become views into the stack"""
+    """One `Proj` computing `projs` (same input, int4, same group, no LoRA or refinement) as one
+    product, else None. Torch's int4 packing interleaves rows within blocks (`bq.pack_rows()`: 64
+    with AVX512, 32 with AVX2), so packed weights stack when each but the last fills whole blocks;
+    the originals become views into the stack"""
     if not all(p.packed is not None and p.lora is None and not p.refine and p.group == projs[0].group for p in projs):
         return None
     # asked of the running torch: a packing edge0 does not know is not stacked
     rows = bq.pack_rows()
     if rows is None or any(p.out_features % rows for p in projs[:-1]): return None
     f = Proj()
-    f.packed, f.sz = torch.cat([p.packed for p in projs]), torch.cat([p.sz for p in projs], 1).contiguous()
+    f.packed, f.sz = torch.cat([p.packed for p in projs]), torch.cat([p.sz for p in projs],
+                                                                     1).contiguous()
     f.group = projs[0].group
     biases = [p.bias if p.bias is not None else torch.zeros(p.out_features) for p in projs]
     f.bias = None if all(p.bias is None for p in projs) else torch.cat(biases)
@@ -148,7 +151,8 @@ class KV:
         end = self.n + k.shape[1]
         if end > self.k.shape[1]:
             cap = -(-end // self.chunk) * self.chunk
-            grow = lambda t: torch.cat([t[:, :self.n], t.new_empty(t.shape[0], cap - self.n, t.shape[2])], 1)
+            grow = lambda t: torch.cat([t[:, :self.n],
+                                        t.new_empty(t.shape[0], cap - self.n, t.shape[2])], 1)
             self.k, self.v = grow(self.k), grow(self.v)
         self.k[:, self.n:end], self.v[:, self.n:end] = k, v
         self.n = end
@@ -170,7 +174,8 @@ class Attention:
             self.sizes = [self.heads * self.head_dim] + 2 * [self.kv_heads * self.head_dim]
             qn, kn = getattr(a, 'query_layernorm', None), getattr(a, 'key_layernorm', None)
         else:
-            self.q, self.k, self.v, self.o = (Proj(getattr(a, n)) for n in ('q_proj', 'k_proj', 'v_proj', 'o_proj'))
+            self.q, self.k, self.v, self.o = (Proj(getattr(a, n)) for n in ('q_proj', 'k_proj',
+                                                                            'v_proj', 'o_proj'))
             self.heads = getattr(a, 'n_heads', None) or a.num_heads
             self.kv_heads = getattr(a, 'n_kv_heads', None) or a.num_key_value_heads
             self.head_dim = self.q.out_features // self.heads
@@ -181,14 +186,17 @@ class Attention:
         # qwen3: per head; olmoe: the whole row
         self.per_head = qn is not None and qn.weight.size == self.head_dim
         if self.per_head:  # both heads' norms in one call: no weight, then each head's own
-            self.qk_w = torch.cat([self.q_norm.w.expand(self.heads, 1, -1), self.k_norm.w.expand(self.kv_heads, 1, -1)])
+            self.qk_w = torch.cat([self.q_norm.w.expand(self.heads, 1, -1),
+                                   self.k_norm.w.expand(self.kv_heads, 1, -1)])
 
     def __call__(self, x, cache:KV):
         "`x` (L, D) at positions cache.n.. -> (L, D)"
         L = x.shape[0]
-        q, k, v = self.qkv(x).split(self.sizes, -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
+        q, k, v = self.qkv(x).split(self.sizes,
+                                    -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
         if self.q_norm is not None and not self.per_head: q, k = self.q_norm(q), self.k_norm(k)
-        qk = torch.cat([q.view(L, self.heads, self.head_dim), k.view(L, self.kv_heads, self.head_dim)], 1)
+        qk = torch.cat([q.view(L, self.heads, self.head_dim),
+                        k.view(L, self.kv_heads, self.head_dim)], 1)
         qk = qk.transpose(0, 1)
         if self.per_head: qk = F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * self.qk_w
         q, k = self.rope(qk, cache.n).split([self.heads, self.kv_heads])  # one rotation for both
@@ -197,7 +205,8 @@ class Attention:
         keys, values = cache.add(k, v)
         mask = None
         if L > 1: mask = torch.arange(keys.shape[1])[None] <= torch.arange(start, start + L)[:, None]
-        out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=self.scale,
+        out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                             scale=self.scale,
                                              enable_gqa=self.heads != self.kv_heads)[0]
         return self.o(out.transpose(0, 1).reshape(L, -1))
 
@@ -209,7 +218,8 @@ def _attention(lyr):
 # %% ../nbs/02c_torch_step.ipynb #c008e600
 def _check_routing(r:Routing, spec:MoESpec):
     if r.topk_first and r.grouped:
-        raise InputError(f"the torch step does not route top-K-first within groups; {spec.model_type} routes {r}")
+        raise InputError("the torch step does not route top-K-first within groups; "
+                         f"{spec.model_type} routes {r}")
 
 # %% ../nbs/02c_torch_step.ipynb #bbbfae7a
 class MLP:
@@ -437,7 +447,8 @@ class TorchExecutor(Executor):
     def __init__(self, step): self.step = step
     def logits(self, m, x): return m.router(x)
     def bias(self, layer): return self.step.layers[layer].moe.bias
-    def experts(self, m, x, inds): return m.experts(x, inds if isinstance(inds, np.ndarray) else inds.numpy())
+    def experts(self, m, x,
+                inds): return m.experts(x, inds if isinstance(inds, np.ndarray) else inds.numpy())
     def planned(self, layer, x, ids):
         eng = self.step.engine
         at, exact = eng.planned_at(layer, ids)

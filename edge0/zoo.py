@@ -19,8 +19,10 @@ __all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
 
 def _base(mt, L, K, D, V):
-    return dict(model_type=mt, hidden_size=D, num_hidden_layers=L, vocab_size=V, num_attention_heads=4,
-                num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=2048,
+    return dict(model_type=mt, hidden_size=D, num_hidden_layers=L, vocab_size=V,
+                num_attention_heads=4,
+                num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0,
+                max_position_embeddings=2048,
                 tie_word_embeddings=False, num_experts_per_tok=K, torch_dtype='bfloat16')
 
 # %% ../nbs/00_zoo.ipynb #8694668b
@@ -28,44 +30,57 @@ def _family(c, mt, E, F):
     "Per-architecture keys on top of `_base`"
     dense = dict(first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0)
     if mt in ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe'):
-        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, decoder_sparse_step=1,
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128,
+                 decoder_sparse_step=1,
                  mlp_only_layers=[], head_dim=16, norm_topk_prob=True)
     if mt in ('qwen3_next', 'qwen3_5_moe'):
-        c.update(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-                 linear_conv_kernel_dim=4, full_attention_interval=2, shared_expert_intermediate_size=64,
+        c.update(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16,
+                 linear_value_head_dim=16,
+                 linear_conv_kernel_dim=4, full_attention_interval=2,
+                 shared_expert_intermediate_size=64,
                  partial_rotary_factor=0.5)
     if mt == 'qwen2_moe':
-        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, shared_expert_intermediate_size=64)
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128,
+                 shared_expert_intermediate_size=64)
     if mt == 'mixtral': c.update(num_local_experts=E, intermediate_size=F)
-    if mt == 'olmoe': c.update(num_experts=E, intermediate_size=F, norm_topk_prob=False, head_dim=16)
+    if mt == 'olmoe': c.update(num_experts=E, intermediate_size=F, norm_topk_prob=False,
+                               head_dim=16)
     if mt in ('deepseek_v2', 'deepseek_v3', 'glm4_moe'):
-        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, n_shared_experts=1,
+        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128,
+                 n_shared_experts=1,
                  routed_scaling_factor=2.5, n_group=4, topk_group=2, moe_layer_freq=1, **dense)
     if mt in ('deepseek_v2', 'deepseek_v3'):
-        c.update(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
+        c.update(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
+                 qk_nope_head_dim=16,
                  num_key_value_heads=4)
     if mt == 'deepseek_v2':
-        yarn = dict(type='yarn', factor=1.0, original_max_position_embeddings=2048, beta_fast=32, beta_slow=1,
+        yarn = dict(type='yarn', factor=1.0, original_max_position_embeddings=2048, beta_fast=32,
+                    beta_slow=1,
                     mscale=1.0, mscale_all_dim=1.0)
         c.update(topk_method='group_limited_greedy', rope_scaling=yarn)
-    if mt == 'deepseek_v3': c.update(topk_method='noaux_tc', scoring_func='sigmoid', norm_topk_prob=True)
+    if mt == 'deepseek_v3': c.update(topk_method='noaux_tc', scoring_func='sigmoid',
+                                     norm_topk_prob=True)
     if mt == 'glm4_moe':
-        c.update(norm_topk_prob=True, head_dim=16, use_qk_norm=True, attention_bias=False, partial_rotary_factor=0.5,
+        c.update(norm_topk_prob=True, head_dim=16, use_qk_norm=True, attention_bias=False,
+                 partial_rotary_factor=0.5,
                  rope_scaling=None)
     return c
 
 # %% ../nbs/00_zoo.ipynb #8a1dbac4
 def _bailing(c, mt, E, F):
-    c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, num_shared_experts=1, norm_topk_prob=True,
+    c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, num_shared_experts=1,
+             norm_topk_prob=True,
              first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0, n_group=4, topk_group=2,
              routed_scaling_factor=2.5)
     if mt in ('bailing_moe', 'bailing_moe_linear'):
         c.update(score_function='sigmoid', moe_router_enable_expert_bias=True, head_dim=16)
     if mt != 'bailing_moe': c.update(layer_group_size=2, group_norm_size=1)
     if mt in ('bailing_hybrid', 'bailing_moe_v3'):
-        c.update(head_dim=16, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, q_lora_rank=None,
+        c.update(head_dim=16, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                 v_head_dim=16, q_lora_rank=None,
                  moe_shared_expert_intermediate_size=64)
-    if mt == 'bailing_moe_v3': c.update(model_type='bailing_hybrid', architectures=['BailingMoeV3ForCausalLM'])
+    if mt == 'bailing_moe_v3': c.update(model_type='bailing_hybrid',
+                                        architectures=['BailingMoeV3ForCausalLM'])
     return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
@@ -75,14 +90,16 @@ def tiny_config(model_type:str, # one of `FAMILIES`
                 hidden:int=64, expert_size:int=64, vocab:int=512) -> dict:
     "A Hugging Face style config.json (as a dict) of a tiny `model_type` MoE"
     if model_type not in FAMILIES:
-        raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: {', '.join(FAMILIES)}")
+        raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: "
+                         f"{', '.join(FAMILIES)}")
     c = _base(model_type, num_layers, k or 4, hidden, vocab)
     family = _bailing if model_type.startswith('bailing') else _family
     c = family(c, model_type, num_experts, expert_size)
     if model_type == 'qwen3_5_moe':
         c['rope_parameters'] = dict(type='default', rope_theta=10000.0, partial_rotary_factor=0.5,
                                     mrope_section=[2, 1, 1])
-        c = dict(model_type=model_type, architectures=['Qwen3_5MoeForConditionalGeneration'], tie_word_embeddings=False,
+        c = dict(model_type=model_type, architectures=['Qwen3_5MoeForConditionalGeneration'],
+                 tie_word_embeddings=False,
                  torch_dtype='bfloat16', text_config=c)
     return c
 
@@ -118,12 +135,14 @@ def tiny_model(config:dict, seed:int=0):
 
 # %% ../nbs/00_zoo.ipynb #e88d47c5
 SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
-_TEXT = ("The expert weights stay on the disk and only the experts a token uses are read. A small head predicts the "
-         "next layer's routing one token ahead, so the reads are hidden behind compute. The quick brown fox jumps "
-         "over the lazy dog. Once upon a time there was a little model that lived on a laptop, and every morning it "
-         "read a few experts from the disk. ") * 4
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+_TEXT = ("The expert weights stay on the disk and only the experts a token uses are read. A small "
+         "head predicts the next layer's routing one token ahead, so the reads are hidden behind "
+         "compute. The quick brown fox jumps over the lazy dog. Once upon a time there was a "
+         "little model that lived on a laptop, and every morning it read a few experts from the "
+         "disk. ") * 4
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] "
+                 "}}<|im_end|>\n{% endfor %}{% if add_generation_prompt "
+                 "%}<|im_start|>assistant\n{% endif %}")
 
 def tiny_tokenizer(dst, vocab:int=512) -> int:
     """Write a byte-level BPE tokenizer of at most `vocab` tokens into directory `dst`; returns the
@@ -131,12 +150,15 @@ def tiny_tokenizer(dst, vocab:int=512) -> int:
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.train_from_iterator([_TEXT], trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS, show_progress=False,
+    tok.train_from_iterator([_TEXT], trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
+                                                         show_progress=False,
                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     dst = Path(dst)
     tok.save(str(dst / 'tokenizer.json'))
-    cfg = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>', pad_token='<|endoftext|>',
-               bos_token=None, chat_template=CHAT_TEMPLATE, model_max_length=2048, clean_up_tokenization_spaces=False)
+    cfg = dict(tokenizer_class='PreTrainedTokenizerFast', eos_token='<|im_end|>',
+               pad_token='<|endoftext|>',
+               bos_token=None, chat_template=CHAT_TEMPLATE, model_max_length=2048,
+               clean_up_tokenization_spaces=False)
     (dst / 'tokenizer_config.json').write_text(json.dumps(cfg, indent=1))
     return tok.token_to_id('<|im_end|>')
 
@@ -147,14 +169,16 @@ def _scale_embedding(model, rms:float):
     emb = [(n, w) for n, w in B.tree_flatten(model.parameters()) if n.endswith(names)]
     model.update(B.tree_unflatten([(n, w * (rms * w.shape[-1] ** 0.5)) for n, w in emb]))
 
-def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64, overwrite:bool=False,
+def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64,
+               overwrite:bool=False,
                # rows of the token embedding at this RMS (None: drawn as every matrix)
                embed_rms:float|None=None,
                **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
     dst = Path(dst)
-    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
+                                                        "replace it")
     config = tiny_config(model_type, **config_kw)
     model, spec = tiny_model(config, seed)
     if embed_rms: _scale_embedding(model, embed_rms)
@@ -164,7 +188,8 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     if bits: model, config = quantize_model(model, config, group_size, bits)
     with atomic_dir(dst, overwrite) as tmp:
         config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config') or config)['vocab_size'])
-        config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type, seed=seed, bits=bits,
+        config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type,
+                                          seed=seed, bits=bits,
                                           group_size=group_size, embed_rms=embed_rms)
         save_model(tmp, model)
         save_config(config, tmp / 'config.json')
@@ -186,21 +211,24 @@ def _draw_quantized(rng, shape, bits:int, chunk:int=16, gain:float=1.0):
     from edge0.backend import quant as bq
     parts = []
     for i in range(0, shape[0], chunk):
-        w = rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]), np.float32) * (gain / np.sqrt(shape[-1]))
+        w = rng.standard_normal((min(chunk, shape[0] - i), *shape[1:]),
+                                np.float32) * (gain / np.sqrt(shape[-1]))
         parts.append(bq.quantize(B.array(w).astype(B.bfloat16), 64, bits))
     out = [B.concatenate([p[j] for p in parts]) for j in range(3)]
     B.eval(out)
     return out
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6
-def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int, router_gain:float=1.0) -> dict:
+def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int,
+                     router_gain:float=1.0) -> dict:
     "Router (int8) and stacked int4 experts of one layer, by safetensors key"
     pre, arrays = f"model.layers.{layer}.mlp", {}
     router = _draw_quantized(rng, (num_experts, hidden), 8, gain=router_gain)
     for part, a in zip(('weight', 'scales', 'biases'), router):
         arrays[f"{pre}.gate.{part}"] = a
     up = (num_experts, expert_size, hidden)
-    for proj, shape in (('gate_proj', up), ('up_proj', up), ('down_proj', (num_experts, hidden, expert_size))):
+    for proj, shape in (('gate_proj', up), ('up_proj', up),
+                        ('down_proj', (num_experts, hidden, expert_size))):
         for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, shape, 4)):
             arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
     return arrays
@@ -212,19 +240,26 @@ SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
 # any cache) or 'calibrated' (to the published figures for trained MoEs: see below)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
 
-def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024, expert_size:int=512,
-                    seed:int=0, overwrite:bool=False, gains:dict|None=None, routing:str='uniform') -> Path:
+def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024,
+                    expert_size:int=512,
+                    seed:int=0, overwrite:bool=False, gains:dict|None=None,
+                    routing:str='uniform') -> Path:
     """A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained
     model's"""
-    if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of {', '.join(ROUTINGS)}")
+    if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of "
+                                                 f"{', '.join(ROUTINGS)}")
     # attention averages the context: deeper stacks get less per layer
     depth = min(1.0, (12 / num_layers) ** 0.5)
-    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing], **(gains or {})}
+    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing],
+             **(gains or {})}
     from mlx_lm.utils import quantize_model, save_config
     dst = Path(dst)
-    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to replace it")
-    config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden, expert_size=expert_size)
-    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8, intermediate_size=4 * expert_size)
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
+                                                        "replace it")
+    config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden,
+                         expert_size=expert_size)
+    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8,
+                  intermediate_size=4 * expert_size)
     small, _ = tiny_model(config, seed)
     # rows at unit RMS
     scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'
@@ -248,13 +283,16 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
         index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
         (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
         config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
-        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed, gains=gains, routing=routing)
+        config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed,
+                                          gains=gains, routing=routing)
         save_config(config, tmp / 'config.json')
     return dst
 
 # %% ../nbs/00_zoo.ipynb #34ab5e6a
-def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=True, bits:int=4, group_size:int=64,
-                      mode:str='affine', recipe:str|None=None, seed:int=0, config:dict|None=None, **config_kw) -> Path:
+def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=True, bits:int=4,
+                      group_size:int=64,
+                      mode:str='affine', recipe:str|None=None, seed:int=0, config:dict|None=None,
+                      **config_kw) -> Path:
     """A tiny `model_type` checkpoint written by `mlx_lm.convert` from a float32 source: `dtype`,
     optionally quantized"""
     import contextlib, io, tempfile
@@ -268,7 +306,8 @@ def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=T
         save_config(config, Path(src) / 'config.json')
         tmp.rmdir()  # mlx_lm.convert refuses an existing destination
         with contextlib.redirect_stdout(io.StringIO()):
-            convert(src, str(tmp), quantize=quantize, q_bits=bits if quantize else None, q_group_size=group_size,
+            convert(src, str(tmp), quantize=quantize, q_bits=bits if quantize else None,
+                    q_group_size=group_size,
                     q_mode=mode, dtype=dtype, quant_predicate=recipe)
     return Path(dst)
 

@@ -63,6 +63,15 @@ def test_show_doc_block_of_a_function():
     md = ApiBlock(f, name='f')._repr_markdown_()
     assert md.startswith('### f\n') and 'f(x: int, mode: str | None = None)' in md and '*Do a thing*' in md
     assert '| x | int |  | the input |' in md and r'str \| None' in md  # a `|` escaped keeps the table's columns
+    def g(x: int,
+          # a comment too long for the parameter's line, written above it
+          # over two lines
+          y: int = 0,
+          ) -> str:  # a | b
+        "Do another"
+    md = ApiBlock(g, name='g')._repr_markdown_()
+    assert '| y | int | 0 | a comment too long for the parameter\'s line, written above it over two lines |' in md
+    assert r'| **Returns** | **str** |  | **a \| b** |' in md  # each row one line, its `|` escaped
 
 def chromium_or_skip() -> str:
     "The chromium executable; skips without one, except under CI (CI=1), where the browser check must run"

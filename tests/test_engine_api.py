@@ -135,3 +135,11 @@ def test_library_reads_cleanly():
     long = [f"{p.name}:{i}" for p in files for i, line in code_lines(p) if len(line) > 120]
     chained = [f"{p.name}:{i}" for p in files for i in statement_semicolons(p)]
     assert long == [] and chained == [], (long[:10], chained[:10])
+
+# the modules made when the engine and the planner were split by concern: the house width from the start
+NARROW = ('experts', 'pool', 'engine', 'streaming', 'plan_inputs', 'plan_calibration', 'plan_verdict')
+
+def test_new_homes_keep_the_house_width():
+    "The split modules keep every line within 100 characters (what nbdev writes itself aside)"
+    wide = [f"{n}.py:{i}" for n in NARROW for i, line in code_lines(PKG / f"{n}.py") if len(line) > 100]
+    assert wide == [], wide[:10]

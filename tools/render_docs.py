@@ -52,12 +52,18 @@ def signature(name: str, sig: inspect.Signature, module='__main__', width=100) -
     return '\n'.join(lines).replace('\0', ' ')
 
 def _cell(o):
-    "A docments table cell as text, a `|` (as in `str | None`) escaped so that the table keeps its columns"
-    return o if o is inspect.Parameter.empty else getattr(o, '__name__', str(o)).replace('|', r'\|')
+    """A docments table cell as text on one line: a `|` (as in `str | None`) escaped and the lines of a comment
+    written above its parameter joined, so that the table keeps its rows and columns"""
+    if o is inspect.Parameter.empty: return o
+    return ' '.join(getattr(o, '__name__', str(o)).replace('|', r'\|').split('\n'))
 
 class DocTable(DocmentTbl):
-    "fastcore's docments table (type, default and trailing comment of each parameter), safe for union types"
+    "fastcore's docments table (type, default and comment of each parameter), safe for union types and long comments"
     def _row(self, nm, props): return list(map(_cell, super()._row(nm, props)))
+    @property
+    def return_str(self):
+        cells = [_cell(self.dm['return'][c]) for c in self._columns]
+        return '| **Returns** | ' + ' | '.join('' if v is inspect.Parameter.empty else f'**{v}**' for v in cells) + ' |'
 
 class ApiBlock(BasicMarkdownRenderer):
     "`show_doc` the way nbdev's site shows it: the name, the signature, the docstring, then the table of docments"

@@ -10,8 +10,10 @@ import mlx.core as mx
 from mlx.utils import tree_flatten as _tree_flatten, tree_unflatten as _tree_unflatten
 from mlx.nn import Module  # base class of layers installed into mlx-lm models
 from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, int32, int64, bool_,
-    softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten, stop_gradient,
-    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort, argmax, expand_dims,
+    softmax, sigmoid, argpartition, topk, take_along_axis, put_along_axis, unflatten, flatten,
+                      stop_gradient,
+    concatenate, stack, zeros, ones, full, arange, take, where, matmul, array_equal, argsort,
+                      argmax, expand_dims,
     gather_mm, zeros_like,
     value_and_grad, # of a function of arrays (`nn.value_and_grad`: of a model's parameters)
     slice_update, log, exp, logsumexp, split, random)

@@ -11,9 +11,11 @@ import mlx.core as mx
 
 # Safetensors dtype name -> (numpy storage dtype, backend dtype)
 DTYPES = {
-    'F32': (np.float32, mx.float32), 'F16': (np.float16, mx.float16), 'BF16': (np.uint16, mx.bfloat16),
+    'F32': (np.float32, mx.float32), 'F16': (np.float16, mx.float16),
+          'BF16': (np.uint16, mx.bfloat16),
     'U32': (np.uint32, mx.uint32), 'I32': (np.int32, mx.int32), 'I64': (np.int64, mx.int64),
-    'U8': (np.uint8, mx.uint8), 'I8': (np.int8, mx.int8), 'U16': (np.uint16, mx.uint16), 'BOOL': (np.bool_, mx.bool_),
+    'U8': (np.uint8, mx.uint8), 'I8': (np.int8, mx.int8), 'U16': (np.uint16, mx.uint16),
+          'BOOL': (np.bool_, mx.bool_),
 }
 
 def itemsize(dtype:str) -> int:
@@ -22,7 +24,8 @@ def itemsize(dtype:str) -> int:
 
 def _storage(dtype:str):
     if dtype not in DTYPES:
-        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of "
+                         f"{sorted(DTYPES)}")
     return DTYPES[dtype][0]
 
 # %% ../../nbs/00_backend_io.ipynb #18792ca7
@@ -34,8 +37,8 @@ def from_buffer(buf, dtype:str, shape, offset:int=0, evaluate:bool=True):
     need = offset + n * np.dtype(st).itemsize
     if need > len(memoryview(buf).cast('B')):
         have = len(memoryview(buf).cast('B'))
-        raise ValueError(f"buffer of {have} bytes is too short for {dtype}{list(shape)} at offset {offset} "
-                         f"(needs {need})")
+        raise ValueError(f"buffer of {have} bytes is too short for {dtype}{list(shape)} at offset "
+                         f"{offset} (needs {need})")
     a = mx.array(np.frombuffer(buf, dtype=st, count=n, offset=offset).reshape(tuple(shape)))
     target = DTYPES[dtype][1]
     if a.dtype != target: a = a.view(target)

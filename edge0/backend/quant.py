@@ -24,13 +24,16 @@ def dequantize(wq, scales, biases, group_size:int=GROUP_SIZE, bits:int=BITS, mod
     "The float weight that `quantize` packed"
     return mx.dequantize(wq, scales, biases, group_size=group_size, bits=bits, mode=mode)
 
-def quantized_matmul(x, wq, scales, biases, transpose:bool=True, group_size:int=GROUP_SIZE, bits:int=BITS,
+def quantized_matmul(x, wq, scales, biases, transpose:bool=True, group_size:int=GROUP_SIZE,
+                     bits:int=BITS,
                      mode:str='affine'):
     "`x @ dequantize(w).T` (transpose) computed on the packed weight"
-    return mx.quantized_matmul(x, wq, scales, biases, transpose=transpose, group_size=group_size, bits=bits, mode=mode)
+    return mx.quantized_matmul(x, wq, scales, biases, transpose=transpose, group_size=group_size,
+                               bits=bits, mode=mode)
 
 def gather_qmm(x, wq, scales, biases, lhs_indices=None, rhs_indices=None, transpose:bool=True,
-               group_size:int=GROUP_SIZE, bits:int=BITS, sorted_indices:bool=False, mode:str='affine'):
+               group_size:int=GROUP_SIZE, bits:int=BITS, sorted_indices:bool=False,
+               mode:str='affine'):
     """Batched `quantized_matmul` where `rhs_indices` picks the expert (first axis of `wq`) for each
     row"""
     return mx.gather_qmm(x, wq, scales, biases, lhs_indices, rhs_indices, transpose=transpose,
@@ -57,11 +60,14 @@ def default_kernels() -> str:
 def check_kernels(kernels:str|None) -> str:
     "`kernels` checked against this machine (None: the default); a `ValueError` says what is wrong"
     if kernels is None: return default_kernels()
-    if kernels not in KERNELS: raise ValueError(f"kernels={kernels!r}: expected one of {', '.join(KERNELS)}")
+    if kernels not in KERNELS: raise ValueError(f"kernels={kernels!r}: expected one of "
+                                                f"{', '.join(KERNELS)}")
     if kernels == 'torch' and B.device_kind() != 'cpu':
-        raise ValueError("kernels='torch' runs on the CPU only; MLX runs on Metal here: use kernels='mlx'")
+        raise ValueError("kernels='torch' runs on the CPU only; MLX runs on Metal here: use "
+                         "kernels='mlx'")
     if kernels == 'torch' and not torch_available():
-        raise ValueError("kernels='torch' needs torch: pip install 'edge0[torch]' (on Linux: torch==2.13.0 first)")
+        raise ValueError("kernels='torch' needs torch: pip install 'edge0[torch]' (on Linux: "
+                         "torch==2.13.0 first)")
     return kernels
 
 def torch_int4(bits:int, group_size:int, mode:str='affine', out_features:int=16) -> bool:
@@ -100,7 +106,8 @@ def to_torch(x):
 
 _VIEWS, _REFS = {}, {}
 _TORCH_DTYPES = ('uint8', 'bfloat16', 'float32', 'float16')  # the same names in MLX and torch
-_TORCH_OF = dict(F32='float32', F16='float16', BF16='bfloat16', U8='uint8', I8='int8', U16='uint16', I32='int32',
+_TORCH_OF = dict(F32='float32', F16='float16', BF16='bfloat16', U8='uint8', I8='int8', U16='uint16',
+                 I32='int32',
                  U32='uint32', I64='int64', BOOL='bool')  # safetensors dtype names
 
 def torch_from_buffer(buf, dtype:str, shape):
@@ -108,7 +115,8 @@ def torch_from_buffer(buf, dtype:str, shape):
     alive"""
     import torch, warnings
     if dtype not in _TORCH_OF:
-        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of {sorted(_TORCH_OF)}")
+        raise ValueError(f"unsupported safetensors dtype {dtype!r}; expected one of "
+                         f"{sorted(_TORCH_OF)}")
     t, mv = getattr(torch, _TORCH_OF[dtype]), memoryview(buf).cast('B')
     n = int(np.prod(shape)) if len(shape) else 1
     # a read-only buffer (a view of a mapped file): the kernels only read it
@@ -123,9 +131,10 @@ def _forget(key:int):
 import weakref
 
 def torch_view(a):
-    """`to_torch(a)` for a weight array used again and again (a pooled expert's): made once, kept while `a` lives.
-    The view reads `a`'s memory by address and holds no reference to `a`, so caching it keeps nothing alive.
-    A torch tensor (an expert the store read straight into torch) is returned as it is"""
+    """`to_torch(a)` for a weight array used again and again (a pooled expert's): made once, kept
+    while `a` lives. The view reads `a`'s memory by address and holds no reference to `a`, so
+    caching it keeps nothing alive. A torch tensor (an expert the store read straight into torch) is
+    returned as it is"""
     if not isinstance(a, mx.array): return a
     key = id(a)
     hit = _VIEWS.get(key)
@@ -169,9 +178,11 @@ class TorchLinear(B.Module):
         bias = linear.get('bias')
         self._bias = None if bias is None else to_torch(bias.astype(B.float32))
         self.out_features, self.in_features = linear.scales.shape[0], linear.scales.shape[1] * linear.group_size
-        if self._int4: self._packed, self._sz = torch_pack(linear.weight, linear.scales, linear.biases, self.group_size)
+        if self._int4: self._packed, self._sz = torch_pack(linear.weight, linear.scales,
+                                                           linear.biases, self.group_size)
         else:
-            w = dequantize(linear.weight, linear.scales, linear.get('biases'), linear.group_size, linear.bits,
+            w = dequantize(linear.weight, linear.scales, linear.get('biases'), linear.group_size,
+                           linear.bits,
                            self.mode).astype(B.float32)
             self._w = torch.from_numpy(np.array(w))  # owns its float32 copy
         # refine > 0 (the lm_head): each row's top `refine` outputs recomputed exactly from MLX's
@@ -184,7 +195,8 @@ class TorchLinear(B.Module):
         shape, dt = x.shape, x.dtype
         B.eval(x)
         xt = to_torch(x).reshape(-1, shape[-1])
-        y = int4_mm(xt, self._packed, self._sz, self.group_size).float() if self._int4 else xt.float() @ self._w.T
+        y = int4_mm(xt, self._packed, self._sz,
+                    self.group_size).float() if self._int4 else xt.float() @ self._w.T
         if self._bias is not None: y = y + self._bias
         if self._refine: self._exact_top(x.reshape(-1, shape[-1]), y)
         return from_torch(y, dt).reshape(*shape[:-1], self.out_features)
@@ -196,7 +208,8 @@ class TorchLinear(B.Module):
         wq, scales, biases = self._mlx
         for i in range(0, len(top), chunk):
             idx = B.array(top[i:i + chunk].reshape(-1).astype(np.uint32))
-            w = dequantize(wq[idx], scales[idx], None if biases is None else biases[idx], self.group_size, self.bits,
+            w = dequantize(wq[idx], scales[idx], None if biases is None else biases[idx],
+                           self.group_size, self.bits,
                            self.mode).astype(B.float32).reshape(*top[i:i + chunk].shape, -1)
             exact = (x[i:i + chunk, None, :].astype(B.float32) * w).sum(-1)
             rows = torch.arange(i, i + len(exact))[:, None]
@@ -208,16 +221,18 @@ class TorchLinear(B.Module):
         import torch
         if not self._int4: return B.array(self._w.numpy())
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return B.array(int4_mm(eye, self._packed, self._sz, self.group_size).float().T.contiguous().numpy())
+        return B.array(int4_mm(eye, self._packed, self._sz,
+                               self.group_size).float().T.contiguous().numpy())
 
 # %% ../../nbs/00_backend_quant.ipynb #29e124a4
 REFINE = 64  # lm_head outputs recomputed exactly per row
 
 def use_torch_kernels(model, weights:dict|None=None) -> list:
-    """Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, key, original)]` to undo it
-    (`parent[key] = original`; `key` is an index where the parent is a list).
-    With `weights` (the checkpoint's arrays by name, unread), each original gives up its arrays for the checkpoint's:
-    MLX's copies are freed and read back from disk only if the original is put back"""
+    """Swap every `QuantizedLinear` of `model` for a `TorchLinear` in place; `[(parent, key,
+    original)]` to undo it (`parent[key] = original`; `key` is an index where the parent is a list).
+    With `weights` (the checkpoint's arrays by name, unread), each original gives up its arrays for
+    the checkpoint's: MLX's copies are freed and read back from disk only if the original is put
+    back"""
     from mlx.nn import QuantizedLinear
     swapped = []
     for path, m in model.named_modules():
@@ -273,7 +288,8 @@ def torch_expert_mlp(x, # (..., D) hidden states
         rows, cols = np.nonzero(ids == e)
         h = xt[torch.from_numpy(rows)]
         g, u = mm(h, 'gate_proj', e).float(), mm(h, 'up_proj', e).float()
-        out[torch.from_numpy(rows), torch.from_numpy(cols)] = mm((torch.nn.functional.silu(g) * u).to(torch.bfloat16),
+        out[torch.from_numpy(rows),
+            torch.from_numpy(cols)] = mm((torch.nn.functional.silu(g) * u).to(torch.bfloat16),
                                                                   'down_proj', e)
     return from_torch(out, x.dtype).reshape(*idx.shape, shape[-1])
 
@@ -281,11 +297,13 @@ def torch_expert_mlp(x, # (..., D) hidden states
 # %% ../../nbs/00_backend_quant.ipynb #e23c79c6
 import functools, hashlib
 
-SCHEMES = {f"{rule}{block}": (block, rule) for block in (16, 32, 64, 128) for rule in ('pairs', 'halves')}
+SCHEMES = {f"{rule}{block}": (block, rule) for block in (16, 32, 64,
+                                                         128) for rule in ('pairs', 'halves')}
 
 def pack_order(scheme:str, n:int, k:int) -> np.ndarray:
-    """Which value (`row * k + column`) of an `[n, k]` int4 weight each nibble of its packing as `scheme` holds, in
-    byte order, low nibble first: blocks of `block` rows, each block column by column, each byte two rows"""
+    """Which value (`row * k + column`) of an `[n, k]` int4 weight each nibble of its packing as
+    `scheme` holds, in byte order, low nibble first: blocks of `block` rows, each block column by
+    column, each byte two rows"""
     block, rule = SCHEMES[scheme]
     out = []
     for r0 in range(0, n, block):
@@ -304,7 +322,8 @@ def pack_as(scheme:str, q) -> np.ndarray:
 # %% ../../nbs/00_backend_quant.ipynb #b0224a55
 PROBE_SHAPE = (208, 64)  # 128 + 64 + 16 rows: whole blocks of each scheme, then a shorter one
 
-def _probe() -> np.ndarray: return np.random.default_rng(0).integers(0, 16, PROBE_SHAPE, dtype=np.int32)
+def _probe() -> np.ndarray: return np.random.default_rng(0).integers(0, 16, PROBE_SHAPE,
+                                                                     dtype=np.int32)
 
 def probe_id(packed) -> str:
     "The fingerprint of a packing: a hash of the probe matrix's packed bytes"
@@ -315,7 +334,8 @@ def torch_packing() -> dict:
     """How this process's torch packs int4 weights: its `torch` version, the CPU `capability` it runs, the packing's
     `probe` fingerprint, and the `scheme` that packing is (None: one `SCHEMES` does not describe)"""
     import torch
-    probe = probe_id(torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(_probe()), 2).numpy())
+    probe = probe_id(torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(_probe()),
+                                                                        2).numpy())
     return dict(torch=torch.__version__, capability=torch.backends.cpu.get_cpu_capability().lower(),
                 probe=probe, scheme=scheme_of(probe))
 

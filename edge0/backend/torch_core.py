@@ -63,7 +63,8 @@ def put_along_axis(a, indices, values, axis:int):
     "`a` with `values` written at `indices` along `axis`, the indices broadcast over the other axes"
     axis = axis % a.ndim
     shape = [n if d != axis else indices.shape[d] for d, n in enumerate(a.shape)]
-    return a.scatter(axis, indices.long().expand(shape), torch.as_tensor(values, dtype=a.dtype).expand(shape))
+    return a.scatter(axis, indices.long().expand(shape),
+                     torch.as_tensor(values, dtype=a.dtype).expand(shape))
 
 def unflatten(a, axis:int, shape:tuple):
     "`a` with `axis` split into `shape`"
