@@ -20,6 +20,7 @@ from pathlib import Path
 from edge0.files import teacher_path
 from edge0.heads import train_prerouter
 from edge0.prerouter import prerouter_file
+from edge0.serving import Serving
 from edge0.store import model_spec, read_header
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +52,7 @@ def compare(name:str, k:int, corpus, work:Path, train:bool=True, **overrides) ->
     if train:
         shutil.rmtree(base, ignore_errors=True)
         shutil.copytree(teacher_path(name), base, ignore=shutil.ignore_patterns('prerouter*', 'lora*'))
-        out = train_prerouter(name, corpus, work, k, base, **overrides)
+        out = train_prerouter(name, corpus, work, Serving('routing', k), base, **overrides)
     else: out = base / committed.name
     new, recorded = recall_of(out), recall_of(committed)
     old, again = measured(name, k, [committed, out])  # both on the same windows: provenance may predate an excerpt

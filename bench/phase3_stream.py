@@ -74,7 +74,9 @@ def main():
     load = capped(cap, [sys.executable, '-c', code], model, scratch / 'mlx_lm_load.log')
     print(f"  exit status {load['returncode']}, oom_kill {load['oom_kills']}", flush=True)
     recipe = dict(windows=a.windows, prompt=a.prompt, gen=a.gen, steps=a.steps, batch=a.batch)
-    call = (f"from edge0.distil import distil; distil({str(model)!r}, 8, pool_mib={a.pool_mib:g}, "
+    budget = f"StreamOptions(pool_bytes={int(a.pool_mib * MiB)})"
+    call = ("from edge0.distil import distil; from edge0.engine import StreamOptions; "
+            f"from edge0.serving import Serving; distil({str(model)!r}, Serving('routing', 8, options={budget}), "
             f"work={str(scratch / 'work')!r}, dst={str(scratch / 'adapter')!r}, **{recipe!r})")
     (scratch / 'adapter').mkdir()
     print(f"phase 3 under the cap: python -c {call!r} ...", flush=True)

@@ -85,7 +85,8 @@ def recovery(name:str, k:int, keep:int, steps:int|None, work:Path, corpus, windo
     "Phase 2 from scratch on the path whose predicted sets hold the `keep` heaviest experts; KL before and after"
     from edge0.quality import rung_metrics, heldout_windows as _windows
     from edge0.recovery import Recovery, load_teacher
-    run = Recovery(name, 2, k, corpus, work, show=False, **({'steps': steps} if steps else {}))
+    from edge0.serving import Serving
+    run = Recovery(name, 2, Serving('routing', k), corpus, work, show=False, **({'steps': steps} if steps else {}))
     run.out = work / f"{name}-k{k}-keep{keep}-phase2-ckpt"
     if run.out.exists(): shutil.rmtree(run.out)
     run.student.keep = keep

@@ -518,8 +518,8 @@ def _cmd_plan(a):
     if a.json: print(f"wrote {save(p, a.json)}")
 
 # %% ../nbs/09_cli.ipynb #829ef978
-def _cmd_heads(a):
-    "Phase 1 for any model: a bundled teacher without --data follows its own recipe, on a copy of its base in --dst"
+def _cmd_heads(a, serving:Serving):
+    "Phase 1 for `serving` of any model; a bundled teacher without --data: its recipe, on a copy"
     if a.weighted is not None and not 0 <= a.weighted < float('inf'):
         raise CLIError(f"--weighted {a.weighted}: expected a number >= 0")
     recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens),
@@ -527,8 +527,9 @@ def _cmd_heads(a):
     if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
-        return print(train_prerouter(a.model, a.corpus, a.work or 'build/teachers', a.k, base, **recipe))
-    train_heads(a.model, a.k, data=a.data, pool_mib=a.pool_mib, work=a.work, dst=a.dst, **recipe)  # table names it
+        work = a.work or 'build/teachers'
+        return print(train_prerouter(a.model, a.corpus, work, serving, base, **recipe))
+    train_heads(a.model, serving, data=a.data, work=a.work, dst=a.dst, **recipe)  # a table names it
 
 def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     "A copy of teacher `name`'s int4 base in `dst` (made once), without the files matching `drop`"
@@ -544,16 +545,21 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     return base
 
 # %% ../nbs/09_cli.ipynb #5fbaa882
-def _cmd_distil(a):
-    "Phase 3 for any model, streamed: self-distillation (or from --teacher) into the adapter for `routing` at --k"
+def _cmd_distil(a, serving:Serving):
+    "Phase 3 for any model, streamed: self-distillation (or from --teacher) of `serving`'s adapter"
     from edge0.distil import distil
     for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for --phase heads")
-    distil(a.model, a.k, a.teacher, a.data, a.pool_mib, a.work, a.dst, **_overrides(a))
+    distil(a.model, serving, a.teacher, a.data, a.work, a.dst, **_overrides(a))
 
 def _overrides(a) -> dict:
     "The recipe keys sft and distil take from the command line"
-    return {**({'steps': a.steps} if a.steps else {}), **({'exact_top': a.exact_top} if a.exact_top else {})}
+    return {'steps': a.steps} if a.steps else {}
+
+def _train_serving(a) -> Serving:
+    "What `train` trains for: `routing` at --k with --exact-top, within --pool-mib (else 'auto')"
+    options = None if a.pool_mib is None else StreamOptions(pool_bytes=_pool_bytes(a.pool_mib))
+    return Serving('routing', a.k, a.exact_top, options=options)
 
 # %% ../nbs/09_cli.ipynb #8d5527f1
 def _cmd_train(a):
@@ -561,12 +567,14 @@ def _cmd_train(a):
         raise CLIError(f"--exact-top is for --phase sft and distil, not {PHASE_NAMES[a.phase]}")
     if a.exact_top < 0 or (a.k and a.exact_top > a.k):
         raise CLIError(f"--exact-top {a.exact_top}: expected 0 to K{f'={a.k}' if a.k else ''}")
-    if a.phase == 1: return _cmd_heads(a)
+    serving = _train_serving(a)  # one configuration, whichever phase trains for it
+    if a.phase == 1: return _cmd_heads(a, serving)
     from edge0.teachers import TEACHERS, reproduce
     from dataclasses import replace
     from edge0.code_teacher import CODE_TEACHER, reproduce_code
     known = [*TEACHERS, CODE_TEACHER.name]
-    if a.phase == 3 and (a.model not in known or a.teacher or a.pool_mib or a.data): return _cmd_distil(a)
+    if a.phase == 3 and (a.model not in known or a.teacher or a.pool_mib or a.data):
+        return _cmd_distil(a, serving)
     if a.teacher: raise CLIError("--teacher is for --phase distil")
     if a.model not in known:
         raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is not one (known: "
@@ -581,7 +589,7 @@ def _cmd_train(a):
     if a.phase == 0: return print(*reproduce(a.model, a.corpus, work, dst, a.steps), sep='\n')
     from edge0.recovery import train_adapter
     base = _teacher_copy(a.model, dst, ('lora*',))  # sft and distil use the committed heads
-    print(train_adapter(a.model, a.phase, a.corpus, work, a.k, base, **_overrides(a)))
+    print(train_adapter(a.model, a.phase, a.corpus, work, serving, base, **_overrides(a)))
 
 # %% ../nbs/09_cli.ipynb #f74fc30b
 def _run(a):

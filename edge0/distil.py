@@ -5,13 +5,14 @@
 # %% ../nbs/04g_distil.ipynb #8af2a441
 from __future__ import annotations
 import hashlib, json, shutil, time
+from dataclasses import replace
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .calib import calibration, default_documents, read_documents
-from .decode import Sampling, generate_ids, held_bytes, load as decode_load
-from .files import InputError, edge0_home, find_model, is_writable, read_json, replace_whole
+from .decode import Sampling, generate_ids, held_bytes
+from .files import InputError, edge0_home, find_model, is_writable, replace_whole
 from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
 from .heads import LayerPass, decoder_layers, training_pool
@@ -21,6 +22,7 @@ from .routing import block
 from .store import ExpertStore, fingerprint, model_spec
 from .experts import expert_mlp
 from .engine import StreamOptions
+from .serving import Serving, check_training, open_served
 from .streaming import load as stream_load, open_tokenizer
 from .teachers import lr_schedule
 
@@ -92,19 +94,20 @@ def teacher_targets(d:Path, ids:np.ndarray, # (N, L) windows: `prefill` prompt t
     return out
 
 # %% ../nbs/04g_distil.ipynb #4cd8508b
-def student_windows(d:Path, k:int, heads, prompts:np.ndarray, gen:int, pool:int, seed:int,
-                    show:bool=True, exact_top:int=0) -> np.ndarray:
-    "`prompts` (N, P) each continued by `gen` tokens the checkpoint in `d` writes as served (`routing`, `k`, `heads`)"
+def student_windows(d:Path, serving:Serving, # 'routing' at its K, with its heads and exact top-M
+                    prompts:np.ndarray, gen:int, pool:int, seed:int, show:bool=True) -> np.ndarray:
+    "`prompts` (N, P) each continued by `gen` tokens the checkpoint in `d` writes, as `serving`"
+    k, heads = serving.k or model_spec(d).k, serving.heads
     slots = held_bytes(d, 'routing', k, heads, hold=False)  # K slots a predicted layer: routing's own, beside the pool
     layers = held_bytes(d, 'routing', k, heads) - slots  # the layers no head predicts: kept when the pool has room
     store = ExpertStore(d, residency=False)
-    try: hold = layers + k * store.expert_nbytes <= pool
+    try: fits = layers + k * store.expert_nbytes <= pool
     finally: store.close()
-    if show and not hold:
+    if show and serving.hold and not fits:
         print(f"the student's own text: the layers no head predicts are read on demand (keeping them, "
               f"{layers / MiB:,.0f} MiB, would pass the {pool / MiB:,.0f} MiB pool); the same tokens, slower")
     out, options = [], StreamOptions(pool_bytes=pool + slots)
-    with decode_load(d, 'routing', k, prerouter_path=heads, options=options, exact_top=exact_top, hold=hold) as h:
+    with open_served(d, replace(serving, options=options, hold=serving.hold and fits)) as h:
         for i, p in enumerate(tqdm(prompts, desc="the student's own text", unit='window', disable=not show)):
             h.decoder.reset()
             drawn = generate_ids(h.model, p.tolist(), gen, decoder=h.decoder,
@@ -120,9 +123,10 @@ def _flat(tree, prefix:str='') -> dict:
     return {f"{prefix}{key}": v for key, v in B.tree_flatten(tree)}
 
 class Distiller:
-    "A streamed phase-3 run on the checkpoint in `d` at `k`: the student served with its heads and an adapter"
-    def __init__(self, d:Path, k:int, heads:Path, pool:int, recipe:dict):  # recipe['exact_top']: M, the path served
-        self.d, self.k, self.recipe, self.spec = Path(d), k, recipe, model_spec(d)
+    "A streamed phase-3 run on the checkpoint in `d` for `serving`: `routing`, its K, heads, top-M"
+    def __init__(self, d:Path, serving:Serving, pool:int, recipe:dict):
+        self.d, self.serving, self.recipe, self.spec = Path(d), serving, recipe, model_spec(d)
+        self.k = k = serving.k or self.spec.k
         self.handle = stream_load(d, StreamOptions(pool_bytes=pool, kernels='mlx'), spec=self.spec, k=k)
         model = self.model = self.handle.model
         model.freeze()
@@ -133,8 +137,8 @@ class Distiller:
         self.prefix = self.spec.block_path.split('.{layer}')[0]
         self.lp = LayerPass(self.spec, model)
         self.experts = ResidentExperts(self.spec, model, self.handle.engine)
-        m = recipe.get('exact_top', 0)
-        self.student = StudentPath(model, self.spec, load_prerouter(d, self.spec, k, heads), k, keep=m, ranked=bool(m))
+        m, heads = serving.exact_top, load_prerouter(d, self.spec, k, serving.heads)
+        self.student = StudentPath(model, self.spec, heads, k, keep=m, ranked=bool(m))
         self.opt = bnn.optim.Adam(lr_schedule(recipe['lr'], recipe['warmup'], recipe['steps']))
         self.step_no, self.log = 0, []
 
@@ -241,27 +245,48 @@ def _provenance(d:Path, tdir:Path, k:int, m:int, r:dict, data, windows, teacher_
                 peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
                 step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')} for e in log]))
 
+# %% ../nbs/04g_distil.ipynb #ds000001
+_HONOURS = ('mode', 'k', 'exact_top', 'heads', 'hold', 'options.pool_bytes')
+_WHY = dict(adapter="the adapter is what distil trains",
+            dtype="phase 3 trains in the checkpoint's own dtype",
+            resident="phase 3 streams the experts a layer at a time, within options.pool_bytes",
+            options="phase 3 reads each layer once, its own way; it takes the budget, pool_bytes")
+
+def _for_distil(serving, recipe:dict) -> tuple:
+    "`(serving, its options)` of a phase-3 run (None: `Serving('routing')`); the rest refused"
+    s = Serving('routing') if serving is None else serving
+    opts = check_training(s, 'distil', _HONOURS, _WHY)
+    if s.mode != 'routing':
+        raise InputError(f"distil trains the adapter for mode 'routing', not {s.mode!r}")
+    if stray := sorted(set(recipe) - set(DISTIL)):
+        raise TypeError(f"distil: {', '.join(stray)} not in the recipe; K, exact top-M and the "
+                        "budget are the serving's (serving.k, .exact_top, .options.pool_bytes)")
+    return s, opts
+
 # %% ../nbs/04g_distil.ipynb #bcec7322
 def distil(model, # a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
-           k:int|None=None, # serving K (default: native); its heads must exist (phase 1)
+           serving:Serving|None=None, # what it is for: 'routing' at K, exact top-M, heads, budget
            teacher=None, # a bf16 checkpoint of the same model (default: the served one under its own routing)
            data=None, # prompts: text files, folders or JSONL (default: the bundled calibration set)
-           pool_mib:float|None=None, work=None, dst=None, show:bool=True, **recipe) -> Path:
-    "Phase 3 for any model, streamed: an adapter for `routing` mode at `k`, distilled from `teacher`; resumable"
-    t0, d = time.time(), find_model(model)
+           work=None, dst=None, show:bool=True, **recipe) -> Path:
+    "Phase 3 for any model, streamed: the adapter for `serving`, from `teacher`; resumable"
+    t0, (s, opts) = time.time(), _for_distil(serving, recipe)
+    d = find_model(model)
     spec = model_spec(d)
-    k, r = k or spec.k, dict(DISTIL, **recipe)
+    k, m = s.k or spec.k, s.exact_top  # the path `routing --exact-top M` serves: a file of its own
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
-    m = r.get('exact_top', 0)  # trained on the path `routing --exact-top M` serves, saved as its own file
     if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
-    heads = heads_file(d, spec, k)
+    r = dict(DISTIL, **recipe)
+    if m: r['exact_top'] = m  # in the recipe, as before: the same run keys
+    heads = heads_file(d, spec, k, s.heads)
     if not heads.exists():
         raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase heads "
                          f"--k {k}` first")
+    s = replace(s, k=k, heads=heads)  # the configuration trained for, whole
     tdir = _teacher_for(d, spec, teacher)
     dst = Path(dst) if dst is not None else heads_dir_for(d)
     if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable folder (--dst)")
-    pool = training_pool(d, spec, spec.k, pool_mib, 'phase 3')[0]  # the teacher's pass routes at native K
+    pool = training_pool(d, spec, spec.k, opts.pool_bytes, 'phase 3')[0]  # teacher: at native K
     key = _key(d, k, heads, tdir, r, data)
     root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"  # another recipe: another run
     made = root / 'windows.npz'
@@ -272,14 +297,14 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
             raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; {r['windows']} are "
                              "needed (more --data, or a smaller recipe)")
         root.mkdir(parents=True, exist_ok=True)  # after the data is read: a refused --data leaves no work folder
-        windows = student_windows(d, k, heads, prompts[:r['windows']], r['gen'], pool, r['seed'], show, m)
+        windows = student_windows(d, s, prompts[:r['windows']], r['gen'], pool, r['seed'], show)
         t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
         replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'], tail=t['tail'],
                                                  teacher_bytes=t['bytes_read']))
     with np.load(made) as f:
         windows, teacher_bytes = f['windows'], int(f['teacher_bytes'])
         targets = {n: f[n] for n in ('idx', 'lp', 'tail')}
-    with Distiller(d, k, heads, pool, r) as dist:
+    with Distiller(d, s, pool, r) as dist:
         _resume(root, dist)
         if show and dist.step_no: print(f"resuming {root}: step {dist.step_no} of {r['steps']}")
         bar = tqdm(total=r['steps'], initial=dist.step_no, desc=f"phase 3 K={k}", disable=not show)

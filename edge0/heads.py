@@ -21,6 +21,7 @@ from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
 from .routing import MoESpec, RouterTap, attr_at, block, route
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
 from .engine import StreamOptions
+from .serving import Serving, check_training
 from .streaming import check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
@@ -313,27 +314,37 @@ def _kernels(store) -> str:
                  for q in (qs.values() if isinstance(qs, dict) else [qs]))
     return 'torch' if packed else 'mlx'
 
-def training_pool(d:Path, spec:MoESpec, k:int, pool_mib:float|None, what:str='phase 1') -> tuple:
-    """`(pool, largest layer's bytes, kernels)` of a streamed training run: `pool_mib`, else a layer and a quarter (at
-    least 256 MiB) within what this process may still use; a pool that cannot hold one layer is refused"""
+def _bounded(pool_bytes, what:str):
+    if pool_bytes is None:
+        raise InputError(f"{what} streams one layer at a time within a budget: serving.options."
+                         "pool_bytes=None (unbounded) is not one; give bytes or 'auto'")
+
+# %% ../nbs/04c_heads.ipynb #hd000006
+def training_pool(d:Path, spec:MoESpec, k:int, pool_bytes, what:str='phase 1') -> tuple:
+    """`(pool, largest layer's bytes, kernels)` of a streamed training run: `pool_bytes`, or for
+    'auto' a layer and a quarter (at least 256 MiB) within what this process may still use; a pool
+    that cannot hold one layer is refused"""
+    _bounded(pool_bytes, what)
     store = ExpertStore(d, spec, residency=False)
     try: lb, expert, kernels = layer_bytes(store), store.expert_nbytes, _kernels(store)
     finally: store.close()
     need = lb + k * expert  # one layer held whole, and the working set of the token that routes past it
     free = headroom().bytes - ROOM  # what this process may still use, less page cache for the reads and its code
-    pool = int(pool_mib * MiB) if pool_mib else min(max(256 * MiB, int(1.25 * need)), free)
-    if not pool_mib and pool < need:
+    auto = pool_bytes == 'auto'
+    pool = min(max(256 * MiB, int(1.25 * need)), free) if auto else pool_bytes
+    if auto and pool < need:
         raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds {lb / MiB:.1f} MiB of "
                          f"experts, {need / MiB:.0f} MiB with a token's, and this process may use {free / MiB:.0f} "
                          "MiB more (the page cache's room kept aside)")
     if pool < need:
-        raise InputError(f"--pool-mib {pool_mib:g} is below one layer's working set: the largest MoE layer of {d} "
-                         f"holds {lb / MiB:.1f} MiB of experts; give at least {need / MiB + 1:.0f}")
+        raise InputError(f"--pool-mib {pool / MiB:g} is below one layer's working set: the largest "
+                         f"MoE layer of {d} holds {lb / MiB:.1f} MiB of experts; give at least "
+                         f"{need / MiB + 1:.0f}")
     return pool, lb, kernels
 
-def _budget(d:Path, spec:MoESpec, k:int, pool_mib:float|None, tokens:int) -> dict:
+def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int) -> dict:
     "The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one layer is refused"
-    pool, lb, kernels = training_pool(d, spec, k, pool_mib)
+    pool, lb, kernels = training_pool(d, spec, k, pool_bytes)
     D, E = spec.hidden_size, spec.num_experts
     scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)  # two layers' states, an owner's inputs, two targets' logits
     return dict(pool=pool, layer=lb, scratch=scratch, memory=lb + scratch <= pool, kernels=kernels)
@@ -432,26 +443,43 @@ def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
     return '\n'.join(lines)
 
 
+# %% ../nbs/04c_heads.ipynb #hd000001
+_HONOURS = ('mode', 'k', 'exact_top', 'hold', 'dtype', 'options.pool_bytes')  # the same heads serve
+_WHY = dict(heads="train_heads writes the heads (dst=)",  # any mode, exact top-M and hold
+            adapter="heads learn the model's own routing, without one",
+            resident="phase 1 streams the experts a layer at a time, within options.pool_bytes",
+            options="phase 1 reads each layer once, its own way; it takes the budget, pool_bytes")
+
+def _for_heads(serving, recipe:dict) -> tuple:
+    "`(serving, its options)` of a phase-1 run (None: `Serving()`); what it cannot honour refused"
+    s = Serving() if serving is None else serving
+    opts = check_training(s, 'train_heads', _HONOURS, _WHY)
+    _bounded(opts.pool_bytes, 'train_heads')
+    if stray := sorted(set(recipe) - set(RECIPE)):
+        raise TypeError(f"train_heads: {', '.join(stray)} not in the recipe; K, the budget and the "
+                        "dtype are the serving's (serving.k, .options.pool_bytes, .dtype)")
+    return s, opts
+
 # %% ../nbs/04c_heads.ipynb #1b522fe9
 def train_heads(model, # a model directory, a bundled model's name or a Hugging Face repo id
-                k:int|None=None, # serving K (default: native)
+                serving:Serving|None=None, # what they are for: K, budget, dtype (None: `Serving()`)
                 windows:Calibration|None=None, # the calibration windows (default: from `data`)
                 data=None, # text files, folders or JSONL (`edge0.calib`); None: the bundled calibration set
-                pool_mib:float|None=None, # memory for experts, and for the states when they fit beside one layer
                 work=None, # where the resumable scratch folder goes (default: `$EDGE0_HOME/work`)
                 dst=None, # where the heads go (default: beside the model if writable, else `$EDGE0_HOME`)
-                show:bool=True, dtype=None, window_batch:int=4, extra:dict|None=None, **recipe) -> Path:
-    "Phase 1 for any supported model, streamed layer by layer under `pool_mib`; resumable; the heads file written"
-    t0, d = time.time(), find_model(model)
+                show:bool=True, window_batch:int=4, extra:dict|None=None, **recipe) -> Path:
+    "Phase 1 for `serving` of any supported model, a layer at a time within its budget; resumable"
+    t0, (s, opts) = time.time(), _for_heads(serving, recipe)
+    d = find_model(model)
     spec = model_spec(d)
-    k, params = k or spec.k, dict(RECIPE, **recipe)
+    k, params, dtype = s.k or spec.k, dict(RECIPE, **recipe), s.dtype
     if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
     if params['tokens'] < params['seq']:
         raise InputError(f"--tokens {params['tokens']}: expected at least one window of {params['seq']} tokens")
     owners = _owners(spec)
     dst = Path(dst) if dst is not None else heads_dir_for(d)  # where the heads go, refused now rather than at the end
     if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable folder (--dst)")
-    budget = _budget(d, spec, k, pool_mib, params['tokens'] + heldout_tokens(params))
+    budget = _budget(d, spec, k, opts.pool_bytes, params['tokens'] + heldout_tokens(params))
     windows = windows or calibration_windows(d, data, params, budget['pool'], show)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
@@ -478,7 +506,6 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     if show: print(heads_table(out, meta, pr.next_layer, k, spec.num_experts))
     return out
 
-
 # %% ../nbs/04c_heads.ipynb #b53903b3
 PHASE1 = dict(RECIPE, tokens=120_000, steps=1500, weighted=0.0)  # the prose teachers' committed heads: KL alone
 CODE_PHASE1 = dict(PHASE1, weighted=1.0)  # the code teacher's heads: with the routing-weighted term
@@ -497,10 +524,12 @@ def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> 
                   tokens=dict(train=int(train.size), heldout=int(held.size)), seq=seq, seed=params['seed'])
     return Calibration(train.astype(np.int32), held.astype(np.int32), record)
 
-def train_prerouter(name:str, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True, **overrides) -> Path:
-    "Phase 1 for teacher `name`'s int4 base (or its copy in `base_dir`) at `k` by its recipe; heads beside that base"
+def train_prerouter(name:str, corpus_dir, work, serving:Serving|None=None, base_dir=None,
+                    show:bool=True, **overrides) -> Path:
+    "Phase 1 for `serving` of teacher `name`'s int4 base (or its copy in `base_dir`) by its recipe"
     params = dict(CODE_PHASE1 if teacher_corpus(name) == 'code' else PHASE1, **overrides)
     base = Path(base_dir or teacher_path(name))
-    return train_heads(base, k, teacher_windows(name, corpus_dir, work, params, show), work=Path(work) / 'phase1',
-                       dst=base, show=show, extra=dict(teacher=name), **params)
+    windows = teacher_windows(name, corpus_dir, work, params, show)
+    return train_heads(base, serving, windows, work=Path(work) / 'phase1', dst=base, show=show,
+                       extra=dict(teacher=name), **params)
 

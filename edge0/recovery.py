@@ -4,8 +4,8 @@
 
 # %% ../nbs/04d_recovery.ipynb #f5afcfd6
 from __future__ import annotations
-import hashlib, json, shutil, time
-from dataclasses import dataclass, asdict, field
+import hashlib, json, time
+from dataclasses import replace
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -18,6 +18,7 @@ from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_
 from .lora import (TARGETS, Adapter, attach, adapter_file, load_checkpoint, save_adapter,
                         save_checkpoint, read_adapter)
 from .store import model_spec
+from .serving import Serving, check_training
 from .streaming import cast_params
 from .calib import CODE_CORPUS
 from .teachers import CORPUS, blas_in_use, lr_schedule, teacher_corpus, teacher_tokens
@@ -284,25 +285,47 @@ def stage_file(work, name:str, k:int, phase:int, exact_top:int=0) -> Path:
     "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's at the same K and exact top-M)"
     return Path(work) / f"{name}-{Path(adapter_file(k, exact_top)).stem}-phase{phase}.safetensors"
 
+# %% ../nbs/04d_recovery.ipynb #rc000001
+_HONOURS = ('mode', 'k', 'exact_top', 'heads', 'hold', 'resident')  # the same adapter serves
+_WHY = dict(adapter="the adapter is what phases 2 and 3 train",  # with or without hold, resident
+            dtype="phases 2 and 3 train in the backend's dtype",
+            options="phases 2 and 3 hold the dequantized base in memory: nothing streams")
+
+def _for_recovery(serving, name:str, phase:int, overrides:dict) -> Serving:
+    "The `Serving` a phase-2 or 3 run is for (None: `Serving('routing')`); the rest refused"
+    what = 'sft' if phase == 2 else 'distil'
+    s = Serving('routing') if serving is None else serving
+    check_training(s, what, _HONOURS, _WHY)
+    if s.mode != 'routing':
+        raise InputError(f"{what} trains the adapter for mode 'routing', not {s.mode!r}")
+    if stray := sorted(set(overrides) - set(recipe_for(name, phase))):
+        raise TypeError(f"{what}: {', '.join(stray)} not in the phase-{phase} recipe; K and exact "
+                        "top-M are the serving's (serving.k, serving.exact_top)")
+    return s
+
 # %% ../nbs/04d_recovery.ipynb #ccfbc687
 class Recovery:
-    "Phase 2 or 3 of the adapter of teacher `name`'s int4 base (or its copy in `base_dir`) at serving width `k`"
-    def __init__(self, name:str, phase:int, k:int|None, corpus_dir, work, base_dir=None, show:bool=True, **overrides):
+    "Phase 2 or 3 of the adapter for `serving` of teacher `name`'s int4 base (or of its copy)"
+    def __init__(self, name:str, phase:int, serving:Serving|None, # 'routing' at K, exact top-M
+                 corpus_dir, work, base_dir=None, show:bool=True, **overrides):
         if phase not in (2, 3): raise InputError(f"recovery phase {phase} is not 2 or 3")
+        s = _for_recovery(serving, name, phase, overrides)
         self.name, self.phase, self.work, self.show = name, phase, Path(work), show
+        m = self.exact_top = s.exact_top  # trained on the path exact top-M serves
         self.recipe = dict(recipe_for(name, phase), **overrides)
-        self.exact_top = self.recipe.get('exact_top', 0)  # trained on the path exact top-M serves
+        if m: self.recipe['exact_top'] = m  # in the recipe, as before: the same checkpoints resume
         self.base = Path(base_dir or teacher_path(name))
         self.spec = spec = model_spec(self.base)
-        self.k = k or spec.k
-        self.heads = heads_file(self.base, spec, self.k)
+        self.k = s.k or spec.k
+        if not 0 <= m <= self.k: raise InputError(f"exact_top {m}: expected 0 to K={self.k}")
+        self.heads = heads_file(self.base, spec, self.k, s.heads)
+        self.serving = replace(s, k=self.k, heads=self.heads)  # what is trained for, whole
         prerouter = load_prerouter(self.base, spec, self.k, self.heads)
         self.tokens = teacher_tokens(name, corpus_dir, work, show)
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()
-        for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
-        m = self.exact_top
-        if not 0 <= m <= self.k: raise InputError(f"exact_top {m}: expected 0 to K={self.k}")
+        for mod in self.adapter.modules.values():
+            mod.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
         self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True, keep=m, ranked=bool(m))
         self.teacher = load_teacher(name) if phase == 3 else None
         if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work, *(self.recipe[key] for key in (
@@ -421,10 +444,10 @@ def finish(self:Recovery) -> Path:
     return save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra,
                         path=self.base / adapter_file(self.k, self.exact_top))
 
-def train_adapter(name:str, phase:int, corpus_dir, work, k:int|None=None, base_dir=None, show:bool=True,
-                  **overrides) -> Path:
-    "Phase 2 or 3 for teacher `name`'s int4 base (or its copy in `base_dir`) at `k`; the adapter is saved beside it"
-    run = Recovery(name, phase, k, corpus_dir, work, base_dir, show, **overrides)
+def train_adapter(name:str, phase:int, corpus_dir, work, serving:Serving|None=None, base_dir=None,
+                  show:bool=True, **overrides) -> Path:
+    "Phase 2 or 3 for `serving` of teacher `name`'s int4 base (or copy in `base_dir`), saved by it"
+    run = Recovery(name, phase, serving, corpus_dir, work, base_dir, show, **overrides)
     if (run.out / 'state.json').exists(): run.resume()
     run.run()
     return run.finish()

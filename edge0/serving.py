@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_serving.ipynb #1b18f666
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from .files import InputError, find_model
 from .store import model_spec
 from .engine import StreamOptions
@@ -13,7 +13,7 @@ from .decode import AUTO, check_exact_top, check_mode, load as decode_load
 from .lora import use_adapter
 
 # %% auto #0
-__all__ = ['Serving', 'open_served']
+__all__ = ['Serving', 'check_training', 'open_served']
 
 # %% ../nbs/03b_serving.ipynb #sv000002
 @dataclass(frozen=True)
@@ -49,6 +49,27 @@ class Serving:
         if self.resident and mode == 'prefetch':
             raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one reads nothing "
                              "(use 'off' or 'routing')")
+
+# %% ../nbs/03b_serving.ipynb #sv000005
+def _same(v, default) -> bool: return v is default or (type(v) is type(default) and v == default)
+
+def check_training(s:Serving, what:str, # the training run, as its message names it
+                   honours:tuple, # the fields it honours, options' as 'options.NAME'
+                   why:dict|None=None # a reason per field (or 'options'), else the default's
+                  ) -> StreamOptions:
+    "`s.options` (default `StreamOptions()`) once `what` honours each field `s` sets; else one line"
+    if not isinstance(s, Serving):
+        raise TypeError(f"{what} takes a Serving (K is its k), not {s!r}")
+    opts, own, why = s.options or StreamOptions(), StreamOptions(), why or {}
+    given = [(f.name, getattr(s, f.name), f.default) for f in fields(Serving)]
+    given += [(f"options.{f.name}", getattr(opts, f.name), getattr(own, f.name))
+              for f in fields(StreamOptions)]
+    for name, v, default in given:
+        if name in honours or name == 'options' or _same(v, default): continue
+        shown = repr(v) if len(repr(v)) <= 60 and '\n' not in repr(v) else f"a {type(v).__name__}"
+        reason = why.get(name) or why.get(name.split('.')[0]) or f"leave it at {default!r}"
+        raise InputError(f"{what} cannot honour serving.{name}={shown}: {reason}")
+    return opts
 
 # %% ../nbs/03b_serving.ipynb #ed2a5157
 def open_served(model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
