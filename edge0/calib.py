@@ -56,6 +56,7 @@ def _gunzip(p:Path, raw:bytes) -> bytes:
         return gzip.decompress(raw)
     except _GZIP_FAULTS as e: raise _gzip_fault(p, e, raw[:2]) from None
 
+# %% ../nbs/00_calib.ipynb #a58da924-1
 def _read_text(p:Path) -> str:
     "The UTF-8 text of file `p`, gunzipped when its name ends in `.gz`"
     try: raw = p.read_bytes()
@@ -104,6 +105,7 @@ def _row(where:str, line:str) -> Document:
     raise InputError(f"{where} has neither 'text' nor 'messages' (keys: "
                      f"{', '.join(row) or 'none'}); expected {JSONL}")
 
+# %% ../nbs/00_calib.ipynb #eabbaa07-1
 def _read_file(p:Path) -> list:
     "The documents of one file: each line of a JSONL file, else the whole text"
     text = _read_text(p)
@@ -134,6 +136,7 @@ def _names_of(items, most:int=3) -> str:
     items = [str(i) for i in items]
     return ', '.join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else '')
 
+# %% ../nbs/00_calib.ipynb #a7c2c24f-1
 def read_documents(paths, # a path or a list of them: text files (`.gz` too), JSONL files, folders
                    say=print # where to say how many files of a folder were skipped (None: silent)
                   ) -> list:
@@ -174,6 +177,7 @@ def document_ids(tokenizer, doc:Document) -> list:
     return chat_ids(tokenizer, doc.messages,
                     add_generation_prompt=doc.messages[-1]['role'] != 'assistant')
 
+# %% ../nbs/00_calib.ipynb #4818ea5f-1
 def encode_documents(tokenizer, docs:list) -> list:
     "Token ids (int32 arrays) of each of `docs`"
     # a document may be longer than the model's context: its ids are cut into windows, so

@@ -53,6 +53,7 @@ def _reply(session:Session, messages:list, max_tokens:int, sampling:Sampling|Non
     out.write('\n')
     return ''.join(said)
 
+# %% ../nbs/07b_chat.ipynb #c0006-1
 def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None,
          system_prompt:str|None=None,
          inp=None, out=None, prompt:str='>> '):

@@ -42,8 +42,10 @@ def describe(spec:MoESpec) -> str:
     keys = expert_keys(s, s.moe_layers[0])
     routing = (f"{r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
                + (", correction bias" if r.bias else "") + (f", scale {r.scale}" if r.scale != 1 else ""))
-    lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} ({len(s.moe_layers)} MoE)",
-             f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size {s.expert_size}",
+    lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
+                                               f"({len(s.moe_layers)} MoE)",
+             f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
+             f"{s.expert_size}",
              f"routing        {routing}", f"shared expert  {s.shared or 'none'}",
              f"experts stored {q}, {s.layout} layout",
              f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]
@@ -51,9 +53,11 @@ def describe(spec:MoESpec) -> str:
 
 
 # %% ../nbs/09_cli.ipynb #52b6e7c5
-def generate(model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
+# a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
+def generate(model,
              prompt:str, max_tokens:int=100, sampling:Sampling|None=None,
-             serving:Serving|None=None, # how it is served (default: streamed, the model's own routing)
+             # how it is served (default: streamed, the model's own routing)
+             serving:Serving|None=None,
              out=None, record_trace=None, # a file for the routing trace of an 'off' run
              chat:bool|None=None, # through the chat template (default: when the tokenizer has one)
              system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=()) -> dict:
@@ -64,7 +68,8 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
     if not prompt: raise CLIError("--prompt is empty: give the text to continue")
     serving = serving or Serving(adapter='auto', record_trace=record_trace is not None)
     if record_trace is not None and not serving.record_trace:
-        raise CLIError("a trace file to write needs a serving configuration that records one (record_trace=True)")
+        raise CLIError("a trace file to write needs a serving configuration that records one "
+                       "(record_trace=True)")
     with Session(model, serving, max_kv_size, extra_eos) as s:
         ids = s.prompt_ids(prompt, chat, system_prompt)
         B.reset_peak_memory()
@@ -76,9 +81,11 @@ def generate(model, # a model directory, a bundled model's name (edge0-tiny) or 
         if record_trace is not None: save_trace(dec.trace, record_trace, s.spec, dec.k)
         last, lora = s.last, s.adapter
         figures = dict(prompt_tokens=last['prompt_tokens'], prompt_tps=last['prompt_tps'],
-                       generation_tokens=last['completion_tokens'], generation_tps=last['generation_tps'],
+                       generation_tokens=last['completion_tokens'],
+                       generation_tps=last['generation_tps'],
                        finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
-                       stats=s.stats()['serving'], kernels=s.handle.kernels, notes=list(s.handle.notes),
+                       stats=s.stats()['serving'], kernels=s.handle.kernels,
+                       notes=list(s.handle.notes),
                        adapter=None if lora is None else dict(
                            lora.meta, modules=len(lora.modules), file=lora.path.name if lora.path else None))
     return figures
@@ -90,9 +97,11 @@ def _list(kind, choices=None):
         out = []
         for item in text.split(','):
             try: v = kind(item)
-            except ValueError: raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+            except ValueError: raise argparse.ArgumentTypeError("expected numbers separated by "
+                                                                f"commas, got {text!r}")
             if choices and v not in choices:
-                raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(map(str, choices))}")
+                raise argparse.ArgumentTypeError(f"{v!r} is not one of "
+                                                 f"{', '.join(map(str, choices))}")
             out.append(v)
         return out
     return parse
@@ -105,37 +114,47 @@ def _positive(kind):
         return v
     return parse
 
+# %% ../nbs/09_cli.ipynb #9f39bc4e-1
 def _bits_list(text) -> tuple:
     "Comma-separated bit widths of lower-bit copies, e.g. `2,3`"
     try: bits = tuple(sorted({int(b) for b in text.split(',') if b.strip()}))
-    except ValueError: raise argparse.ArgumentTypeError(f"expected bit widths such as 2,3, got {text!r}")
+    except ValueError: raise argparse.ArgumentTypeError("expected bit widths such as 2,3, got "
+                                                        f"{text!r}")
     if not bits or not set(bits) <= set(LOW_BITS):
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(map(str, LOW_BITS))}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(map(str, LOW_BITS))}, got "
+                                         f"{text!r}")
     return bits
 
 def _share(text):
     "A share: a number from 0 up to, not including, 1"
     try: v = float(text)
-    except ValueError: raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    if not 0 <= v < 1: raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    except ValueError: raise argparse.ArgumentTypeError("expected a number from 0 to 1, got "
+                                                        f"{text!r}")
+    if not 0 <= v < 1: raise argparse.ArgumentTypeError("must be at least 0 and below 1, got "
+                                                        f"{text}")
     return v
 
 def _budget(text):
     "A budget in MiB, or 'auto'"
     if text == 'auto': return text
     try: v = float(text)
-    except ValueError: raise argparse.ArgumentTypeError(f"expected MiB (a number) or auto, got {text!r}")
+    except ValueError: raise argparse.ArgumentTypeError("expected MiB (a number) or auto, got "
+                                                        f"{text!r}")
     if not v > 0: raise argparse.ArgumentTypeError(f"must be above 0 (or auto), got {text}")
     return v
 
-PHASES = {'teacher': 0, 'heads': 1, 'sft': 2, 'distil': 3}  # `edge0 train --phase`: what each phase trains
+# `edge0 train --phase`: what each phase trains
+PHASES = {'teacher': 0, 'heads': 1, 'sft': 2, 'distil': 3}
+
+# %% ../nbs/09_cli.ipynb #9f39bc4e-2
 PHASE_NAMES = {n: name for name, n in PHASES.items()}
 
 def _phase(text) -> int:
     "A training phase by name or number"
     if text in PHASES: return PHASES[text]
     if text in {str(n) for n in PHASES.values()}: return int(text)
-    raise argparse.ArgumentTypeError(f"expected one of {', '.join(PHASES)} (or 0 to 3), got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(PHASES)} (or 0 to 3), got "
+                                     f"{text!r}")
 
 class _Renamed(argparse.Action):
     "A flag's old spelling: it sets the new flag's value, and a note says the new name (`new`)"
@@ -143,7 +162,8 @@ class _Renamed(argparse.Action):
         super().__init__(option_strings, dest, **kw)
         self.new = new
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"note: {option_string} is the old name of {self.new}; it still works, but use {self.new}",
+        print(f"note: {option_string} is the old name of {self.new}; it still works, but use "
+              f"{self.new}",
               file=sys.stderr)
         setattr(namespace, self.dest, values)
 
@@ -154,65 +174,97 @@ def _bool(text):
 
 # %% ../nbs/09_cli.ipynb #1cfd01be
 def _model_arguments(g):
-    "The flags that say what a `Session` serves: the model, how its experts are streamed, heads and adapter"
+    """The flags that say what a `Session` serves: the model, how its experts are streamed, heads
+    and adapter"""
     g.add_argument('-m', '--model', required=True,
-                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, edge0-tiny-code) or Hugging Face '
+                   help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, '
+                        'edge0-tiny-code) or Hugging Face '
                    'repo id')
     g.add_argument('--adapter-path', '--adapter', dest='adapter',
-                   help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, when there is one)")
-    g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an adapter beside it")
+                   help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, "
+                        "when there is one)")
+    g.add_argument('--no-adapter', action='store_true', help="serve the base alone, even with an "
+                                                             "adapter beside it")
     g.add_argument('--resident', action='store_true',
-                   help="every expert in memory, none read after load: mlx-lm's resident model (a torch-cpu "
-                   "checkpoint: its experts kept by edge0's streaming layer), under the same dtype policy as streaming")
-    g.add_argument('--mode', choices=(*MODES, AUTO), help="decode mode: off (own router), routing (the "
-                   "prediction is the routing), prefetch (predictions warm the pool), oracle (replay --trace), auto "
-                   "(off or routing, whichever `edge0 plan` predicted faster on this machine at about this budget)")
-    g.add_argument('--prerouter', dest='mode', choices=(*MODES, AUTO), action=_Renamed, new='--mode',
+                   help="every expert in memory, none read after load: mlx-lm's resident model (a "
+                        "torch-cpu "
+                   "checkpoint: its experts kept by edge0's streaming layer), under the same dtype "
+                   "policy as streaming")
+    g.add_argument('--mode', choices=(*MODES, AUTO),
+                   help="decode mode: off (own router), routing (the "
+                   "prediction is the routing), prefetch (predictions warm the pool), oracle "
+                   "(replay --trace), auto "
+                   "(off or routing, whichever `edge0 plan` predicted faster on this machine at "
+                   "about this budget)")
+    g.add_argument('--prerouter', dest='mode', choices=(*MODES, AUTO), action=_Renamed,
+                   new='--mode',
                    help=argparse.SUPPRESS)
-    g.add_argument('--exact-top', type=int, default=0, metavar='M', help="with --mode routing: the layer's "
-                   "own M heaviest experts are always computed, the other K-M are the prediction (default 0)")
+    g.add_argument('--exact-top', type=int, default=0, metavar='M',
+                   help="with --mode routing: the layer's "
+                   "own M heaviest experts are always computed, the other K-M are the prediction "
+                   "(default 0)")
     g.add_argument('--k', type=int, help="experts per token (narrowed below the model's native K)")
-    g.add_argument('--max-kv-size', type=int, help='a rotating KV cache of this many tokens (default: it grows)')
-    g.add_argument('--extra-eos-token', nargs='+', default=(), help='more tokens (strings or ids) that end the text')
+    g.add_argument('--max-kv-size', type=int, help='a rotating KV cache of this many tokens '
+                                                   '(default: it grows)')
+    g.add_argument('--extra-eos-token', nargs='+', default=(),
+                   help='more tokens (strings or ids) that end the text')
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='auto')
     g.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
-                   help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot sets, resident layers '
+                   help='budget of all expert memory held, MiB (2**20 bytes): pool, slots, hot '
+                        'sets, resident layers '
                    '(auto: from the memory this process may use; --stats shows how)')
     g.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
                    help=argparse.SUPPRESS)
     g.add_argument('--slots', type=_positive(int), help='staged slots per layer (default 2K)')
     g.add_argument('--hot', type=_positive(int), help='hot experts per layer (default 2K)')
-    g.add_argument('--reader', choices=('auto', *READERS), default='auto', help="how experts are read: pread (through "
-                   "the page cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in memory), mmap; auto: "
+    g.add_argument('--reader', choices=('auto', *READERS), default='auto',
+                   help="how experts are read: pread (through "
+                   "the page cache), direct (past it: O_DIRECT / F_NOCACHE, no second copy in "
+                   "memory), mmap; auto: "
                    "direct where the expert budget cannot hold every expert, else pread")
-    g.add_argument('--read-depth', type=_positive(int), metavar='N', help=f"expert reads in flight (default "
+    g.add_argument('--read-depth', type=_positive(int), metavar='N',
+                   help=f"expert reads in flight (default "
                    f"{DIRECT_DEPTH} with --reader direct, else 2)")
-    g.add_argument('--pool-policy', choices=POLICIES, default='lfu', help="which expert the pool drops first: the "
+    g.add_argument('--pool-policy', choices=POLICIES, default='lfu',
+                   help="which expert the pool drops first: the "
                    "least used, uses decaying (lfu), or the least recently used (lru)")
-    g.add_argument('--usage-profile', action='store_true', help="fill the pool at load with the experts this model's "
-                   "runs requested most, and add this run's requests to that profile ($EDGE0_HOME/usage)")
-    g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer reads')
-    g.add_argument('--low-bits', type=int, choices=LOW_BITS, help="in decode steps, read the experts that matter least "
-                   "as their copy at this bit width (edge0 convert --low-bits): with --mode routing --exact-top M "
+    g.add_argument('--usage-profile', action='store_true',
+                   help="fill the pool at load with the experts this model's "
+                   "runs requested most, and add this run's requests to that profile "
+                   "($EDGE0_HOME/usage)")
+    g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer '
+                                                            'reads')
+    g.add_argument('--low-bits', type=int, choices=LOW_BITS,
+                   help="in decode steps, read the experts that matter least "
+                   "as their copy at this bit width (edge0 convert --low-bits): with --mode "
+                   "routing --exact-top M "
                    "the K-M predicted slots, in off mode those weighing below --low-below")
-    g.add_argument('--low-below', type=_positive(float), metavar='W', help="with --low-bits in off mode: the routing "
+    g.add_argument('--low-below', type=_positive(float), metavar='W',
+                   help="with --low-bits in off mode: the routing "
                    "weight below which an expert is read as its lower-bit copy")
-    g.add_argument('--no-low-upgrade', action='store_true', help="with --low-bits: always compute the copy, even where "
-                   "the pool holds the int4 expert (the output then does not depend on what the pool holds)")
-    g.add_argument('--kernels', choices=KERNELS, help="what computes the quantized products (default: torch on a CPU "
+    g.add_argument('--no-low-upgrade', action='store_true',
+                   help="with --low-bits: always compute the copy, even where "
+                   "the pool holds the int4 expert (the output then does not depend on what the "
+                   "pool holds)")
+    g.add_argument('--kernels', choices=KERNELS,
+                   help="what computes the quantized products (default: torch on a CPU "
                    "where torch is installed, mlx on Metal)")
-    g.add_argument('--no-torch-step', action='store_true', help="with torch's kernels, keep MLX's graph around them "
+    g.add_argument('--no-torch-step', action='store_true',
+                   help="with torch's kernels, keep MLX's graph around them "
                    "(default: each step in torch where the model allows; a note says which serves)")
 
+# %% ../nbs/09_cli.ipynb #1cfd01be-1
 def _sampling_arguments(g, what='sampling'):
     "mlx-lm's sampler flags, with its defaults"
     g.add_argument('--temp', type=float, default=0.0, help=f'{what} temperature (0: greedy)')
     g.add_argument('--top-p', type=float, default=1.0, help=f'{what} top-p (1: off)')
     g.add_argument('--top-k', type=int, default=0, help=f'{what} top-k (0: off)')
     g.add_argument('--min-p', type=float, default=0.0, help=f'{what} min-p (0: off)')
-    g.add_argument('--min-tokens-to-keep', type=int, default=1, help='min-p keeps at least this many tokens')
-    g.add_argument('--seed', type=int, help='seed of the draw (default: none, so sampled text differs run to run)')
+    g.add_argument('--min-tokens-to-keep', type=int, default=1,
+                   help='min-p keeps at least this many tokens')
+    g.add_argument('--seed', type=int, help='seed of the draw (default: none, so sampled text '
+                                            'differs run to run)')
 
 def _prompt_arguments(g, max_tokens:int):
     g.add_argument('--max-tokens', type=_positive(int), default=max_tokens)
@@ -220,7 +272,8 @@ def _prompt_arguments(g, max_tokens:int):
 
 # %% ../nbs/09_cli.ipynb #3e1d49d3
 class _Parser(argparse.ArgumentParser):
-    "Argument errors as one line (`edge0 generate: error: ...`) and exit status 2, without the usage block"
+    """Argument errors as one line (`edge0 generate: error: ...`) and exit status 2, without the
+    usage block"""
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -230,102 +283,137 @@ def _generate_parser(sub):
     _model_arguments(g)
     g.add_argument('-p', '--prompt', required=True, help="the prompt ('-' reads it from stdin)")
     _prompt_arguments(g, 100)
-    g.add_argument('--ignore-chat-template', action='store_true', help="feed the prompt as it is, without the "
+    g.add_argument('--ignore-chat-template', action='store_true',
+                   help="feed the prompt as it is, without the "
                    "tokenizer's chat template")
     _sampling_arguments(g)
-    g.add_argument('--verbose', type=_bool, default=True, help='print the figures after the text (default True)')
+    g.add_argument('--verbose', type=_bool, default=True, help='print the figures after the text '
+                                                               '(default True)')
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
     g.add_argument('--trace', help="routing trace for --mode oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
 
 # %% ../nbs/09_cli.ipynb #17a9c96c
 def _chat_parser(sub):
-    c = sub.add_parser('chat', help='chat with a model: the chat template, streamed replies, the prompt cache kept '
+    c = sub.add_parser('chat', help='chat with a model: the chat template, streamed replies, the '
+                                    'prompt cache kept '
                        'between turns; /reset, /stats, /help, /quit')
     _model_arguments(c)
     _prompt_arguments(c, 256)
     _sampling_arguments(c)
 
 def _serve_parser(sub):
-    s = sub.add_parser('serve', help='an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, '
+    s = sub.add_parser('serve', help='an OpenAI-compatible HTTP server (/v1/chat/completions, '
+                                     '/v1/completions, '
                        '/v1/models, /health) over one model, one request at a time')
     _model_arguments(s)
-    s.add_argument('--host', default='127.0.0.1', help='address to bind (default 127.0.0.1: this machine only)')
+    s.add_argument('--host', default='127.0.0.1', help='address to bind (default 127.0.0.1: this '
+                                                       'machine only)')
     s.add_argument('--port', type=int, default=8080)
-    s.add_argument('--max-queue', type=_positive(int), default=8, help='requests waiting beyond the one served; '
+    s.add_argument('--max-queue', type=_positive(int), default=8,
+                   help='requests waiting beyond the one served; '
                    'past it a request gets 503')
-    s.add_argument('--max-tokens-limit', type=_positive(int), default=2048, help='largest max_tokens a request may ask')
+    s.add_argument('--max-tokens-limit', type=_positive(int), default=2048,
+                   help='largest max_tokens a request may ask')
 
 # %% ../nbs/09_cli.ipynb #1069406a
 def _plan_parser(sub):
     from edge0.conditions import TIERS
     from edge0.plan import DEVICES, SHAPES, SKEW, STRATEGIES
-    p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy for a model on a '
+    p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy '
+                                    'for a model on a '
                        'machine, and say which bytes bind')
-    p.add_argument('model', help=f"model directory, bundled name (edge0-tiny), config.json, or a public shape: "
+    p.add_argument('model', help="model directory, bundled name (edge0-tiny), config.json, or a "
+                                 "public shape: "
                    f"{', '.join(SHAPES)}")
-    p.add_argument('--device', default='here', help=f"here (measured on this machine: needs the weights) or one of "
+    p.add_argument('--device', default='here',
+                   help=f"here (measured on this machine: needs the weights) or one of "
                    f"{', '.join(DEVICES)}")
     p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
     p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
                    help=f"comma-separated: {', '.join(STRATEGIES)}")
     p.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
-                   help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a run on the device)")
+                   help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a "
+                        "run on the device)")
     p.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
                    help=argparse.SUPPRESS)
-    p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: measured inside "
+    p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: "
+                                  "measured inside "
                    "the tier's read throttle)")
-    p.add_argument('--cap-mb', type=_positive(float), help='memory the model may use (MiB); here: measured under this '
+    p.add_argument('--cap-mb', type=_positive(float),
+                   help='memory the model may use (MiB); here: measured under this '
                    'cap, a child memory cgroup')
-    p.add_argument('--ram-mb', type=_positive(float), help="memory the model may use (MiB), measured under none")
+    p.add_argument('--ram-mb', type=_positive(float), help="memory the model may use (MiB), "
+                                                           "measured under none")
     p.add_argument('--storage-mb-s', type=_positive(float), help="a device's cold read rate (MB/s)")
-    p.add_argument('--mem-gb-s', type=_positive(float), help="a device's memory bandwidth (GB/s), for compute "
+    p.add_argument('--mem-gb-s', type=_positive(float),
+                   help="a device's memory bandwidth (GB/s), for compute "
                    "estimated from the shape")
-    p.add_argument('--recall', type=float, help="the heads' recall (default: the model's heads' measured recall; a "
-                   "config or a shape assumes 0.9; a model without heads is planned without routing)")
-    p.add_argument('--exact-top', type=int, default=0, metavar='M', help="plan routing with the own M heaviest "
+    p.add_argument('--recall', type=float,
+                   help="the heads' recall (default: the model's heads' measured recall; a "
+                   "config or a shape assumes 0.9; a model without heads is planned without "
+                   "routing)")
+    p.add_argument('--exact-top', type=int, default=0, metavar='M',
+                   help="plan routing with the own M heaviest "
                    "experts always computed (--mode routing --exact-top M)")
-    p.add_argument('--low-bits', type=int, metavar='B', help="plan routing at --exact-top M with the other K-M "
+    p.add_argument('--low-bits', type=int, metavar='B',
+                   help="plan routing at --exact-top M with the other K-M "
                    "predicted slots read as B-bit copies (2 or 3; `edge0 convert --low-bits`)")
-    p.add_argument('--reader', choices=('auto', 'pread', 'direct'), help="how edge0 reads experts (default auto: "
+    p.add_argument('--reader', choices=('auto', 'pread', 'direct'),
+                   help="how edge0 reads experts (default auto: "
                    "past the page cache where the pool cannot hold every expert, as a run decides)")
-    p.add_argument('--reuse', type=_share, default=0.3, help="a config's synthetic routing: the share of a layer's "
+    p.add_argument('--reuse', type=_share, default=0.3,
+                   help="a config's synthetic routing: the share of a layer's "
                    "experts the previous token used too (default 0.3)")
-    p.add_argument('--skew', type=_positive(float), default=SKEW, help="a config's synthetic routing: Zipf exponent of "
-                   f"expert popularity (default {SKEW}: an LRU of a quarter of the experts hits about 70%%)")
+    p.add_argument('--skew', type=_positive(float), default=SKEW,
+                   help="a config's synthetic routing: Zipf exponent of "
+                   f"expert popularity (default {SKEW}: an LRU of a quarter of the experts hits "
+                   "about 70%%)")
     p.add_argument('--json', help='write the plan here')
 
 # %% ../nbs/09_cli.ipynb #bfcfc676
 def _bench_parser(sub):
     from edge0.conditions import TIERS
     from edge0.harness import ARM_MODES
-    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a memory cap and '
+    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a '
+                                     'memory cap and '
                        'storage tiers')
-    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names (edge0-tiny)')
+    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names '
+                                                             '(edge0-tiny)')
     b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
                    help=f"comma-separated: {', '.join(ARM_MODES)}")
-    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per token (default: native)')
-    b.add_argument('--tier', type=_list(str), default=['nvme'], help=f"comma-separated storage tiers: "
+    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per '
+                                                                'token (default: native)')
+    b.add_argument('--tier', type=_list(str), default=['nvme'],
+                   help=f"comma-separated storage tiers: "
                    f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
                    "or a read rate in MB/s")
-    b.add_argument('--cap-mb', type=_positive(float), help='memory cap of every arm (MiB), a child memory cgroup')
-    b.add_argument('--cache', choices=('cold', 'warm'), default='cold', help='page cache before each arm\'s decode: '
+    b.add_argument('--cap-mb', type=_positive(float), help='memory cap of every arm (MiB), a '
+                                                           'child memory cgroup')
+    b.add_argument('--cache', choices=('cold', 'warm'), default='cold',
+                   help='page cache before each arm\'s decode: '
                    'dropped (cold) or after one untimed read of the checkpoint (warm)')
     b.add_argument('--rounds', type=_positive(int), default=3)
     b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
     b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
     b.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
-                   help="expert budget of every arm, MiB (auto: each arm's from the memory it may use)")
+                   help="expert budget of every arm, MiB (auto: each arm's from the memory it may "
+                        "use)")
     b.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
                    help=argparse.SUPPRESS)
-    b.add_argument('--total-budget', action='store_true', help='--pool-mib bounds resident layers and slots too')
+    b.add_argument('--total-budget', action='store_true', help='--pool-mib bounds resident layers '
+                                                               'and slots too')
     b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     b.add_argument('--kernels', choices=KERNELS)
     b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
-    b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...', help="comma-separated exact top-M of "
-                   "the routing arms: one arm per M (0: plain routing); the own M heaviest experts always computed")
-    b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page cache before every step')
-    b.add_argument('--throttle-after-prefill', action='store_true', help='the tier throttles the decode only (cgroup '
+    b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...',
+                   help="comma-separated exact top-M of "
+                   "the routing arms: one arm per M (0: plain routing); the own M heaviest experts "
+                   "always computed")
+    b.add_argument('--cold-steps', action='store_true', help='evict the experts from the page '
+                                                             'cache before every step')
+    b.add_argument('--throttle-after-prefill', action='store_true',
+                   help='the tier throttles the decode only (cgroup '
                    'v1): for checkpoints whose prompt alone reads most of their experts')
     b.add_argument('--out', default='build/harness', help='sequences and traces')
     b.add_argument('--json', help='write the report here')
@@ -333,66 +421,95 @@ def _bench_parser(sub):
 
 # %% ../nbs/09_cli.ipynb #3d8c14d8
 def _train_parser(sub):
-    t = sub.add_parser('train', help="prerouter heads for any model (--phase heads); a committed tiny teacher "
+    t = sub.add_parser('train', help="prerouter heads for any model (--phase heads); a committed "
+                                     "tiny teacher "
                        "(teacher) or its recovery LoRA (sft, distil)")
-    t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging Face repo id; teacher '
-                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or edge0-tiny-code')
-    t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES), help="what is trained, by name or "
-                   "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the recovery LoRA by SFT, "
+    t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging '
+                                 'Face repo id; teacher '
+                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or '
+                   'edge0-tiny-code')
+    t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES),
+                   help="what is trained, by name or "
+                   "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the "
+                   "recovery LoRA by SFT, "
                    "then on-policy distillation)")
-    t.add_argument('--k', type=_positive(int), help='heads, sft, distil: the serving K (default: native)')
-    t.add_argument('--data', nargs='+', metavar='PATH', help='heads and distil: calibration text files, folders or '
-                   'JSONL (text or chat messages); default: the calibration set bundled with edge0 (a teacher: its '
+    t.add_argument('--k', type=_positive(int), help='heads, sft, distil: the serving K (default: '
+                                                    'native)')
+    t.add_argument('--data', nargs='+', metavar='PATH',
+                   help='heads and distil: calibration text files, folders or '
+                   'JSONL (text or chat messages); default: the calibration set bundled with edge0 '
+                   '(a teacher: its '
                    'corpus recipe)')
     t.add_argument('--tokens', type=_positive(int), metavar='N',
                    help=f"heads: calibration tokens (default {RECIPE['tokens']:,})")
-    t.add_argument('--weighted', type=float, metavar='W', help="heads: weight of the loss's routing-weighted term "
+    t.add_argument('--weighted', type=float, metavar='W',
+                   help="heads: weight of the loss's routing-weighted term "
                    f"(the heavy experts count more; 0: KL alone; default {RECIPE['weighted']:g})")
     t.add_argument('--heldout-tokens', type=_positive(int), metavar='N',
-                   help="heads: held-out tokens the heads are scored on (default: a quarter of --tokens)")
+                   help="heads: held-out tokens the heads are scored on (default: a quarter of "
+                        "--tokens)")
     t.add_argument('--self-tokens', type=_positive(int), metavar='N',
-                   help="heads: add about this many tokens of text the model writes itself from the calibration "
+                   help="heads: add about this many tokens of text the model writes itself from "
+                        "the calibration "
                    "documents, generated streamed as served (default: none)")
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
-                   help="heads and distil of any model: memory for experts (at least one MoE layer's; the states "
-                   "stay in memory when they fit beside it, else in scratch files); default 256, or a layer and a "
+                   help="heads and distil of any model: memory for experts (at least one MoE "
+                        "layer's; the states "
+                   "stay in memory when they fit beside it, else in scratch files); default 256, "
+                   "or a layer and a "
                    "quarter")
     t.add_argument('--work', metavar='DIR',
-                   help='resumable scratch (heads: default $EDGE0_HOME/work; teachers: build/teachers)')
-    t.add_argument('--dst', metavar='DIR', help="heads: folder for the heads (default: beside the model if "
-                   "writable, else $EDGE0_HOME/heads/<fingerprint>); teachers: where the checkpoints go (default "
+                   help='resumable scratch (heads: default $EDGE0_HOME/work; teachers: '
+                        'build/teachers)')
+    t.add_argument('--dst', metavar='DIR',
+                   help="heads: folder for the heads (default: beside the model if "
+                   "writable, else $EDGE0_HOME/heads/<fingerprint>); teachers: where the "
+                   "checkpoints go (default "
                    "build/teachers/out)")
-    t.add_argument('--corpus', default='../shared/data/corpus', help="the teachers' licensed corpus")
-    t.add_argument('--steps', type=_positive(int), metavar='N', help='train this many steps instead of the recipe')
-    t.add_argument('--exact-top', type=int, default=0, metavar='M', help="sft and distil: train the adapter on the "
-                   "path --mode routing --exact-top M serves (saved as lora-k{K}-top{M}, which that path loads)")
-    t.add_argument('--teacher', metavar='DIR', help="distil of any model: a bf16 checkpoint of it to distil from "
+    t.add_argument('--corpus', default='../shared/data/corpus',
+                   help="the teachers' licensed corpus")
+    t.add_argument('--steps', type=_positive(int), metavar='N',
+                   help='train this many steps instead of the recipe')
+    t.add_argument('--exact-top', type=int, default=0, metavar='M',
+                   help="sft and distil: train the adapter on the "
+                   "path --mode routing --exact-top M serves (saved as lora-k{K}-top{M}, which "
+                   "that path loads)")
+    t.add_argument('--teacher', metavar='DIR',
+                   help="distil of any model: a bf16 checkpoint of it to distil from "
                    "(default: the served checkpoint under its own routing), streamed like it")
 
 
 # %% ../nbs/09_cli.ipynb #082aae7d
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on disk.')
+    p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on '
+                                          'disk.')
     p.add_argument('--version', action='version', version=f"edge0 {edge0.__version__}")
     sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     _generate_parser(sub)
     _chat_parser(sub)
     _serve_parser(sub)
-    c = sub.add_parser('convert', help='quantize to int4 g64 and/or repack experts one file per layer')
+    c = sub.add_parser('convert', help='quantize to int4 g64 and/or repack experts one file per '
+                                       'layer')
     c.add_argument('src', help='model directory, bundled model or Hugging Face repo id')
     c.add_argument('dst')
-    c.add_argument('-q', '--quantize', action='store_true', help='quantize an unquantized checkpoint')
+    c.add_argument('-q', '--quantize', action='store_true',
+                   help='quantize an unquantized checkpoint')
     c.add_argument('--no-repack', action='store_true', help='keep the experts where they are')
-    c.add_argument('--q-bits', '--bits', dest='bits', type=int, default=4, help='bits per weight (default 4)')
+    c.add_argument('--q-bits', '--bits', dest='bits', type=int, default=4,
+                   help='bits per weight (default 4)')
     c.add_argument('--q-group-size', '--group-size', dest='group_size', type=int, default=64,
                    help='weights per scale and bias (default 64)')
     c.add_argument('--overwrite', action='store_true')
-    c.add_argument('--low-bits', type=_bits_list, default=(), metavar='B[,B]', help="also store each expert at these "
+    c.add_argument('--low-bits', type=_bits_list, default=(), metavar='B[,B]',
+                   help="also store each expert at these "
                    "bits (2, 3), read in place of int4 where it matters least (generate --low-bits)")
-    c.add_argument('--layout', choices=LAYOUTS, help="mlx (the default): experts one file per layer as mlx-lm stores "
-                   "them; torch-cpu: packed for this CPU's torch int4 kernel (needs int4 g32-256 experts; a torch-cpu "
+    c.add_argument('--layout', choices=LAYOUTS,
+                   help="mlx (the default): experts one file per layer as mlx-lm stores "
+                   "them; torch-cpu: packed for this CPU's torch int4 kernel (needs int4 g32-256 "
+                   "experts; a torch-cpu "
                    "checkpoint packed on another CPU is re-packed)")
-    c.add_argument('--add', action='store_true', help="add the --low-bits copies to DST, an existing conversion of "
+    c.add_argument('--add', action='store_true',
+                   help="add the --low-bits copies to DST, an existing conversion of "
                    "SRC, in place: its int4 experts are not written again")
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
@@ -410,8 +527,10 @@ def _parser() -> argparse.ArgumentParser:
 def _pool_bytes(mib): return mib if mib == 'auto' else int(mib * MiB)
 
 def _options(a) -> StreamOptions:
-    return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path, pool_bytes=_pool_bytes(a.pool_mib),
-                         slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth, readahead=a.readahead,
+    return StreamOptions(decode_path=a.decode_path, prefill_path=a.prefill_path,
+                         pool_bytes=_pool_bytes(a.pool_mib),
+                         slots=a.slots, hot=a.hot, reader=a.reader, threads=a.read_depth,
+                         readahead=a.readahead,
                          pool_policy=a.pool_policy, usage_profile=a.usage_profile,
                          kernels=a.kernels, low_bits=a.low_bits, low_below=a.low_below,
                          low_upgrade=not a.no_low_upgrade,
@@ -424,12 +543,15 @@ def _session_kw(a) -> dict:
         raise CLIError(f"--max-kv-size must be at least 1, got {a.max_kv_size}")
     if a.exact_top and a.mode not in ('routing', AUTO):
         raise CLIError(f"--exact-top {a.exact_top} needs --mode routing (or auto)")
-    if a.adapter is not None and a.no_adapter: raise CLIError("--adapter-path and --no-adapter exclude each other")
-    serving = Serving(a.mode, a.k, a.exact_top, adapter=None if a.no_adapter else a.adapter or 'auto',
+    if a.adapter is not None and a.no_adapter: raise CLIError("--adapter-path and --no-adapter "
+                                                              "exclude each other")
+    serving = Serving(a.mode, a.k, a.exact_top,
+                      adapter=None if a.no_adapter else a.adapter or 'auto',
                       resident=a.resident, options=_options(a), trace=getattr(a, 'trace', None),
                       record_trace=getattr(a, 'record_trace', None) is not None)
     return dict(serving=serving, max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
 
+# %% ../nbs/09_cli.ipynb #4a24429c-1
 def _sampling(a) -> Sampling:
     "The sampler flags as `Sampling`; a value out of range is named by its flag"
     try: return Sampling(a.temp, a.top_p, a.top_k, a.min_p, a.min_tokens_to_keep, seed=a.seed)
@@ -439,24 +561,28 @@ def _sampling(a) -> Sampling:
 
 def _prompt(text:str) -> str:
     if text != '-': return text
-    if sys.stdin.isatty(): print("reading the prompt from stdin (end it with Ctrl-D)", file=sys.stderr)
+    if sys.stdin.isatty(): print("reading the prompt from stdin (end it with Ctrl-D)",
+                                 file=sys.stderr)
     return sys.stdin.read()
 
 # %% ../nbs/09_cli.ipynb #88a9192b
 def _cmd_generate(a):
     kw, prompt = _session_kw(a), _prompt(a.prompt)
     s = kw.pop('serving')
-    if s.options.kv_tokens is None:  # its prompt (a token a byte at most, and a template's) and its answer
+    # its prompt (a token a byte at most, and a template's) and its answer
+    if s.options.kv_tokens is None:
         s = replace(s, options=replace(s.options, kv_tokens=len(prompt.encode()) + 256 + max(a.max_tokens, 1)))
     f = generate(a.model, prompt, a.max_tokens, _sampling(a), s, record_trace=a.record_trace,
-                 chat=False if a.ignore_chat_template else None, system_prompt=a.system_prompt, **kw)
+                 chat=False if a.ignore_chat_template else None, system_prompt=a.system_prompt,
+                 **kw)
     for note in f['notes']: print(f"note: {note}", file=sys.stderr)
     if a.stats and f['stats']: print(format_stats(f['stats']))
     if not a.verbose: return
     if f['adapter']:
         m = f['adapter']
         top, name = int(m.get('exact_top') or 0), m.get('file')
-        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} projections, "
+        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} "
+              "projections, "
               f"K={m['k']}" + (f", trained at exact top-{top}" if top else '') + (f" ({name})" if name else ''))
     kind = 'resident' if a.resident else 'streamed'
     print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
@@ -470,6 +596,7 @@ def _cmd_chat(a):
         for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
         repl(s, a.max_tokens, sampling, a.system_prompt)
 
+# %% ../nbs/09_cli.ipynb #88a9192b-1
 def _cmd_serve(a):
     from edge0.openai_api import serve
     if not 0 <= a.port < 65536: raise CLIError(f"--port must be 0 to 65535, got {a.port}")
@@ -478,7 +605,8 @@ def _cmd_serve(a):
 
 # %% ../nbs/09_cli.ipynb #897d63ec
 def _exact_top_arms(arms:list, ms:list) -> list:
-    "Each routing arm once per exact top-M in `ms`; refused where no arm routes or M is outside 0..K"
+    """Each routing arm once per exact top-M in `ms`; refused where no arm routes or M is outside
+    0..K"""
     from dataclasses import replace
     from edge0.decode import check_exact_top
     from edge0.store import model_spec
@@ -490,17 +618,21 @@ def _exact_top_arms(arms:list, ms:list) -> list:
             continue
         for m in ms:
             check_exact_top('routing', m, x.k or model_spec(x.model).k)
-            out.append(replace(x, exact_top=m, name=x.name.replace('routing', f"routing/top{m}") if m else x.name))
+            out.append(replace(x, exact_top=m,
+                               name=x.name.replace('routing', f"routing/top{m}") if m else x.name))
     return out
 
+# %% ../nbs/09_cli.ipynb #897d63ec-1
 def _cmd_bench(a):
     from edge0.conditions import tier_rate
     from edge0.harness import arms_for, bench
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
-    arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path, kernels=a.kernels, adapter=a.adapter,
+    arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path, kernels=a.kernels,
+                    adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
     if a.exact_top != [0]: arms = _exact_top_arms(arms, a.exact_top)
-    bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt, cache=a.cache,
+    bench(arms, a.tier, a.json, a.plot, rounds=a.rounds, tokens=a.tokens, prompt=a.prompt,
+          cache=a.cache,
           cap_mb=a.cap_mb, out=a.out, throttle_prefill=not a.throttle_after_prefill)
     if a.json: print(f"wrote {a.json}")
 
@@ -511,8 +643,10 @@ def _cmd_plan(a):
     from edge0.plan_verdict import plan_for
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
     if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
-    p = plan_for(a.model, a.device, a.k, a.pool_mib, a.strategies, a.tier, a.cap_mb, a.ram_mb, a.storage_mb_s,
-                 a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew, reader=a.reader,
+    p = plan_for(a.model, a.device, a.k, a.pool_mib, a.strategies, a.tier, a.cap_mb, a.ram_mb,
+                 a.storage_mb_s,
+                 a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew,
+                 reader=a.reader,
                  low_bits=a.low_bits)
     print(plan_table(p))
     if a.json: print(f"wrote {save(p, a.json)}")
@@ -522,10 +656,13 @@ def _cmd_heads(a, serving:Serving):
     "Phase 1 for `serving` of any model; a bundled teacher without --data: its recipe, on a copy"
     if a.weighted is not None and not 0 <= a.weighted < float('inf'):
         raise CLIError(f"--weighted {a.weighted}: expected a number >= 0")
-    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens), ('self_tokens', a.self_tokens),
-                                    ('heldout_tokens', a.heldout_tokens), ('weighted', a.weighted)) if v is not None}
+    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens),
+                                    ('self_tokens', a.self_tokens),
+                                    ('heldout_tokens', a.heldout_tokens),
+                                    ('weighted', a.weighted)) if v is not None}
     if a.model in teachers() and not a.data and not a.self_tokens:
-        if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
+        if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "
+                                                       "(--corpus)")
         base = _teacher_copy(a.model, a.dst or 'build/teachers/out', ('prerouter*', 'lora*'))
         work = a.work or 'build/teachers'
         return print(train_prerouter(a.model, a.corpus, work, serving, base, **recipe))
@@ -536,10 +673,12 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
     import shutil
     from edge0.files import atomic_dir, teacher_path
     base = Path(dst) / f"{name}-int4"
-    if not (base / 'config.json').exists():  # two runs started at once share one copy: the second one's is refused
+    # two runs started at once share one copy: the second one's is refused
+    if not (base / 'config.json').exists():
         try:
             with atomic_dir(base) as tmp:
-                shutil.copytree(teacher_path(name), tmp, ignore=shutil.ignore_patterns(*drop), dirs_exist_ok=True)
+                shutil.copytree(teacher_path(name), tmp, ignore=shutil.ignore_patterns(*drop),
+                                dirs_exist_ok=True)
         except InputError:
             if not (base / 'config.json').exists(): raise
     return base
@@ -549,7 +688,8 @@ def _cmd_distil(a, serving:Serving):
     "Phase 3 for any model, streamed: self-distillation (or from --teacher) of `serving`'s adapter"
     from edge0.distil import distil
     for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
-        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for --phase heads")
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
+                                                        "--phase heads")
     distil(a.model, serving, a.teacher, a.data, a.work, a.dst, **_overrides(a))
 
 def _overrides(a) -> dict:
@@ -577,11 +717,13 @@ def _cmd_train(a):
         return _cmd_distil(a, serving)
     if a.teacher: raise CLIError("--teacher is for --phase distil")
     if a.model not in known:
-        raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is not one (known: "
-                       f"{', '.join(known)}); --phase heads takes any model")
+        raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is "
+                       f"not one (known: {', '.join(known)}); --phase heads takes any model")
     for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted'):
-        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for --phase heads")
-    if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist (--corpus)")
+        if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
+                                                        "--phase heads")
+    if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "
+                                                   "(--corpus)")
     work, dst = a.work or 'build/teachers', a.dst or 'build/teachers/out'
     if a.phase == 0 and a.model == CODE_TEACHER.name:
         recipe = CODE_TEACHER if not a.steps else replace(CODE_TEACHER, steps=a.steps)
@@ -600,11 +742,13 @@ def _run(a):
     elif a.cmd == 'convert':
         from edge0.convert import add_low_bits, convert
         if a.add and (a.quantize or a.no_repack or a.overwrite):
-            raise CLIError("--add writes only the --low-bits copies into an existing conversion; drop --quantize, "
-                           "--no-repack and --overwrite")
+            raise CLIError("--add writes only the --low-bits copies into an existing conversion; "
+                           "drop --quantize, --no-repack and --overwrite")
         if a.add: print(add_low_bits(find_model(a.src), a.dst, a.low_bits, a.layout))
-        else: print(convert(find_model(a.src), a.dst, quantize=a.quantize, repack=not a.no_repack, bits=a.bits,
-                            group_size=a.group_size, overwrite=a.overwrite, layout=a.layout or 'mlx',
+        else: print(convert(find_model(a.src), a.dst, quantize=a.quantize, repack=not a.no_repack,
+                            bits=a.bits,
+                            group_size=a.group_size, overwrite=a.overwrite,
+                            layout=a.layout or 'mlx',
                             low_bits=a.low_bits))
     elif a.cmd == 'train': _cmd_train(a)
     elif a.cmd == 'bench': _cmd_bench(a)
@@ -614,13 +758,15 @@ def _run(a):
         if Path(a.dst).exists() and not a.overwrite: raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
         print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite))
 
+# %% ../nbs/09_cli.ipynb #f74fc30b-1
 def main(argv=None) -> int:
     "Entry point of the `edge0` command"
     a = _parser().parse_args(argv)
     try: _run(a)
     except KeyboardInterrupt: return 130  # Ctrl-C: the command stops, without a traceback
     except InputError as e: msg = str(e)
-    except OSError as e: msg = f"{e.filename}: {e.strerror}" if e.filename else str(e)  # a disk or permission fault
+    # a disk or permission fault
+    except OSError as e: msg = f"{e.filename}: {e.strerror}" if e.filename else str(e)
     else: return 0
     print(f"edge0 {a.cmd}: error: {msg}", file=sys.stderr)
     return 2

@@ -238,6 +238,7 @@ def save(self:CodeTrainer):
                  recipe={k: v for k, v in asdict(self.recipe).items() if k not in ('name', 'config')})
     replace_whole(self.out, lambda tmp: torch.save(state, tmp))
 
+# %% ../nbs/04f_code_teacher.ipynb #c4f0024-1
 @patch
 def resume(self:CodeTrainer, ckpt=None):
     """Continue from the checkpoint file `ckpt` (default `self.out`); one of another recipe is
@@ -257,6 +258,7 @@ def resume(self:CodeTrainer, ckpt=None):
     self.step, self.log = state['step'], state['log']
     return self
 
+# %% ../nbs/04f_code_teacher.ipynb #c4f0024-2
 @patch
 def run(self:CodeTrainer, until:int|None=None, ckpt_every:int=50, show:bool=True):
     """Train to step `until` (default: all), checkpointing every `ckpt_every` steps; a bar shows

@@ -87,6 +87,7 @@ def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, 
     ax.legend(fontsize=7)
     ax.set_title(title or f"pool {pool_mib:.3g} MiB, recall {recall:.2f}", fontsize=9)
 
+# %% ../nbs/06e_cold_load.ipynb #8332660c-1
 def plot_bytes(ax, cl:ColdLoad, pool_mib:float, points=()):
     """MiB read per token against the pool (the LRU replaying the trace), measured `off` points on
     top"""
@@ -143,6 +144,7 @@ def cold_load_explorer(models:dict, points=()):
     display(box)
     return box
 
+# %% ../nbs/06e_cold_load.ipynb #f374af58-1
 def cold_load_grid(cl:ColdLoad, pools, recalls, points=(), title:str=''):
     """The explorer as a static grid: tok/s against bandwidth per pool (rows) and recall (columns),
     then bytes per token"""

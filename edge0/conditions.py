@@ -185,6 +185,7 @@ def _installed(path) -> bool:
                                                              'platlib')}
     return any(root in Path(path).resolve().parents for root in roots)
 
+# %% ../nbs/01e_conditions.ipynb #f0b8a9ab-1
 def entry(fn) -> str:
     """How a fresh interpreter finds the module-level function `fn`: `'module:function'`, or
     `'file.py:function'` for a script's own (a benchmark's, run as `__main__` or imported by another
@@ -207,6 +208,7 @@ def entry(fn) -> str:
         return f"{Path(file).resolve()}:{name}"
     return f"{module}:{name}"
 
+# %% ../nbs/01e_conditions.ipynb #f0b8a9ab-2
 def run_child(fn, *args, cgroup:Cgroup|None=None, timeout:float=3600, **kw) -> dict:
     """Call the module-level function `fn` (or its `entry`) on JSON arguments in a fresh interpreter (in `cgroup`):
     `dict(result=...)`, else `failed` and why"""
@@ -236,6 +238,7 @@ def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
             if kills: return f"killed: out of memory under the memory cap of {limit / MiB:.0f} MiB"
     return "killed (SIGKILL): out of memory, or stopped from outside"
 
+# %% ../nbs/01e_conditions.ipynb #f0b8a9ab-3
 def child(fn, *args, what:str, cgroup:Cgroup|None=None, timeout:float=3600, **kw):
     """The result of `run_child`; a `BenchError` saying `what` failed, with the child's last line or
     why it was killed"""
@@ -286,6 +289,7 @@ def evict_experts(model):
     finally:
         for fd in fds.values(): os.close(fd)
 
+# %% ../nbs/01e_conditions.ipynb #94dc7fd5-1
 def warm(model):
     "Read the checkpoint in `model` once (what fits stays in the page cache)"
     for f in read_files(model):

@@ -34,6 +34,7 @@ def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
     h += b' ' * (-(8 + len(h)) % align)  # the JSON may end in spaces: safetensors' own padding
     return len(h).to_bytes(8, 'little') + h
 
+# %% ../nbs/01c_convert.ipynb #14e8dcb7-1
 def copy_tensors(dst, tensors:list, metadata:dict|None=None, chunk:int=64 * MiB,
                  data:dict|None=None,
                  align:int=8): # where the data starts: a multiple of this
@@ -169,6 +170,7 @@ def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
     return ([TensorInfo(name, 'U8', (E, stride), None, 0, E * stride)], {name: rows},
             {name: [[t.name, t.dtype, list(t.shape[1:]), o] for t, o, _ in parts]})
 
+# %% ../nbs/01c_convert.ipynb #f838f2a4-1
 def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4_path:Path):
     """Write the `bits`-bit copies of `layer`'s int4 experts (mlx-lm's, in `tensors`) beside their
     file `int4_path`, in the parts of `layout` with the packed weight's nibbles as code planes
@@ -196,6 +198,7 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
         if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
     _write_low(infos, data, layer, bits, int4_path)
 
+# %% ../nbs/01c_convert.ipynb #f838f2a4-2
 def _write_low(infos:list, data:dict, layer:int, bits:int, int4_path:Path):
     """Write `layer`'s `bits`-bit copies `infos` (their bytes in `data`, else read) expert by expert
     beside `int4_path`"""
@@ -215,6 +218,7 @@ def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
             for (p, part), t in parts.items() if part == 'codes'}
     _write_low(list(parts.values()), data, layer, st.low_bits, int4_path)
 
+# %% ../nbs/01c_convert.ipynb #f838f2a4-3
 def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
                  # torch-cpu: each expert one aligned range (False: the parts stacked, as before)
                  aligned:bool=True,
@@ -267,6 +271,7 @@ def _check_low(spec:MoESpec, tensors:dict, src:Path, low_bits:tuple):
                 raise StoreError(f"{src}: layer {layer} {p} is {what}; --low-bits copies int4 "
                                  "affine experts (add --quantize)")
 
+# %% ../nbs/01c_convert.ipynb #da855ac7-1
 def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str='mlx',
                   low_bits:tuple=()):
     """Everything `convert` can refuse, refused before anything is written; the `Repack` a
@@ -314,6 +319,7 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
     if low_bits and bits != 4: raise InputError("--low-bits copies int4 experts; this convert "
                                                 f"quantizes to int{bits}")
 
+# %% ../nbs/01c_convert.ipynb #da855ac7-2
 def _record_layout(src:Path, dst:Path, layout:str):
     """Provenance of the experts' layout in `dst`'s config.json (mlx-lm ignores keys it does not
     know); the source's prerouter heads and adapters are copied: they were made for the same weights
@@ -336,6 +342,7 @@ def _record_layout(src:Path, dst:Path, layout:str):
     for f in (*src.glob('prerouter*.safetensors'),
               *src.glob('lora-k*.safetensors')): shutil.copy2(f, dst / f.name)
 
+# %% ../nbs/01c_convert.ipynb #da855ac7-3
 def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_size:int=64,
             overwrite:bool=False, layout:str='mlx',
             # also store the experts at these bits (2, 3) for `low_bits` serving
@@ -362,6 +369,7 @@ def convert(src, dst, quantize:bool=False, repack:bool=True, bits:int=4, group_s
             _record_layout(src, tmp, layout)
     return Path(dst)
 
+# %% ../nbs/01c_convert.ipynb #da855ac7-4
 def conversion_of(src, dst) -> tuple:
     """`(layout, None)` where `dst` is a conversion of the weights of `src` (`convert`) that this
     machine reads as it is, else `(None, why)`: one line saying what it is instead"""
@@ -383,6 +391,7 @@ def conversion_of(src, dst) -> tuple:
                       "it again (--layout torch-cpu --overwrite)")
     return layout, None
 
+# %% ../nbs/01c_convert.ipynb #da855ac7-5
 def add_low_bits(src, dst, low_bits, layout:str|None=None) -> Path:
     """Store the experts of `dst`, a conversion of the mlx-lm checkpoint `src` (`convert`), again at
     `low_bits` beside its int4 ones, in place: the int4 experts are not written again, and each

@@ -100,6 +100,7 @@ def save_trace(trace:dict, path, spec:MoESpec, k:int) -> Path:
                                  layers=list(spec.moe_layers), steps=steps)))
     return p
 
+# %% ../nbs/02b_decode.ipynb #629d9a16-1
 def load_trace(path, spec:MoESpec, k:int) -> dict:
     """A trace from `save_trace` (`{layer: (steps, K) ids}`), checked against the model and K it
     will drive"""
@@ -401,6 +402,7 @@ def stage_planned(self:Decoder, layer:int, ids):
         cost = self.engine.stage(layer, ids)
         self.engine.record(layer, cost, time.perf_counter() - t0)
 
+# %% ../nbs/02b_decode.ipynb #d0000016-1
 @patch
 def count_planned(self:Decoder, ids, exact:int):
     """Count a planned layer-step of the set `ids`, `exact` of them computed from a slot holding
@@ -442,6 +444,7 @@ def low_ids(self:Decoder, inds, w) -> np.ndarray:
     self.stats.low_asked += int(low.sum())
     return np.asarray(inds).astype(np.int64) + self.spec.num_experts * low
 
+# %% ../nbs/02b_decode.ipynb #c6915e99-1
 @patch
 def serve_own(self:Decoder, layer:int, inds, compute):
     """`compute()` of the experts `layer`'s own router chose (`inds`), kept for the trace; prefetch:
@@ -482,6 +485,7 @@ def pick_exact_top(self:Decoder, layer:int, own, w, planned):
     d.exact_checked += len(heaviest)
     return exact_top_sets(own, w, planned, self.exact_top, self.spec.num_experts)
 
+# %% ../nbs/02b_decode.ipynb #38bafd9d-1
 def exact_top_sets(own, w, planned, m:int, E:int) -> np.ndarray:
     """Exact top-`m` sets (..., K) of host arrays: each row's `m` heaviest own experts (ids `own`, weights `w`) in the
     router's order (M = K is `off`'s set, bit for bit), then the ranked `planned` row's others, K in all; a planned
@@ -501,7 +505,6 @@ def _unstaged(self:Decoder, layer:int, ids) -> bool:
     heads did not predict)"""
     return bool(self.exact_top) and not self.engine.holds_planned(layer, ids)
 
-
 # %% ../nbs/02b_decode.ipynb #d0000018
 @patch
 def flush(self:Decoder, *arrays, ex:Executor|None=None):
@@ -520,6 +523,7 @@ def flush(self:Decoder, *arrays, ex:Executor|None=None):
     self.plan_next(host(preds), host(own_routed), host(pred_w))
     for fn in self.after_flush: fn()
 
+# %% ../nbs/02b_decode.ipynb #d0000018-1
 @patch
 def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
     """Plan the next step from this one's host arrays (predicted ids, own routing, prediction
@@ -544,7 +548,6 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
         task = self.engine.warm if self.mode == 'prefetch' else self.engine.stage
         for layer in self.spec.moe_layers:
             if layer in ids: self.pending[layer] = self.reader.submit(task, layer, ids[layer])
-
 
 # %% ../nbs/02b_decode.ipynb #d0000020b
 @dataclass
@@ -636,6 +639,7 @@ class Step:
     def to_sampler(self, logits): "`logits` as an MLX array for mlx-lm's sampler"
     def flush(self, tok): "End the step: its decoder plans the next"
 
+# %% ../nbs/02b_decode.ipynb #d0000020-1
 class GraphStep(Step):
     """The MLX graph's step: `model` with its prompt cache `cache` (default: a new one) and its
     decoder"""
@@ -653,6 +657,7 @@ class GraphStep(Step):
         if self.decoder is not None: self.decoder.flush(tok)
         else: B.eval(tok)
 
+# %% ../nbs/02b_decode.ipynb #d0000020-2
 def generate_ids(model, # an mlx-lm model (the MLX graph), or a `Step` (the torch step)
                  prompt:list, max_tokens:int, eos=(), decoder:Decoder|None=None,
                  force:list|None=None, vocab_size:int|None=None,
@@ -683,6 +688,7 @@ def generate_ids(model, # an mlx-lm model (the MLX graph), or a `Step` (the torc
         return int(tok.item())
     yield from token_loop(next_token, prompt, max_tokens, eos, force, vocab_size)
 
+# %% ../nbs/02b_decode.ipynb #d0000020-3
 # `next_token(ids)`: feed the ids, return the token drawn after them (the step's flush done)
 def token_loop(next_token,
                prompt:list, max_tokens:int, eos=(), force:list|None=None, vocab_size:int|None=None):
@@ -756,13 +762,13 @@ def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=
     handle.notes += handle.decoder.notes
     return handle
 
+# %% ../nbs/02b_decode.ipynb #eb7ac55f-1
 def decode_stats(handle:Handle) -> dict:
     "Streaming counters plus the decoder's, and per-step figures"
     dec = handle.decoder
     n = max(dec.stats.steps, 1)
     return dict(stream_stats(handle.engine), mode=dec.mode, k=dec.k, decoder=asdict(dec.stats),
                 syncs_per_step=dec.stats.syncs / n)
-
 
 # %% ../nbs/02b_decode.ipynb #03e1e172
 def held_bytes(model, mode:str, k:int|None=None, heads=None, hold:bool=True) -> int:

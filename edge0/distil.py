@@ -31,21 +31,27 @@ __all__ = ['DISTIL', 'ResidentExperts', 'teacher_targets', 'student_windows', 'D
 
 # %% ../nbs/04g_distil.ipynb #7d80d611
 class _Resident:
-    "A layer's experts as the engine holds them resident (`keep_resident`), computed without the engine's call"
+    """A layer's experts as the engine holds them resident (`keep_resident`), computed without the
+    engine's call"""
     def __init__(self, engine, layer:int): self.engine, self.layer = engine, layer
     def __call__(self, x, inds):
         w = self.engine.resident.get(self.layer)
-        if w is None: raise RuntimeError(f"layer {self.layer}'s experts are not held: a pass holds each layer it runs")
+        if w is None: raise RuntimeError(f"layer {self.layer}'s experts are not held: a pass holds "
+                                         "each layer it runs")
         return expert_mlp(x, inds, w, self.engine.quant[self.layer])
 
+# %% ../nbs/04g_distil.ipynb #7d80d611-1
 class ResidentExperts:
-    "Every MoE block of a streamed `model` computes its experts from the layer its engine holds resident"
+    """Every MoE block of a streamed `model` computes its experts from the layer its engine holds
+    resident"""
     def __init__(self, spec, model, engine):
         if any(q is not None and q.mode == 'torch' for qs in engine.quant.values()
                for q in (qs.values() if isinstance(qs, dict) else [qs])):
-            raise InputError("phase 3 trains through MLX's kernels; this checkpoint's experts are packed for torch "
-                             "(edge0 convert --layout torch-cpu): train the mlx-layout checkpoint it came from")
-        self.engine, self.blocks = engine, {layer: block(spec, model, layer) for layer in spec.moe_layers}
+            raise InputError("phase 3 trains through MLX's kernels; this checkpoint's experts are "
+                             "packed for torch (edge0 convert --layout torch-cpu): train the "
+                             "mlx-layout checkpoint it came from")
+        self.engine, self.blocks = engine, {layer: block(spec, model,
+                                                         layer) for layer in spec.moe_layers}
         self.own = {layer: blk['switch_mlp'] for layer, blk in self.blocks.items()}
         for layer, blk in self.blocks.items(): blk['switch_mlp'] = _Resident(engine, layer)
 
@@ -63,9 +69,11 @@ class ResidentExperts:
         for layer, blk in self.blocks.items(): blk['switch_mlp'] = self.own[layer]
 
 # %% ../nbs/04g_distil.ipynb #1d65ccfa
-def teacher_targets(d:Path, ids:np.ndarray, # (N, L) windows: `prefill` prompt tokens, then the written ones
+# (N, L) windows: `prefill` prompt tokens, then the written ones
+def teacher_targets(d:Path, ids:np.ndarray,
                     prefill:int, top:int, pool:int, batch:int=4, show:bool=True) -> dict:
-    "`{idx, lp, tail}` (N, L - prefill, ...) of the checkpoint in `d` under its own routing at its native K; streamed"
+    """`{idx, lp, tail}` (N, L - prefill, ...) of the checkpoint in `d` under its own routing at its
+    native K; streamed"""
     spec = model_spec(d)
     x_ids, n_out = ids[:, :-1], ids.shape[1] - prefill
     N = len(ids)
@@ -79,7 +87,8 @@ def teacher_targets(d:Path, ids:np.ndarray, # (N, L) windows: `prefill` prompt t
                 experts.hold(layer)
                 nxt = []
                 for i in range(0, N, batch):
-                    y, _ = lp(layer, x_ids[i:i + batch], None if states is None else states[i:i + batch])
+                    y, _ = lp(layer, x_ids[i:i + batch],
+                              None if states is None else states[i:i + batch])
                     if layer < n - 1: nxt.append(B.to_numpy(y.astype(B.float32)))
                     else:
                         idx, lp_top, tail = teacher_topk(y[:, prefill - 1:], top)
@@ -98,17 +107,21 @@ def student_windows(d:Path, serving:Serving, # 'routing' at its K, with its head
                     prompts:np.ndarray, gen:int, pool:int, seed:int, show:bool=True) -> np.ndarray:
     "`prompts` (N, P) each continued by `gen` tokens the checkpoint in `d` writes, as `serving`"
     k, heads = serving.k or model_spec(d).k, serving.heads
-    slots = held_bytes(d, 'routing', k, heads, hold=False)  # K slots a predicted layer: routing's own, beside the pool
-    layers = held_bytes(d, 'routing', k, heads) - slots  # the layers no head predicts: kept when the pool has room
+    # K slots a predicted layer: routing's own, beside the pool
+    slots = held_bytes(d, 'routing', k, heads, hold=False)
+    # the layers no head predicts: kept when the pool has room
+    layers = held_bytes(d, 'routing', k, heads) - slots
     store = ExpertStore(d, residency=False)
     try: fits = layers + k * store.expert_nbytes <= pool
     finally: store.close()
     if show and serving.hold and not fits:
-        print(f"the student's own text: the layers no head predicts are read on demand (keeping them, "
-              f"{layers / MiB:,.0f} MiB, would pass the {pool / MiB:,.0f} MiB pool); the same tokens, slower")
+        print("the student's own text: the layers no head predicts are read on demand (keeping "
+              f"them, {layers / MiB:,.0f} MiB, would pass the {pool / MiB:,.0f} MiB pool); the "
+              "same tokens, slower")
     out, options = [], StreamOptions(pool_bytes=pool + slots)
     with open_served(d, replace(serving, options=options, hold=serving.hold and fits)) as h:
-        for i, p in enumerate(tqdm(prompts, desc="the student's own text", unit='window', disable=not show)):
+        for i, p in enumerate(tqdm(prompts, desc="the student's own text", unit='window',
+                                   disable=not show)):
             h.decoder.reset()
             drawn = generate_ids(h.model, p.tolist(), gen, decoder=h.decoder,
                                  sampling=Sampling(temp=1.0, seed=seed + i))
@@ -116,21 +129,25 @@ def student_windows(d:Path, serving:Serving, # 'routing' at its K, with its head
     return np.stack(out).astype(np.int32)
 
 # %% ../nbs/04g_distil.ipynb #828db86f
-DISTIL = dict(windows=32, prompt=64, gen=64, steps=64, batch=2, lr=1e-3, warmup=4, top=32, rank=8, alpha=16.0,
+DISTIL = dict(windows=32, prompt=64, gen=64, steps=64, batch=2, lr=1e-3, warmup=4, top=32, rank=8,
+              alpha=16.0,
               targets=list(TARGETS), seed=0)
 
 def _flat(tree, prefix:str='') -> dict:
     return {f"{prefix}{key}": v for key, v in B.tree_flatten(tree)}
 
+# %% ../nbs/04g_distil.ipynb #828db86f-1
 class Distiller:
     "A streamed phase-3 run on the checkpoint in `d` for `serving`: `routing`, its K, heads, top-M"
     def __init__(self, d:Path, serving:Serving, pool:int, recipe:dict):
         self.d, self.serving, self.recipe, self.spec = Path(d), serving, recipe, model_spec(d)
         self.k = k = serving.k or self.spec.k
-        self.handle = stream_load(d, StreamOptions(pool_bytes=pool, kernels='mlx'), spec=self.spec, k=k)
+        self.handle = stream_load(d, StreamOptions(pool_bytes=pool, kernels='mlx'), spec=self.spec,
+                                  k=k)
         model = self.model = self.handle.model
         model.freeze()
-        self.adapter = attach(model, self.spec, recipe['rank'], recipe['alpha'], recipe['targets'], recipe['seed'],
+        self.adapter = attach(model, self.spec, recipe['rank'], recipe['alpha'], recipe['targets'],
+                              recipe['seed'],
                               B.float32)
         for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
         self.layers = decoder_layers(self.spec, model)
@@ -152,13 +169,15 @@ from fastcore.basics import patch
 
 @patch
 def _layer_grad(self:Distiller, layer:int, ids, x, cotangent, target):
-    "`(value, parameter gradients, input gradient)` of decoder layer `layer` at input `x` (None: the embedding)"
+    """`(value, parameter gradients, input gradient)` of decoder layer `layer` at input `x` (None:
+    the embedding)"""
     mod = self.layers[layer]
     params = mod.trainable_parameters()
     def f(p, x):
         mod.update(p)
         y, _ = self.lp(layer, ids, x)
-        if cotangent is None: return reverse_kl_stored(y[:, self.recipe['prompt'] - 1:], *target).mean()
+        if cotangent is None: return reverse_kl_stored(y[:, self.recipe['prompt'] - 1:],
+                                                       *target).mean()
         return (y.astype(B.float32) * cotangent).sum()
     try:
         if x is None: (value, gp), gx = B.value_and_grad(f, argnums=0)(params, None), None
@@ -166,11 +185,13 @@ def _layer_grad(self:Distiller, layer:int, ids, x, cotangent, target):
     finally: mod.update(params)
     return value, gp, gx
 
+# %% ../nbs/04g_distil.ipynb #c8febadd-1
 @patch
 def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
     "One optimizer step on `batch` of `windows` (N, L), scored against `targets`; what it cost"
     r, t0, read0 = self.recipe, time.time(), self.experts.bytes_read()
-    pick = np.random.default_rng([r['seed'], self.step_no]).choice(len(windows), r['batch'], replace=False)
+    pick = np.random.default_rng([r['seed'], self.step_no]).choice(len(windows), r['batch'],
+                                                                   replace=False)
     ids = windows[pick][:, :-1]
     target = tuple(B.array(targets[key][pick]) for key in ('idx', 'lp', 'tail'))
     st, n = self.student, len(self.layers)
@@ -203,7 +224,8 @@ def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
 
 # %% ../nbs/04g_distil.ipynb #ac5b657e
 def _key(d:Path, k:int, heads:Path, teacher:Path, recipe:dict, data) -> str:
-    made = dict(model=fingerprint(d), k=k, heads=heads_fingerprint(heads), teacher=fingerprint(teacher),
+    made = dict(model=fingerprint(d), k=k, heads=heads_fingerprint(heads),
+                teacher=fingerprint(teacher),
                 recipe=recipe, data=[str(p) for p in data] if data else 'bundled')
     return hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -217,33 +239,42 @@ def _resume(root:Path, dist:Distiller):
 
 # %% ../nbs/04g_distil.ipynb #cd6cad69
 def _teacher_for(d:Path, spec, teacher) -> Path:
-    "The teacher's checkpoint (`d` itself when `teacher` is None), refused unless it is `d`'s model and vocabulary"
+    """The teacher's checkpoint (`d` itself when `teacher` is None), refused unless it is `d`'s
+    model and vocabulary"""
     tdir = find_model(teacher) if teacher is not None else d
     if tdir == d: return tdir
     tspec = model_spec(tdir)
     shape = lambda s: (s.num_layers, s.num_experts, s.hidden_size)
     if shape(tspec) != shape(spec):
-        raise InputError(f"teacher {tdir} is not {d}'s model: {tspec.num_layers} layers x {tspec.num_experts} "
-                         f"experts, hidden {tspec.hidden_size}; expected {spec.num_layers} x {spec.num_experts}, "
-                         f"hidden {spec.hidden_size}")
+        raise InputError(f"teacher {tdir} is not {d}'s model: {tspec.num_layers} layers x "
+                         f"{tspec.num_experts} experts, hidden {tspec.hidden_size}; expected "
+                         f"{spec.num_layers} x {spec.num_experts}, hidden {spec.hidden_size}")
     if len(open_tokenizer(tdir)) != len(open_tokenizer(d)):
-        raise InputError(f"teacher {tdir}'s tokenizer differs from {d}'s: they must share the vocabulary")
+        raise InputError(f"teacher {tdir}'s tokenizer differs from {d}'s: they must share the "
+                         "vocabulary")
     return tdir
 
 # %% ../nbs/04g_distil.ipynb #2852540c
-def _provenance(d:Path, tdir:Path, k:int, m:int, r:dict, data, windows, teacher_bytes:int, pool:int, log:list,
+def _provenance(d:Path, tdir:Path, k:int, m:int, r:dict, data, windows, teacher_bytes:int, pool:int,
+                log:list,
                 steps:int, t0:float) -> dict:
-    "What the adapter's file records of how it was made: teacher, recipe, data, and the reads and memory each step took"
-    return dict(builder='edge0.distil.distil', teacher=str(tdir) if tdir != d else 'self: own routing at native K',
-                recipe=json.dumps(r), steps=steps, final_loss=f"{np.mean([e['loss'] for e in log[-8:]]):.4f}",
+    """What the adapter's file records of how it was made: teacher, recipe, data, and the reads and
+    memory each step took"""
+    return dict(builder='edge0.distil.distil',
+                teacher=str(tdir) if tdir != d else 'self: own routing at native K',
+                recipe=json.dumps(r), steps=steps,
+                final_loss=f"{np.mean([e['loss'] for e in log[-8:]]):.4f}",
                 data=f"{len(windows)} windows: {r['prompt']}-token prompts of "
-                     f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, each continued by "
-                     f"{r['gen']} tokens the student wrote (routing, K={k}{f', exact top-{m}' if m else ''}, "
+                     f"{', '.join(map(str, data)) if data else 'the bundled calibration set'}, "
+                     "each continued by "
+                     f"{r['gen']} tokens the student wrote (routing, "
+                     f"K={k}{f', exact top-{m}' if m else ''}, "
                      "sampled at temperature 1)", exact_top=m,
                 pool_mib=round(pool / MiB), teacher_bytes_read=teacher_bytes,
                 bytes_read_per_step=int(np.median([e['bytes_read'] for e in log])),
                 peak_rss=max(e['peak_rss'] for e in log), seconds=round(time.time() - t0),
-                step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds', 'bytes_read')} for e in log]))
+                step_log=json.dumps([{key: e[key] for key in ('step', 'loss', 'seconds',
+                                                              'bytes_read')} for e in log]))
 
 # %% ../nbs/04g_distil.ipynb #ds000001
 _HONOURS = ('mode', 'k', 'exact_top', 'heads', 'hold', 'options.pool_bytes')
@@ -264,9 +295,11 @@ def _for_distil(serving, recipe:dict) -> tuple:
     return s, opts
 
 # %% ../nbs/04g_distil.ipynb #bcec7322
-def distil(model, # a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
+# a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
+def distil(model,
            serving:Serving|None=None, # what it is for: 'routing' at K, exact top-M, heads, budget
-           teacher=None, # a bf16 checkpoint of the same model (default: the served one under its own routing)
+           # a bf16 checkpoint of the same model (default: the served one under its own routing)
+           teacher=None,
            data=None, # prompts: text files, folders or JSONL (default: the bundled calibration set)
            work=None, dst=None, show:bool=True, **recipe) -> Path:
     "Phase 3 for any model, streamed: the adapter for `serving`, from `teacher`; resumable"
@@ -274,32 +307,38 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
     d = find_model(model)
     spec = model_spec(d)
     k, m = s.k or spec.k, s.exact_top  # the path `routing --exact-top M` serves: a file of its own
-    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
+    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
+                                              f"{d}")
     if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
     r = dict(DISTIL, **recipe)
     if m: r['exact_top'] = m  # in the recipe, as before: the same run keys
     heads = heads_file(d, spec, k, s.heads)
     if not heads.exists():
-        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train {model} --phase heads "
-                         f"--k {k}` first")
+        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train "
+                         f"{model} --phase heads --k {k}` first")
     s = replace(s, k=k, heads=heads)  # the configuration trained for, whole
     tdir = _teacher_for(d, spec, teacher)
     dst = Path(dst) if dst is not None else heads_dir_for(d)
-    if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable folder (--dst)")
+    if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable "
+                                              "folder (--dst)")
     pool = training_pool(d, spec, spec.k, opts.pool_bytes, 'phase 3')[0]  # teacher: at native K
     key = _key(d, k, heads, tdir, r, data)
-    root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"  # another recipe: another run
+    # another recipe: another run
+    root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"
     made = root / 'windows.npz'
     if not made.exists():
         docs = read_documents(data) if data else default_documents()
-        prompts = calibration(open_tokenizer(d), docs, r["prompt"], r["prompt"] * r["windows"], seed=r["seed"]).train
+        prompts = calibration(open_tokenizer(d), docs, r["prompt"], r["prompt"] * r["windows"],
+                              seed=r["seed"]).train
         if len(prompts) < r['windows']:
-            raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; {r['windows']} are "
-                             "needed (more --data, or a smaller recipe)")
-        root.mkdir(parents=True, exist_ok=True)  # after the data is read: a refused --data leaves no work folder
+            raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; "
+                             f"{r['windows']} are needed (more --data, or a smaller recipe)")
+        # after the data is read: a refused --data leaves no work folder
+        root.mkdir(parents=True, exist_ok=True)
         windows = student_windows(d, s, prompts[:r['windows']], r['gen'], pool, r['seed'], show)
         t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
-        replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'], tail=t['tail'],
+        replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'],
+                                                 tail=t['tail'],
                                                  teacher_bytes=t['bytes_read']))
     with np.load(made) as f:
         windows, teacher_bytes = f['windows'], int(f['teacher_bytes'])
@@ -314,9 +353,12 @@ def distil(model, # a model directory, a bundled model's name or a Hugging Face 
             bar.update(1)
             bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / MiB:,.0f}MiB")
         bar.close()
-        extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log, dist.step_no, t0)
-        out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra, path=dst / adapter_file(k, m))
+        extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log,
+                            dist.step_no, t0)
+        out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra,
+                           path=dst / adapter_file(k, m))
     shutil.rmtree(root, ignore_errors=True)
-    if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes read per step "
-                   f"{extra['bytes_read_per_step'] / MiB:,.0f} MiB, peak RSS {extra['peak_rss'] / MiB:,.0f} MiB")
+    if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes "
+                   f"read per step {extra['bytes_read_per_step'] / MiB:,.0f} MiB, peak RSS "
+                   f"{extra['peak_rss'] / MiB:,.0f} MiB")
     return out

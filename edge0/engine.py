@@ -29,6 +29,7 @@ __all__ = ['PATHS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'us
 # %% ../nbs/01b3_engine.ipynb #b8813b82
 PATHS = ('exact', 'staged', 'hot', 'whole_layer', 'auto')
 
+# %% ../nbs/01b3_engine.ipynb #b8813b82-1
 @dataclass
 class StreamOptions:
     "How the streaming layers read and compute experts"
@@ -130,7 +131,6 @@ class StreamOptions:
             raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected "
                              f"one of {PATHS}")
         return p
-
 
 # %% ../nbs/01b3_engine.ipynb #861261cd
 class StreamEngine:
@@ -284,6 +284,7 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)
     return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer])
 
+# %% ../nbs/01b3_engine.ipynb #6d03336d-1
 @patch
 def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:LayerStats,
                buffer:int=0) -> dict:
@@ -301,7 +302,6 @@ def fill_slots(self:StreamEngine, slots:Staged, layer:int, need:list, stats:Laye
     slots.rewrites += n
     return slots.stacks[buffer]
 
-
 # %% ../nbs/01b3_engine.ipynb #0493947a
 @patch
 def hot_set(self:StreamEngine, layer:int) -> dict:
@@ -313,6 +313,7 @@ def hot_set(self:StreamEngine, layer:int) -> dict:
         self.hot_sets[layer] = dict(experts=[], stack=None, uses=Counter(), steps=0)
     return self.hot_sets[layer]
 
+# %% ../nbs/01b3_engine.ipynb #0493947a-1
 @patch
 def _hot(self:StreamEngine, layer:int, x, indices):
     size, hs = self.options.hot or 2 * self.k, self.hot_set(layer)
@@ -343,7 +344,6 @@ def _hot(self:StreamEngine, layer:int, x, indices):
         y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles),
                             self.quant[layer])
     return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
-
 
 # %% ../nbs/01b3_engine.ipynb #eb2e0d55
 @patch
@@ -418,6 +418,7 @@ def stage(self:StreamEngine, layer:int, experts) -> LayerStats:
     cost.blocked_s = 0.0  # this thread's waits are not the main thread's
     return cost
 
+# %% ../nbs/01b3_engine.ipynb #73a2a16b-1
 @patch
 def planned_at(self:StreamEngine, layer:int, experts) -> tuple:
     """`(at, exact)`: the slot of each expert of the staged planned set `experts`, and how many hold
@@ -438,7 +439,6 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     s.calls += 1
     s.peak_active = max(s.peak_active, B.memory_stats().active)
     return y, exact
-
 
 # %% ../nbs/01b3_engine.ipynb #452160a3
 @patch
@@ -482,6 +482,7 @@ def drop_resident(self:StreamEngine, layer:int):
     nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
     with self.pool.lock: self.pool.reserved -= -(-nbytes // self.store.expert_nbytes)
 
+# %% ../nbs/01b3_engine.ipynb #b1f5f3ab-1
 @patch
 def warm(self:StreamEngine, layer:int, experts) -> LayerStats:
     "Background: read the experts of `layer` that are not pooled into the pool; what was read"
@@ -500,6 +501,7 @@ def record(self:StreamEngine, layer:int, cost:LayerStats, blocked_s:float=0.0):
     s.add(cost)
     s.blocked_s += blocked_s
 
+# %% ../nbs/01b3_engine.ipynb #b1f5f3ab-2
 @patch
 def close(self:StreamEngine):
     """Stop the background reader, keep the usage profile (where asked), drop the experts held,
@@ -514,7 +516,6 @@ def close(self:StreamEngine):
     self.resident.clear()
     self.pool.clear()
     self.store.close()
-
 
 # %% ../nbs/01b3_engine.ipynb #0d641e44
 def usage_file(model_dir, k:int, tensors:dict|None=None) -> Path:
@@ -547,6 +548,7 @@ def save_usage(self:StreamEngine):
         self.pool.uses.clear()
     except OSError as e: _log.debug(f"usage profile not saved to {p}: {e}")
 
+# %% ../nbs/01b3_engine.ipynb #0d641e44-1
 @patch
 def fill_from_usage(self:StreamEngine) -> dict:
     """Fill a bounded pool with the experts the model's usage profile says were requested most; what
@@ -611,6 +613,7 @@ def _stack_bytes(stacks) -> int:
     "Bytes of stacks `{key: array or list of arrays}`"
     return sum(a.nbytes for stack in stacks if stack for a in bq.weight_arrays(stack))
 
+# %% ../nbs/01b3_engine.ipynb #5f6a99ea-1
 def stats(engine:StreamEngine) -> dict:
     "Per-layer and total streaming counters of an engine, with the pool's and the slots' memory"
     total = LayerStats()
@@ -639,4 +642,3 @@ def reset_stats(engine:StreamEngine):
     "Zero the counters (the pool and slots keep their contents)"
     engine.stats = {layer: LayerStats() for layer in engine.spec.moe_layers}
     B.reset_peak_memory()
-

@@ -31,6 +31,7 @@ def torch_quant(quant) -> 'QuantSpec|None':
     q = next(iter(quant.values())) if isinstance(quant, dict) else quant
     return q if q is not None and q.mode == 'torch' else None
 
+# %% ../nbs/01b1_experts.ipynb #2166f694-1
 def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
@@ -53,7 +54,6 @@ def expert_mlp(x, # (..., D) hidden states
     y = _linear(bnn.swiglu(gate, up), w, 'down_proj', idx, quant, do_sort)
     if do_sort: y = B.unflatten(y[inv], 0, shape)
     return y.squeeze(-2)
-
 
 # %% ../nbs/01b1_experts.ipynb #481b461b
 def per_expert_mlp(x, # (..., 1 token, D)

@@ -50,6 +50,7 @@ def teacher_path(name:str='edge0-tiny', int4:bool=True,
                      f"clone of {REPO}, install a clone with `pip install -e .`, or reproduce it "
                      f"with `edge0 train {name}`")
 
+# %% ../nbs/00_files.ipynb #1391d121-1
 def edge0_home() -> Path:
     "Where edge0 keeps what it makes outside a model's folder: `$EDGE0_HOME`, else `~/.cache/edge0`"
     return Path(os.environ.get('EDGE0_HOME') or Path.home() / '.cache' / 'edge0').expanduser()
@@ -76,6 +77,7 @@ def _offline() -> bool:
     return constants.HF_HUB_OFFLINE or os.environ.get('HF_HUB_OFFLINE',
                                                       '').upper() in ('1', 'ON', 'YES', 'TRUE')
 
+# %% ../nbs/00_files.ipynb #9a1c0002-1
 def hub_snapshot(repo:str, cache_dir=None) -> Path:
     """The local snapshot of the Hugging Face repo `repo`: from the hub cache, else downloaded
     unless offline"""
@@ -100,6 +102,7 @@ def hub_snapshot(repo:str, cache_dir=None) -> Path:
         raise InputError(f"{repo}: the download from the Hugging Face hub failed "
                          f"({str(e).splitlines()[0]})") from None
 
+# %% ../nbs/00_files.ipynb #9a1c0002-2
 def find_model(model, cache_dir=None) -> Path:
     """The directory of `model`: a model directory, a bundled model's name (its int4 base) or a
     Hugging Face repo id"""
@@ -116,7 +119,6 @@ def find_model(model, cache_dir=None) -> Path:
     if not (d / 'config.json').is_file(): raise InputError(f"{name}: its snapshot {d} has no "
                                                            "config.json")
     return d
-
 
 # %% ../nbs/00_files.ipynb #212423ca
 PARTS = ('wiki', 'austen', 'shakespeare')  # the excerpt's parts, in the order of the corpus files
@@ -204,6 +206,7 @@ def _settle(t:Path, dst:Path):
     for p in (t, old):
         if os.path.lexists(p): _remove(p)
 
+# %% ../nbs/00_files.ipynb #a4eef5c1-1
 def _clear(t:Path, dst:Path) -> bool:
     "Settle the temporary `t` of `dst` if its writer is gone; whether it was"
     try: fd = os.open(t.with_name(t.name + LOCK), os.O_RDWR)
@@ -264,6 +267,7 @@ def _begin(dst:Path, suffix:str='') -> tuple:
     except OSError as e: raise InputError(f"cannot write {dst}: {e.strerror}")
     return tmp, fd
 
+# %% ../nbs/00_files.ipynb #29cad0d5-1
 @contextmanager
 def atomic_dir(dst, overwrite:bool=False):
     """A temporary sibling directory that becomes `dst` only if the block succeeds; removed on any
@@ -285,7 +289,6 @@ def atomic_dir(dst, overwrite:bool=False):
     finally:
         _settle(tmp, dst)
         _release(tmp, fd)
-
 
 # %% ../nbs/00_files.ipynb #e45a0004
 @contextmanager

@@ -105,6 +105,7 @@ def gguf_type(name:str) -> int:
     "F32 for norms and the router, as llama.cpp keeps them; Q4_0 for every other matrix"
     return F32 if name.endswith(('_norm.weight', 'ffn_gate_inp.weight')) else Q4_0
 
+# %% ../nbs/01d_gguf.ipynb #81d8e25b-1
 def tensor_nbytes(shape:tuple, ggml_type:int) -> int:
     "Bytes of a tensor of numpy `shape` stored as `ggml_type` (F32, F16 or Q4_0)"
     if ggml_type not in _TYPE_BLOCKS: raise ValueError(f"ggml type {ggml_type}: edge0 reads F32, "
@@ -152,6 +153,7 @@ def _tensor_plan(tensors:dict, config:dict, module:str, name:str) -> TensorPlan:
                          f"of {QK4_0}")
     return plan
 
+# %% ../nbs/01d_gguf.ipynb #2bcb64b4-1
 def _plan(src:Path, config:dict) -> list:
     "A `TensorPlan` for every weight of the checkpoint in `src`, in the order they lie on disk"
     tensors = index_checkpoint(src)
@@ -183,6 +185,7 @@ def _count(config:dict, key:str) -> int:
 def _describe(q:dict) -> str:
     return f"int{q.get('bits')} {q.get('mode', 'affine')}" if q else 'not quantized'
 
+# %% ../nbs/01d_gguf.ipynb #ee26e446-1
 def _check(src:Path) -> dict:
     """The config of `src`, an int4 mlx-lm qwen3_moe checkpoint llama.cpp's qwen3moe computes as
     mlx-lm does"""
@@ -212,6 +215,7 @@ def _check(src:Path) -> dict:
                          "write_q4_0")
     return config
 
+# %% ../nbs/01d_gguf.ipynb #ee26e446-2
 def gguf_plan(src) -> list:
     """A `TensorPlan` for every weight of the int4 mlx-lm Qwen3-MoE checkpoint `src` (refused as
     `write_q4_0` refuses)"""
@@ -344,6 +348,7 @@ def _value(v) -> bytes:
                                                len(v)) + np.asarray(v, '<i4').tobytes()
     raise TypeError(f"GGUF metadata value {v!r:.40}: expected a bool, int, float, str or list")
 
+# %% ../nbs/01d_gguf.ipynb #10a405a7-1
 def gguf_header(metadata:dict, tensors:list) -> bytes:
     """A GGUF v3 file up to its tensor data: magic, version, counts, metadata, tensor entries,
     padding to `ALIGNMENT`"""

@@ -32,6 +32,7 @@ __all__ = ['ARM_MODES', 'METRICS', 'EXACT', 'Arm', 'open_arm', 'stream_figures',
 # the harness's two resident arms, then the decoder's modes
 ARM_MODES = ('resident', 'compute', *MODES)
 
+# %% ../nbs/05_harness.ipynb #4f986cce-1
 @dataclass
 class Arm:
     "One generate configuration; each runs in its own process"
@@ -190,6 +191,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     h.close()
     return out
 
+# %% ../nbs/05_harness.ipynb #d26c6c78-1
 def _arm(job:dict) -> dict:
     "An arm's process (`run_child`): `run_arm` on the job `run` sends"
     return run_arm(Arm(**job['arm']), json.loads(Path(job['sequence']).read_text()), job['prompt'],
@@ -312,6 +314,7 @@ METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'loa
 # the same tokens as `off` at the same K
 EXACT = ('resident', 'compute', 'off', 'prefetch', 'oracle')
 
+# %% ../nbs/05_harness.ipynb #3fa2f456-1
 def summarize(report:dict) -> dict:
     """Add `results`: per arm the medians of `METRICS`, failures, the load-cost fit and the token
     check"""

@@ -11,12 +11,14 @@ import numpy as np
 from tqdm.auto import tqdm
 import edge0
 from .backend import core as B, nn as bnn
-from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids, default_documents, read_documents,
+from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids,
+                         default_documents, read_documents,
                          sample_windows, self_prompts, windows as cut_windows)
 from .decode import Sampling, generate_ids, load as decode_load
 from .files import InputError, edge0_home, find_model, heldout_ids, is_writable, replace_whole, teacher_path
 from .memory import ROOM, headroom, peak_rss, MiB
-from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report, router_bias_of, save_prerouter,
+from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
+                             router_bias_of, save_prerouter,
                              train_head)
 from .routing import MoESpec, RouterTap, attr_at, block, route
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
@@ -34,11 +36,14 @@ __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'L
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
-    "Raised once a pass has what it came for: the input of the layer after the one it runs, or a router's output"
+    """Raised once a pass has what it came for: the input of the layer after the one it runs, or a
+    router's output"""
 
 class _Feed(B.Module):
-    "Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the state stored for it)"
-    FLAGS = ('is_linear', 'is_global')  # what the families' loops read from a layer to pick its mask
+    """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
+    state stored for it)"""
+    # what the families' loops read from a layer to pick its mask
+    FLAGS = ('is_linear', 'is_global')
     def __init__(self, layer):
         super().__init__()
         for a in self.FLAGS:
@@ -47,7 +52,8 @@ class _Feed(B.Module):
     def __call__(self, x, *args, **kw): return self.held
 
 class _Catch(_Feed):
-    "Stands in for the layer after the one a pass runs: it keeps its input (that layer's output) and stops the pass"
+    """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output)
+    and stops the pass"""
     def __call__(self, x, *args, **kw):
         object.__setattr__(self, 'held', x)
         raise _Reached
@@ -55,21 +61,29 @@ class _Catch(_Feed):
 
 # %% ../nbs/04c_heads.ipynb #0959c515
 def decoder_layers(spec:MoESpec, model) -> list:
-    "The list of decoder layers that `model`'s own forward pass loops over (its block path without `.{layer}...`)"
+    """The list of decoder layers that `model`'s own forward pass loops over (its block path without
+    `.{layer}...`)"""
     return attr_at(model, spec.block_path.split('.{layer}')[0])
 
+# %% ../nbs/04c_heads.ipynb #0959c515-1
 class LayerPass:
-    "Runs one decoder layer of `model` at a time over batches of windows, through the model's own forward pass"
-    def __init__(self, spec:MoESpec, model, dtype=None): # the dtype the model is served in (`serving_dtype`)
+    """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
+    forward pass"""
+    # the dtype the model is served in (`serving_dtype`)
+    def __init__(self, spec:MoESpec, model, dtype=None):
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
-        self.dtype = serving_dtype(spec, dtype)  # states come back as float32 arrays: fed in the model's own dtype
+        # states come back as float32 arrays: fed in the model's own dtype
+        self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
         self.tap = RouterTap(spec, model)
 
     def __call__(self, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-                 state=None, # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the embedding)
+                 # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the
+                 # embedding)
+                 state=None,
                  to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-        "`(output of layer (the last one's: the logits), (router input, router logits, chosen or None) or None)`"
+        """`(output of layer (the last one's: the logits), (router input, router logits, chosen or
+        None) or None)`"""
         L, own = self.layers, self.own
         L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
         if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
@@ -94,23 +108,25 @@ class LayerPass:
         self.layers[:] = self.own
         self.tap.remove()
 
-
 # %% ../nbs/04c_heads.ipynb #bb5a792d
 def _lock(d:Path) -> int:
-    "An exclusive lock on folder `d` (its `.lock` file, beside it) for this process, or a one-line error"
+    """An exclusive lock on folder `d` (its `.lock` file, beside it) for this process, or a one-line
+    error"""
     d.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(d.parent / f".{d.name}.lock", os.O_RDWR | os.O_CREAT)
     try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for it to end") from None
+        raise InputError(f"{d} is in use by another edge0 train of the same model and K; wait for "
+                         "it to end") from None
     return fd
 
 
 # %% ../nbs/04c_heads.ipynb #0ac195a8
 class Scratch:
-    """The resumable state of one phase-1 run in folder `dir`: the states between layers, the captures the heads still
-    need, the heads' checkpoints and `manifest.json`; an existing folder is resumed if its key is `key`, else cleared"""
+    """The resumable state of one phase-1 run in folder `dir`: the states between layers, the
+    captures the heads still need, the heads' checkpoints and `manifest.json`; an existing folder is
+    resumed if its key is `key`, else cleared"""
     def __init__(self, dir, key:dict, memory:bool):
         self.dir, self.key, self.memory, self.held = Path(dir), key, memory, {}
         self.lock = _lock(self.dir)
@@ -118,7 +134,8 @@ class Scratch:
         m = json.loads(old.read_text()) if old.is_file() else None
         if m is None or m.get('key') != key:
             shutil.rmtree(self.dir, ignore_errors=True)
-            m = dict(key=key, layer=-1, heads={}, read_s=0.0, capture_s=0.0, train_s=0.0, bytes_read=0, peak_rss=0)
+            m = dict(key=key, layer=-1, heads={}, read_s=0.0, capture_s=0.0, train_s=0.0,
+                     bytes_read=0, peak_rss=0)
         for p in self.dir.glob('*.partial*'): p.unlink()  # what a killed run was writing
         self.dir.mkdir(parents=True, exist_ok=True)
         self.resumed, self.m = m['layer'] >= 0 or bool(m['heads']), m
@@ -127,10 +144,12 @@ class Scratch:
     def commit(self, **updates):
         "Update the manifest and write it atomically"
         self.m.update(updates)
-        replace_whole(self.dir / 'manifest.json', lambda tmp: tmp.write_text(json.dumps(self.m, indent=1)))
+        replace_whole(self.dir / 'manifest.json',
+                      lambda tmp: tmp.write_text(json.dumps(self.m, indent=1)))
 
     def new(self, name:str, shape:tuple, dtype) -> np.ndarray:
-        "A zeroed array `name` to fill: in memory, or a memory-mapped file in the folder; `keep` makes it permanent"
+        """A zeroed array `name` to fill: in memory, or a memory-mapped file in the folder; `keep`
+        makes it permanent"""
         if self.memory: a = np.zeros(shape, dtype)
         else: a = np.lib.format.open_memmap(self.dir / f"{name}.partial.npy", 'w+', dtype, shape)
         self.held[name] = a
@@ -148,7 +167,8 @@ class Scratch:
     def get(self, name:str) -> np.ndarray:
         "Array `name`: the one held, else read back from its file (in memory, or memory-mapped)"
         if name not in self.held:
-            self.held[name] = np.load(self.dir / f"{name}.npy", mmap_mode=None if self.memory else 'r')
+            self.held[name] = np.load(self.dir / f"{name}.npy",
+                                      mmap_mode=None if self.memory else 'r')
         return self.held[name]
 
     def drop(self, *names:str):
@@ -172,7 +192,8 @@ class Scratch:
 # %% ../nbs/04c_heads.ipynb #f367b618
 @dataclass(frozen=True)
 class Roles:
-    "Which captures each layer gives: router inputs of the owners, routed sets of owners and targets, targets' logits"
+    """Which captures each layer gives: router inputs of the owners, routed sets of owners and
+    targets, targets' logits"""
     owners:tuple
     targets:tuple
     @property
@@ -183,9 +204,11 @@ class Roles:
 
 
 # %% ../nbs/04c_heads.ipynb #5a95a1cb
-def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarray, roles:Roles, k:int,
+def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarray, roles:Roles,
+                  k:int,
                   batch:int=4, bar=None) -> dict:
-    "Run `layer` over every window: keep the next layer's input and this layer's captures; `{read_s, capture_s, bytes}`"
+    """Run `layer` over every window: keep the next layer's input and this layer's captures;
+    `{read_s, capture_s, bytes}`"""
     spec, t0 = lp.spec, time.time()
     (N, seq), D, E = ids.shape, spec.hidden_size, spec.num_experts
     to_router, keys = layer == roles.last, roles.keys(layer)
@@ -196,7 +219,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
     try:
         state = scratch.get(f"state{layer}") if layer > 0 else None
         out = None if to_router else scratch.new(f"state{layer + 1}", (N, seq, D), np.float32)
-        shapes = dict(h=((N * seq, D), np.float32), logits=((N * seq, E), np.float32), routed=((N * seq, k), np.int32))
+        shapes = dict(h=((N * seq, D), np.float32), logits=((N * seq, E), np.float32),
+                      routed=((N * seq, k), np.int32))
         caps = {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
         bias = router_bias_of(spec, lp.model, layer) if keys else None
         for i in range(0, N, batch):
@@ -209,7 +233,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
                 if 'h' in caps: caps['h'][rows] = B.to_numpy(x.astype(B.float32))
                 if 'logits' in caps: caps['logits'][rows] = B.to_numpy(lg)
                 if 'routed' in caps:  # routed as served: the logits in the model's own dtype
-                    caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k, bias)[0])
+                    caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k,
+                                                          bias)[0])
             if bar is not None: bar.update(1)
     finally:
         if hold: engine.drop_resident(layer)
@@ -217,14 +242,19 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
     for key in keys: scratch.keep(f"cap{layer}.{key}")
     if out is not None: scratch.keep(f"state{layer + 1}")
     read_s = stats.read_s - read0 if stats else 0.0
-    return dict(read_s=read_s, capture_s=time.time() - t0 - read_s, bytes=stats.bytes_read - bytes0 if stats else 0)
+    return dict(read_s=read_s, capture_s=time.time() - t0 - read_s,
+                bytes=stats.bytes_read - bytes0 if stats else 0)
 
 
 # %% ../nbs/04c_heads.ipynb #43f7b428
-RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512, heldout=0.05,
-              heldout_tokens=None,    # held-out tokens scored: the split's first windows (None: a quarter of tokens)
-              self_tokens=0,          # tokens of the model's own text added to the calibration documents
-              weighted=1.0)           # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
+RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512,
+              heldout=0.05,
+              # held-out tokens scored: the split's first windows (None: a quarter of tokens)
+              heldout_tokens=None,
+              # tokens of the model's own text added to the calibration documents
+              self_tokens=0,
+              # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
+              weighted=1.0)
 CKPT_EVERY = 100  # training steps between a head's checkpoints
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -234,10 +264,12 @@ def _save_head(path:Path, head, opt=None, meta:dict|None=None):
     "Write a head's parameters (and its optimizer's state) to `path` atomically"
     arrays = dict(B.tree_flatten(head.parameters()))
     if opt is not None: arrays.update({f"opt.{k}": v for k, v in B.tree_flatten(opt.state)})
-    replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, {k: str(v) for k, v in (meta or {}).items()}))
+    meta = {k: str(v) for k, v in (meta or {}).items()}
+    replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, meta))
 
 def _load_head(path:Path, head, lr:float):
-    "`(optimizer, metadata)` of a head checkpoint written by `_save_head`, its parameters loaded into `head`"
+    """`(optimizer, metadata)` of a head checkpoint written by `_save_head`, its parameters loaded
+    into `head`"""
     arrays, meta = B.load_arrays(path), read_header(path)[1]
     head.update(B.tree_unflatten([(k, v) for k, v in arrays.items() if not k.startswith('opt.')]))
     opt = bnn.optim.Adam(lr)
@@ -252,8 +284,10 @@ def _caps(scratch:Scratch, layer:int, rows:slice) -> dict:
     return {key: scratch.get(f"cap{layer}.{key}")[rows] for key in ('h', 'routed', 'logits')
             if (scratch.dir / f"cap{layer}.{key}.npy").exists() or f"cap{layer}.{key}" in scratch.held}
 
+# %% ../nbs/04c_heads.ipynb #863cec1e-1
 def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, show:bool) -> dict:
-    "Train (or resume) head `n` on the first `T` captured tokens; its held-out report; checkpoints as it goes"
+    """Train (or resume) head `n` on the first `T` captured tokens; its held-out report; checkpoints
+    as it goes"""
     m, head = pr.next_layer[n], pr.heads[f"layer{n}"]
     t0, ckpt = time.time(), _head_file(scratch, n, ckpt=True)
     opt, start, log = None, 0, []
@@ -264,21 +298,26 @@ def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, 
     def on_step(step, opt, log):
         if step % CKPT_EVERY == 0 and step < params['steps']:
             _save_head(ckpt, head, opt, dict(step=step, log=json.dumps(log)))
-    log = train_head(pr, n, own['h'], own['routed'], nxt['logits'], params['steps'], params['batch'], params['lr'],
-                     params['seed'], params['seq'], start, opt, log, on_step, show, target_routed=nxt['routed'],
+    log = train_head(pr, n, own['h'], own['routed'], nxt['logits'], params['steps'],
+                     params['batch'], params['lr'],
+                     params['seed'], params['seq'], start, opt, log, on_step, show,
+                     target_routed=nxt['routed'],
                      weighted=params['weighted'])
     held = {n: _caps(scratch, n, slice(T, None)), m: _caps(scratch, m, slice(T, None))}
-    report = dict(recall_report(pr, model, held, pr.k, owners=[n])[n], final_kl=float(np.mean(log[-50:])))
+    report = dict(recall_report(pr, model, held, pr.k, owners=[n])[n],
+                  final_kl=float(np.mean(log[-50:])))
     _save_head(_head_file(scratch, n), head)
     ckpt.unlink(missing_ok=True)
-    scratch.commit(heads={**scratch.m['heads'], str(n): report}, train_s=scratch.m['train_s'] + time.time() - t0)
+    scratch.commit(heads={**scratch.m['heads'], str(n): report},
+                   train_s=scratch.m['train_s'] + time.time() - t0)
     return report
 
-
 # %% ../nbs/04c_heads.ipynb #63911a8e
-def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4, show:bool=True,
+def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4,
+               show:bool=True,
                dtype=None):
-    "Capture every layer not yet captured and train each head as soon as its next layer is in; resumes `scratch`"
+    """Capture every layer not yet captured and train each head as soon as its next layer is in;
+    resumes `scratch`"""
     owners, done = pr.owners, lambda: scratch.m['heads']
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
@@ -287,12 +326,15 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     lp = LayerPass(pr.spec, h.model, dtype)
     try:
-        for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)  # interrupted in training
+        # interrupted in training
+        for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)
         for layer in range(first, roles.last + 1):
             cost = capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch, bar)
             m = scratch.m
-            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'], bytes_read=m['bytes_read'] + cost['bytes'],
-                           capture_s=m['capture_s'] + cost['capture_s'], peak_rss=max(m['peak_rss'], peak_rss()))
+            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'],
+                           bytes_read=m['bytes_read'] + cost['bytes'],
+                           capture_s=m['capture_s'] + cost['capture_s'],
+                           peak_rss=max(m['peak_rss'], peak_rss()))
             if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
@@ -305,11 +347,13 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
 
 # %% ../nbs/04c_heads.ipynb #540b68cd
 def layer_bytes(store) -> int:
-    "Bytes of the largest MoE layer's routed experts: what the pool must hold to read each layer once"
+    """Bytes of the largest MoE layer's routed experts: what the pool must hold to read each layer
+    once"""
     return max(sum(t.nbytes for t in ts.values()) for ts in store.layers.values())
 
 def _kernels(store) -> str:
-    "MLX's kernels for the capture, unless the experts are packed for torch's (`edge0 convert --layout torch-cpu`)"
+    """MLX's kernels for the capture, unless the experts are packed for torch's (`edge0 convert
+    --layout torch-cpu`)"""
     packed = any(q is not None and q.mode == 'torch' for qs in store.quant.values()
                  for q in (qs.values() if isinstance(qs, dict) else [qs]))
     return 'torch' if packed else 'mlx'
@@ -328,78 +372,95 @@ def training_pool(d:Path, spec:MoESpec, k:int, pool_bytes, what:str='phase 1') -
     store = ExpertStore(d, spec, residency=False)
     try: lb, expert, kernels = layer_bytes(store), store.expert_nbytes, _kernels(store)
     finally: store.close()
-    need = lb + k * expert  # one layer held whole, and the working set of the token that routes past it
-    free = headroom().bytes - ROOM  # what this process may still use, less page cache for the reads and its code
+    # one layer held whole, and the working set of the token that routes past it
+    need = lb + k * expert
+    # what this process may still use, less page cache for the reads and its code
+    free = headroom().bytes - ROOM
     auto = pool_bytes == 'auto'
     pool = min(max(256 * MiB, int(1.25 * need)), free) if auto else pool_bytes
     if auto and pool < need:
-        raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds {lb / MiB:.1f} MiB of "
-                         f"experts, {need / MiB:.0f} MiB with a token's, and this process may use {free / MiB:.0f} "
-                         "MiB more (the page cache's room kept aside)")
+        raise InputError(f"not enough memory for {what} of {d}: its largest MoE layer holds "
+                         f"{lb / MiB:.1f} MiB of experts, {need / MiB:.0f} MiB with a token's, and "
+                         f"this process may use {free / MiB:.0f} MiB more (the page cache's room "
+                         "kept aside)")
     if pool < need:
         raise InputError(f"--pool-mib {pool / MiB:g} is below one layer's working set: the largest "
                          f"MoE layer of {d} holds {lb / MiB:.1f} MiB of experts; give at least "
                          f"{need / MiB + 1:.0f}")
     return pool, lb, kernels
 
+# %% ../nbs/04c_heads.ipynb #hd000006-1
 def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int) -> dict:
-    "The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one layer is refused"
+    """The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one
+    layer is refused"""
     pool, lb, kernels = training_pool(d, spec, k, pool_bytes)
     D, E = spec.hidden_size, spec.num_experts
-    scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)  # two layers' states, an owner's inputs, two targets' logits
+    # two layers' states, an owner's inputs, two targets' logits
+    scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)
     return dict(pool=pool, layer=lb, scratch=scratch, memory=lb + scratch <= pool, kernels=kernels)
-
 
 # %% ../nbs/04c_heads.ipynb #ff891a17
 def _check_disk(root:Path, nbytes:int):
-    "Refuse a scratch folder whose disk cannot hold the `nbytes` it needs, less what it holds already"
+    """Refuse a scratch folder whose disk cannot hold the `nbytes` it needs, less what it holds
+    already"""
     at = next(p for p in (root, *root.parents) if p.exists())
     nbytes -= sum(f.stat().st_size for f in root.glob('*')) if root.is_dir() else 0
     free = shutil.disk_usage(at).free
     if free < nbytes:
-        raise InputError(f"the scratch disk is full: {root} needs about {nbytes / MiB:.0f} MiB and {at} has "
-                         f"{free / MiB:.0f} MiB free; pass --work on a disk with room, or fewer --tokens")
+        raise InputError(f"the scratch disk is full: {root} needs about {nbytes / MiB:.0f} MiB and "
+                         f"{at} has {free / MiB:.0f} MiB free; pass --work on a disk with room, or "
+                         "fewer --tokens")
 
 def _owners(spec:MoESpec) -> tuple:
     moe = spec.moe_layers
     if len(moe) < 3:
-        raise InputError(f"{spec.model_type}: {len(moe)} MoE layers; prerouter heads need at least 3 (each owner layer "
-                         "has an MoE layer before it for its features and one after it to predict)")
+        raise InputError(f"{spec.model_type}: {len(moe)} MoE layers; prerouter heads need at least "
+                         "3 (each owner layer has an MoE layer before it for its features and one "
+                         "after it to predict)")
     return tuple(moe[1:-1])
 
 
 # %% ../nbs/04c_heads.ipynb #97d36648
-def self_documents(d:Path, docs:list, tokens:int, pool_bytes:int, seed:int=0, length:int=256, show:bool=True) -> list:
-    "About `tokens` tokens the model in `d` writes itself, `length` at a time, from prompts of `docs`, as served"
+def self_documents(d:Path, docs:list, tokens:int, pool_bytes:int, seed:int=0, length:int=256,
+                   show:bool=True) -> list:
+    """About `tokens` tokens the model in `d` writes itself, `length` at a time, from prompts of
+    `docs`, as served"""
     out = []
     with decode_load(d, 'off', options=StreamOptions(pool_bytes=pool_bytes)) as h:
         tok, eos = h.tokenizer, set(h.tokenizer.eos_token_ids)
         prompts = self_prompts(docs, -(-tokens // length), seed=seed)
-        for i, prompt in enumerate(tqdm(prompts, desc="the model's own text", unit='text', disable=not show)):
+        for i, prompt in enumerate(tqdm(prompts, desc="the model's own text", unit='text',
+                                        disable=not show)):
             ids = tok.encode(prompt) if isinstance(prompt, str) else chat_ids(tok, prompt)
             drawn = generate_ids(h.model, ids, length, eos, sampling=self_sampling(seed + i))
             text = tok.decode([t for t, _ in drawn if t not in eos])
             out.append(Document(f"self:{i}", text=prompt + text) if isinstance(prompt, str) else
-                       Document(f"self:{i}", messages=[*prompt, dict(role='assistant', content=text)]))
+                       Document(f"self:{i}",
+                                messages=[*prompt, dict(role='assistant', content=text)]))
     return out
 
 def self_sampling(seed:int) -> Sampling:
     "How the model's own text is drawn: sampled (a tiny model's greedy text loops), seeded per text"
     return Sampling(temp=0.7, top_p=0.95, seed=seed)
 
+# %% ../nbs/04c_heads.ipynb #97d36648-1
 def calibration_windows(d:Path, data, params:dict, pool_bytes:int, show:bool=True) -> Calibration:
-    "The calibration windows of the model in `d`: `data` (paths) or the bundled set, plus the model's own text"
+    """The calibration windows of the model in `d`: `data` (paths) or the bundled set, plus the
+    model's own text"""
     check_tokenizer(d)
     docs = read_documents(data) if data else default_documents()
     if params['self_tokens']:
-        docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'], show=show)
-    cal = calibration(open_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'], params['seed'])
+        docs = docs + self_documents(d, docs, params['self_tokens'], pool_bytes, params['seed'],
+                                     show=show)
+    cal = calibration(open_tokenizer(d), docs, params['seq'], params['tokens'], params['heldout'],
+                      params['seed'])
     held = cal.heldout[:max(1, heldout_tokens(params) // params['seq'])]
     return Calibration(cal.train, held, dict(cal.record, heldout_windows_scored=len(held),
                                              self_generated_tokens=params['self_tokens']))
 
 def heldout_tokens(params:dict) -> int:
-    "How many held-out tokens a run scores: the recipe's `heldout_tokens`, else a quarter of its training tokens"
+    """How many held-out tokens a run scores: the recipe's `heldout_tokens`, else a quarter of its
+    training tokens"""
     return params['heldout_tokens'] or params['tokens'] // 4
 
 def data_key(cal:Calibration) -> str:
@@ -408,34 +469,40 @@ def data_key(cal:Calibration) -> str:
     for a in (cal.train, cal.heldout): h.update(np.ascontiguousarray(a, '<i4').tobytes())
     return h.hexdigest()[:16]
 
-
 # %% ../nbs/04c_heads.ipynb #ec4c0a3f
-def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:dict, m:dict, seconds:float) -> dict:
-    "What a heads file records of the run that made it: model, recipe, data, recall, memory, reads and time"
+def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:dict, m:dict,
+               seconds:float) -> dict:
+    """What a heads file records of the run that made it: model, recipe, data, recall, memory, reads
+    and time"""
     reports = m['heads']
     ckpt = sum(t.nbytes for t in index_checkpoint(d).values())
-    return dict(builder='edge0.heads.train_heads', model=str(d), model_type=spec.model_type, recipe=json.dumps(params),
+    return dict(builder='edge0.heads.train_heads', model=str(d), model_type=spec.model_type,
+                recipe=json.dumps(params),
                 data=json.dumps(windows.record), train_tokens=str(windows.train.size),
                 heldout_tokens=str(windows.heldout.size), heldout_recall=json.dumps(reports),
                 final_kl=f"{np.mean([r['final_kl'] for r in reports.values()]):.4f}",
-                pool_mib=f"{budget['pool'] / MiB:.0f}", states='memory' if budget['memory'] else 'scratch file',
+                pool_mib=f"{budget['pool'] / MiB:.0f}",
+                states='memory' if budget['memory'] else 'scratch file',
                 expert_bytes_read=str(m['bytes_read']), checkpoint_bytes=str(ckpt),
                 peak_rss_mib=f"{m['peak_rss'] / MiB:.0f}",
-                time=json.dumps(dict(read_s=round(m['read_s'], 1), capture_s=round(m['capture_s'], 1),
+                time=json.dumps(dict(read_s=round(m['read_s'], 1),
+                                     capture_s=round(m['capture_s'], 1),
                                      train_s=round(m['train_s'], 1), last_run_s=round(seconds, 1))),
                 kernels=budget['kernels'], edge0_version=edge0.__version__, blas=blas_in_use())
 
 
 # %% ../nbs/04c_heads.ipynb #94cf1316
 def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
-    "The closing table of a phase-1 run: per head, held-out recall against the temporal-locality baseline"
+    """The closing table of a phase-1 run: per head, held-out recall against the temporal-locality
+    baseline"""
     t, reports = json.loads(meta['time']), json.loads(meta['heldout_recall'])
     read = int(meta['expert_bytes_read'])
-    lines = [f"{path}: {len(reports)} heads at K={k}, {int(meta['train_tokens']):,} training tokens, "
-             f"{int(meta['heldout_tokens']):,} held out",
-             f"experts read: {read / MiB:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x the checkpoint) in "
-             f"{t['read_s']:.0f} s; capture {t['capture_s']:.0f} s; training {t['train_s']:.0f} s; "
-             f"peak RSS {meta['peak_rss_mib']} MiB; states in {meta['states']}",
+    lines = [f"{path}: {len(reports)} heads at K={k}, {int(meta['train_tokens']):,} training "
+             f"tokens, {int(meta['heldout_tokens']):,} held out",
+             f"experts read: {read / MiB:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x "
+             f"the checkpoint) in {t['read_s']:.0f} s; capture {t['capture_s']:.0f} s; training "
+             f"{t['train_s']:.0f} s; peak RSS {meta['peak_rss_mib']} MiB; states in "
+             f"{meta['states']}",
              f"{'head':>8}{'recall':>8}{'reuse':>8}{'heaviest':>10}{'final KL':>10}{'chance':>8}"]
     for n, r in reports.items():
         lines.append(f"{f'{n}->{next_layer[int(n)]}':>8}{r['head']:>8.3f}{r['reuse']:>8.3f}{r['heaviest']:>10.3f}"
@@ -464,64 +531,79 @@ def _for_heads(serving, recipe:dict) -> tuple:
 def train_heads(model, # a model directory, a bundled model's name or a Hugging Face repo id
                 serving:Serving|None=None, # what they are for: K, budget, dtype (None: `Serving()`)
                 windows:Calibration|None=None, # the calibration windows (default: from `data`)
-                data=None, # text files, folders or JSONL (`edge0.calib`); None: the bundled calibration set
+                # text files, folders or JSONL (`edge0.calib`); None: the bundled calibration set
+                data=None,
                 work=None, # where the resumable scratch folder goes (default: `$EDGE0_HOME/work`)
-                dst=None, # where the heads go (default: beside the model if writable, else `$EDGE0_HOME`)
+                # where the heads go (default: beside the model if writable, else `$EDGE0_HOME`)
+                dst=None,
                 show:bool=True, window_batch:int=4, extra:dict|None=None, **recipe) -> Path:
     "Phase 1 for `serving` of any supported model, a layer at a time within its budget; resumable"
     t0, (s, opts) = time.time(), _for_heads(serving, recipe)
     d = find_model(model)
     spec = model_spec(d)
     k, params, dtype = s.k or spec.k, dict(RECIPE, **recipe), s.dtype
-    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of {d}")
+    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
+                                              f"{d}")
     if params['tokens'] < params['seq']:
-        raise InputError(f"--tokens {params['tokens']}: expected at least one window of {params['seq']} tokens")
+        raise InputError(f"--tokens {params['tokens']}: expected at least one window of "
+                         f"{params['seq']} tokens")
     owners = _owners(spec)
-    dst = Path(dst) if dst is not None else heads_dir_for(d)  # where the heads go, refused now rather than at the end
-    if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable folder (--dst)")
+    # where the heads go, refused now rather than at the end
+    dst = Path(dst) if dst is not None else heads_dir_for(d)
+    if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable "
+                                              "folder (--dst)")
     budget = _budget(d, spec, k, opts.pool_bytes, params['tokens'] + heldout_tokens(params))
     windows = windows or calibration_windows(d, data, params, budget['pool'], show)
     ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
-    key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=data_key(windows), owners=list(owners))
+    key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=data_key(windows),
+               owners=list(owners))
     _check_disk(root, budget['scratch'])
     scratch = Scratch(root, key, budget['memory'])
     if show and scratch.resumed: print(f"resuming {root}: layers 0-{scratch.m['layer']} captured, "
                                        f"{len(scratch.m['heads'])} of {len(owners)} heads trained")
     try:
-        with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']), spec=spec, k=k,
+        with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']),
+                         spec=spec, k=k,
                          dtype=dtype) as h:
             pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
-            for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)), pr.heads[f"layer{n}"], params['lr'])
+            for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)),
+                                                    pr.heads[f"layer{n}"], params['lr'])
             run_layers(scratch, pr, h, ids, T, params, window_batch, show, dtype)
-            meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0), **(extra or {}))
+            meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0),
+                        **(extra or {}))
             out = save_prerouter(pr, d, extra=meta, dst=dst)
     except OSError as e:
         if e.errno != errno.ENOSPC: raise
         scratch.remove()
-        raise InputError(f"the scratch disk is full: writing {root} failed; pass --work on a disk with room, "
-                         "or fewer --tokens") from None
+        raise InputError(f"the scratch disk is full: writing {root} failed; pass --work on a disk "
+                         "with room, or fewer --tokens") from None
     finally: scratch.close()
     scratch.remove()
     if show: print(heads_table(out, meta, pr.next_layer, k, spec.num_experts))
     return out
 
 # %% ../nbs/04c_heads.ipynb #b53903b3
-PHASE1 = dict(RECIPE, tokens=120_000, steps=1500, weighted=0.0)  # the prose teachers' committed heads: KL alone
+# the prose teachers' committed heads: KL alone
+PHASE1 = dict(RECIPE, tokens=120_000, steps=1500, weighted=0.0)
 CODE_PHASE1 = dict(PHASE1, weighted=1.0)  # the code teacher's heads: with the routing-weighted term
 
 def teacher_windows(name:str, corpus_dir, work, params:dict, show:bool=True) -> Calibration:
-    "Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in whole windows"
+    """Teacher `name`'s windows: sampled from its corpus's training split; the held-out excerpt, in
+    whole windows"""
     tokens, seq = teacher_tokens(name, corpus_dir, work, show), params['seq']
     train = sample_windows(cut_windows(tokens, seq), params['tokens'], params['seed'])
     held = heldout_ids(open_tokenizer(teacher_path(name)), corpus=teacher_corpus(name))
     held = held[:len(held) // seq * seq].reshape(-1, seq)
     code = teacher_corpus(name) == 'code'
-    split = ('the training files (before the 2% cut of each); held out: the excerpt edge0/data/heldout-python.txt of '
-             'the held-out files' if code else 'the training split (first 98% of each file); held out: the excerpt '
+    split = ('the training files (before the 2% cut of each); held out: the excerpt '
+             'edge0/data/heldout-python.txt of '
+             'the held-out files' if code else 'the training split (first 98% of each file); held '
+                                               'out: the excerpt '
              'edge0/data/heldout-*.txt of the last 2%')
     record = dict(sources=list(CODE_CORPUS if code else CORPUS), split=split,
-                  tokens=dict(train=int(train.size), heldout=int(held.size)), seq=seq, seed=params['seed'])
+                  tokens=dict(train=int(train.size), heldout=int(held.size)), seq=seq,
+                  seed=params['seed'])
     return Calibration(train.astype(np.int32), held.astype(np.int32), record)
 
 def train_prerouter(name:str, corpus_dir, work, serving:Serving|None=None, base_dir=None,

@@ -52,6 +52,7 @@ def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     missing = sorted({b for b in bits for layer in spec.moe_layers if not (dst / low_file(layer, b)).exists()})
     return add_low_bits(base, dst, missing, layout) if missing else dst
 
+# %% ../nbs/05d_ladder.ipynb #867dc612-1
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256,
            windows:int=24,
            sample:int=48, exact:tuple=(1, 2), show:bool=True,

@@ -102,6 +102,7 @@ def _renamed(old:dict, heads, pool_mib) -> tuple:
     if old: raise InputError(f"model_args {', '.join(old)}: not an argument of the edge0 model type")
     return heads, pool_mib
 
+# %% ../nbs/05c_lmeval.ipynb #94bb550f-1
 @register_model('edge0')
 class Edge0LM(TemplateLM):
     """The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded

@@ -91,6 +91,7 @@ class Adapter:
     def __enter__(self): return self
     def __exit__(self, *exc): self.detach()
 
+# %% ../nbs/03_lora.ipynb #5cf9e1cc-1
 def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, seed:int=0,
            dtype=None,
            weights:dict|None=None) -> Adapter:
@@ -175,6 +176,7 @@ def _check_weights(p:Path, weights:dict, spec:MoESpec, model, meta:dict) -> dict
                              f"({meta['rank']}, {d_in}) x ({out}, {meta['rank']})")
     return paths
 
+# %% ../nbs/03_lora.ipynb #bc1ed7ef-1
 def load_adapter(model, base_dir, spec:MoESpec|None=None, k:int|None=None, heads=None, path=None,
                  dtype=None) -> Adapter:
     """Attach the adapter `path` (default: `lora-k{k}.safetensors` beside the base) after checking
@@ -286,6 +288,7 @@ def weight_report(adapter:Adapter, group_size:int=64, bits:int=4) -> dict:
         out[path] = dict(retention=weight_retention(actual, delta), delta_rms=rms, step=step)
     return out
 
+# %% ../nbs/03_lora.ipynb #747ddb9c-1
 def merge_requantized(adapter:Adapter, group_size:int=64, bits:int=4) -> list:
     """Detach `adapter` and serve each projection it wrapped as int4 of (base + delta); returns what
     to put back"""

@@ -76,6 +76,7 @@ def _affine(vals, bits:int, dtype:str, counts=None) -> tuple:
 def _codes(vals, s, b, bits:int) -> np.ndarray:
     return np.clip(np.rint((vals - b) / s), 0, 2 ** bits - 1).astype(np.uint8)
 
+# %% ../nbs/00_lowbit.ipynb #a0000011-1
 def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
     """`(codes uint8 (..., n), scales, biases (..., n/group) as `dtype` stores them)` of float
     weights `w` (..., n): affine per group, each group's range the clip of `CLIPS` with the least
@@ -117,6 +118,7 @@ def _spread(x, steps) -> None:
         x |= t
         x &= mask
 
+# %% ../nbs/00_lowbit.ipynb #a0000014-1
 def expand(codes, bits:int, nbytes:int, out=None) -> np.ndarray:
     """The `nbytes` int4 packed bytes (uint8, last axis) whose code planes are `codes` (into `out`
     where given): each plane byte's bits spread apart by shifts and masks, two output bytes a
@@ -147,6 +149,7 @@ def words(q) -> np.ndarray:
     q = np.asarray(q, np.uint8)
     return np.ascontiguousarray(q[..., 0::2] | q[..., 1::2] << 4).view(np.uint32)
 
+# %% ../nbs/00_lowbit.ipynb #a0000017-1
 def low_copy(wq, scales, biases, group:int, bits:int, dtype:str='BF16', chunk:int=8) -> tuple:
     """`(words, scales, biases)`: the `bits`-bit copy of stacked int4 experts `wq` (E, out, in/8
     uint32) with `scales` and `biases` (E, out, in/group, stored as `dtype`) in mlx-lm's 4-bit

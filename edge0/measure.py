@@ -97,6 +97,7 @@ def code_version() -> str:
         h.update(p.read_bytes())
     return f"{edge0.__version__}+{h.hexdigest()[:12]}"
 
+# %% ../nbs/06b_measure.ipynb #c0019-1
 def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
     """The JSON result of `make()` for `key` (with this host and this code), measured once, kept in
     `cache_dir()/kind/`"""
@@ -258,6 +259,7 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None,
     tot = stats(eng)['total']
     return out, tot['loads'] / steps, tot['blocked_s'] / steps
 
+# %% ../nbs/06b_measure.ipynb #c0030-1
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
     """The compute profile of `arm` (`edge0.harness.Arm`'s fields; its pool holds every expert),
     measured in this process"""

@@ -42,6 +42,7 @@ def _cgroup_dirs(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cg
         elif hid == '0' and (root / 'cgroup.controllers').exists(): v2 = root / rel.lstrip('/')
     return ('v2', v2) if v2 is not None and v1 is None else ('v1', v1) if v1 is not None else None
 
+# %% ../nbs/00_memory.ipynb #d6cca3a8-1
 @dataclass
 class CgroupMemory:
     "The memory limit this process's cgroup and its ancestors set, and what the cgroup holds now"
@@ -51,6 +52,7 @@ class CgroupMemory:
     usage:int      # bytes the cgroup holds now, page cache included
     file:int       # of them, page cache (reclaimable unless mapped and in use)
 
+# %% ../nbs/00_memory.ipynb #d6cca3a8-2
 def cgroup_memory(root:Path=Path('/sys/fs/cgroup'),
                   proc:Path=Path('/proc/self/cgroup')) -> CgroupMemory|None:
     """This process's cgroup memory limit (v1 or v2, the smallest up to the root) and usage; None
@@ -74,7 +76,6 @@ def cgroup_memory(root:Path=Path('/sys/fs/cgroup'),
     st = _stat(d / 'memory.stat')
     file = st.get('file', st.get('total_cache', st.get('cache', 0)))
     return CgroupMemory(version, best[1], best[0], cur, file)
-
 
 # %% ../nbs/00_memory.ipynb #67b6acd8
 def _meminfo() -> dict:
@@ -102,6 +103,7 @@ class SystemMemory:
     available:int
     source:str   # where `available` comes from
 
+# %% ../nbs/00_memory.ipynb #67b6acd8-1
 def system_memory() -> SystemMemory:
     """Physical memory and what is available now: `MemAvailable` on Linux, free + inactive +
     purgeable pages on macOS"""
@@ -223,6 +225,7 @@ class Budget:
                    f"transient experts): {m(self.lent)}"] if self.lent else []),
                 *[f"  note: {n}" for n in self.notes]]
 
+# %% ../nbs/00_memory.ipynb #51569167-1
 def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) -> int:
     "The expert budget `free` bytes leave after the KV cache, a step's transients and page-cache room"
     return int(min(experts, free - kv - step - room))
@@ -239,7 +242,6 @@ def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int,
     return int(min(layer, min(num_experts,
                               tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
 
-
 # %% ../nbs/00_memory.ipynb #x00m0011
 def kv_bytes(growth:list, tokens:int) -> int:
     "Bytes of the prompt cache at `tokens` tokens"
@@ -255,6 +257,7 @@ def io_counters() -> tuple:
     except (OSError, AttributeError): rb = None
     return rb, resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
+# %% ../nbs/00_memory.ipynb #c62d41ee-1
 class ThrashWatch:
     """Says once when decoding reads far more from storage than its experts, or waits on page
     faults: memory is short"""
@@ -281,4 +284,3 @@ class ThrashWatch:
         self.fired = (f"the last {n} tokens " + ' and '.join(what + [f"waited on {f - f0:,} page faults "
                                                                        f"({(f - f0) / n:,.0f} a token)"]))
         return self.fired
-

@@ -301,6 +301,7 @@ def _serve(self:Worker, job:Job):
     self.recent.append(job)
     job.send(last)
 
+# %% ../nbs/07c_openai_api.ipynb #c0029-1
 @patch
 def _generate(self:Worker, job:Job) -> dict:
     "Send the job's pieces as they come; the usage counts"
@@ -339,6 +340,7 @@ def _budget(self:Worker, job:Job) -> tuple:
 # %% ../nbs/07c_openai_api.ipynb #c0035
 def sse(obj) -> str: return f"data: {json.dumps(obj)}\n\n"
 
+# %% ../nbs/07c_openai_api.ipynb #c0035-1
 @dataclass
 class Reply:
     "The OpenAI objects that answer one request, whole or as stream chunks"
@@ -398,6 +400,7 @@ async def _stream(reply:Reply, events, first, state):
     if reply.include_usage: yield sse(reply.usage_chunk(ev))
     yield 'data: [DONE]\n\n'
 
+# %% ../nbs/07c_openai_api.ipynb #c0038-1
 class _EventStream(StreamingResponse):
     """Server-sent events whose job is cancelled however the response ends: finished, failed or its
     client gone"""
@@ -436,6 +439,7 @@ def check_model(asked:str|None, served:str):
                        'model',
                        'model_not_found')
 
+# %% ../nbs/07c_openai_api.ipynb #c0040-1
 async def _watching(request, job:Job, aw):
     "Await `aw`; a client that hangs up meanwhile cancels its job"
     async def hangup():
@@ -549,6 +553,7 @@ def _to_stderr():
         log.addHandler(h)
     log.setLevel(logging.INFO)
 
+# %% ../nbs/07c_openai_api.ipynb #c0048-1
 def _socket(host:str, port:int) -> socket.socket:
     """A socket listening on `host:port` here, so that a taken port or a bad address is one clear
     error"""

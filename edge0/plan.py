@@ -96,6 +96,7 @@ def _config(model) -> dict:
     p = Path(model)
     return json.loads((p if p.is_file() else p / 'config.json').read_text())
 
+# %% ../nbs/06c_plan.ipynb #c0009-1
 def model_bytes(model, k:int|None=None, predicted=()) -> dict:
     """Resident, expert and per-class bytes of `model` (a directory, a config.json, or a config
     dict) at `k`"""
@@ -166,6 +167,7 @@ class NoReads:
     def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
 
+# %% ../nbs/06c_plan.ipynb #c0015-1
 def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False, policy:str='lru',
            half_life:float=8, # tokens; 'lfu' as a run's pool: each use's weight halving every 8
            # ids from this one on are lower-bit copies (`E + e`): counted apart too
@@ -233,6 +235,7 @@ def reuse_of(trace:dict) -> float:
     "Mean share of a layer's experts that the previous token also used"
     return float(np.mean([len(set(a) & set(b)) / len(a) for ids in trace.values() for a, b in zip(ids[1:], ids[:-1])]))
 
+# %% ../nbs/06c_plan.ipynb #c0018-1
 def trace_stats(trace:dict, num_experts:int) -> dict:
     """`reuse` (`reuse_of`) and `lru_quarter`: the mean hit rate of an LRU of a quarter of each
     layer's experts"""
@@ -386,6 +389,7 @@ def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.nda
     warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
     return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
 
+# %% ../nbs/06c_plan.ipynb #c0030-1
 def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall,
              c:Compute,
              served:dict|None=None, within:bool=False,
@@ -472,6 +476,7 @@ def auto_budget(mb:dict, dev:Device, kv_tokens:int=KV_TOKENS, direct:bool=False)
                 step_mb=step / MiB,
                 room_mb=room / MiB, refused=pool < k * bundle)
 
+# %% ../nbs/06c_plan.ipynb #f1d04cb2-1
 def plan_reader(mb:dict, dev:Device, pool_mib:float) -> str:
     """How a run with a pool of `pool_mib` MiB reads experts on `dev`: its `reader`; 'auto' decides
     as a run does"""
@@ -492,6 +497,7 @@ def _check_device(dev:Device):
     if dev.policy not in POLICIES:
         raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
 
+# %% ../nbs/06c_plan.ipynb #c0033-1
 def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES,
          trace:dict|None=None,
          compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
@@ -591,6 +597,7 @@ def _budget_note(b:dict) -> str:
             + (f"; while decoding it is lent {b['lent_mb']:,.0f} MiB (the KV cache not grown yet, "
                "a prefill's transient experts beyond K)" if b.get('lent_mb') else ''))
 
+# %% ../nbs/06c_plan.ipynb #c0034-1
 def plan_table(p:dict) -> str:
     "A plan as a table"
     per = '; '.join(f"{view}: " + ', '.join(f"{c} {v / MiB:.2f}" for c, v in by.items())

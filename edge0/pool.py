@@ -54,6 +54,7 @@ class LayerStats:
 # %% ../nbs/01b2_pool.ipynb #70b4bd03
 POLICIES = ('lfu', 'lru')
 
+# %% ../nbs/01b2_pool.ipynb #70b4bd03-1
 class ExpertPool:
     """Expert bundles shared across layers, bounded in bytes and/or bundles; reservations share the
     budget. `policy` says which bundle goes first: 'lru' the least recently used, 'lfu' the least
@@ -149,7 +150,6 @@ class ExpertPool:
             self.score.pop(key, None)
             self.evictions += 1
 
-
 # %% ../nbs/01b2_pool.ipynb #332bc5b5
 @patch
 def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
@@ -179,6 +179,7 @@ def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
         for e in miss: self.put(layer, e, out[e])
     return [out[e] for e in experts]
 
+# %% ../nbs/01b2_pool.ipynb #332bc5b5-1
 @patch
 def _held(self:ExpertPool, layer:int, e:int):
     """The key of the bundle that serves expert id `e` of `layer` now, or None: a copy's int4 expert
@@ -208,4 +209,3 @@ def clear(self:ExpertPool):
         self.lru.clear()
         self.score, self.heap = {}, []
         self.reserved = 0
-

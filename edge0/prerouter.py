@@ -134,6 +134,7 @@ def heaviest_hit(pred, target_logits, r:Routing, k:int, bias=None) -> float:
                              np.argmax(B.to_numpy(w.astype(B.float32)), -1)[:, None], -1)
     return float((np.asarray(pred) == top).any(-1).mean())
 
+# %% ../nbs/02a_prerouter.ipynb #491018bd-1
 def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
     """Per owner layer (`owners`, default all): top-k recall of layer N+1 at t+1 by the head
     (`head`), by temporal locality (`reuse`: layer N+1's experts at t), and how often its heaviest
@@ -147,7 +148,6 @@ def recall_report(pr:Prerouter, model, cap:dict, k:int, owners=None) -> dict:
                       reuse=recall(prev, tr),
                       heaviest=heaviest_hit(pred, tl, pr.spec.routing, k, bias))
     return rep
-
 
 # %% ../nbs/02a_prerouter.ipynb #a78d0e3a
 def score_probs(spec, lg):
@@ -341,6 +341,7 @@ def _provenance(p:Path) -> dict:
                          "layer numbers")
     return out
 
+# %% ../nbs/02a_prerouter.ipynb #d309e2f4-1
 def load_prerouter(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) -> Prerouter:
     """Heads from `path`, else from where `find_heads` finds them, checked against the base in
     `base_dir`"""

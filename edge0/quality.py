@@ -67,6 +67,7 @@ def served_options(pool_mib:float|str|None) -> StreamOptions|None:
     return StreamOptions(pool_bytes=pool_mib if pool_mib == 'auto' else int(pool_mib * MiB),
                          prefill_path='exact')
 
+# %% ../nbs/05b_quality.ipynb #de4924b0-1
 class Served:
     """One configuration (`Serving`) of the int4 model `model_dir`, resident or streamed, measured
     teacher-forced"""

@@ -31,26 +31,37 @@ __all__ = ['ROWS_FORMAT', 'PHASE2', 'PHASE3', 'CODE_PHASE2', 'CODE_PHASE3', 'Stu
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b
 class StudentPath:
-    "`model` routed as `routing` mode serves it (prompt: own routers; after it: the heads' predictions), batched"
-    def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None, grouped:bool=False,
-                 keep:int=0, # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
-                 ranked:bool=False): # the rest of a kept set: the best predicted (decode's exact top-M), not the first
+    """`model` routed as `routing` mode serves it (prompt: own routers; after it: the heads'
+    predictions), batched"""
+    def __init__(self, model, spec:MoESpec, prerouter:Prerouter, k:int|None=None,
+                 grouped:bool=False,
+                 # diagnostic: each predicted set keeps the layer's own `keep` heaviest experts
+                 keep:int=0,
+                 # the rest of a kept set: the best predicted (decode's exact top-M), not the first
+                 ranked:bool=False):
         self.model, self.spec, self.prerouter, self.k, self.keep = model, spec, prerouter, k or prerouter.k, keep
         self.ranked = ranked
-        self.used, self.forced = {}, None  # the sets each layer served last; sets to serve instead ({layer: (B, L, K)})
+        # the sets each layer served last; sets to serve instead ({layer: (B, L, K)})
+        self.used, self.forced = {}, None
         self.grouped = grouped and spec.layout == 'separate'  # training: `grouped_experts` (below)
-        if prerouter.k != self.k: raise InputError(f"the heads were trained for K={prerouter.k}, not K={self.k}")
+        if prerouter.k != self.k: raise InputError(f"the heads were trained for K={prerouter.k}, "
+                                                   f"not K={self.k}")
         self.owners = dict(prerouter.next_layer)
         self.head_dtype = B.compute_dtype(getattr(B, spec.dtype, B.bfloat16))
-        self.bias = {layer: router_bias(spec, block(spec, model, layer)) for layer in spec.moe_layers}
+        self.bias = {layer: router_bias(spec, block(spec, model,
+                                                    layer)) for layer in spec.moe_layers}
         self.prefill, self.pos, self.carry, self.preds = 1, 0, {}, {}
-        # lower-bit copies, as `StreamOptions.low_bits` serves them: `{layer: {proj: (weight, scales, biases)}}`
-        # (`low_experts`); `low_below` None: exact top-`keep`'s K - keep slots, else every expert weighing less
-        self.low, self.low_below, self.low_from = None, None, 1  # positions from `low_from` on are decode steps
+        # lower-bit copies, as `StreamOptions.low_bits` serves them: `{layer: {proj: (weight,
+        # scales, biases)}}`
+        # (`low_experts`); `low_below` None: exact top-`keep`'s K - keep slots, else every expert
+        # weighing less
+        # positions from `low_from` on are decode steps
+        self.low, self.low_below, self.low_from = None, None, 1
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
     def reset(self, prefill:int, low_from:int=1):
-        "Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first decode step's)"
+        """Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first
+        decode step's)"""
         self.prefill, self.pos, self.carry, self.preds, self.low_from = prefill, 0, {}, {}, low_from
 
     def __call__(self, tokens, cache=None):
@@ -60,7 +71,8 @@ class StudentPath:
         return out
 
     def from_start(self, tokens, prefill:int=1, low_from:int=1):
-        "Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill` positions a prompt"
+        """Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill`
+        positions a prompt"""
         self.reset(prefill, low_from)
         return self(tokens)
 
@@ -74,18 +86,22 @@ class StudentPath:
 from fastcore.basics import patch
 
 def copies_of(switch, copies:dict, x, inds):
-    "`switch(x, inds)` (an mlx-lm int4 `SwitchGLU`) computed with `copies` `{proj: (weight, scales, biases)}` instead"
-    saved = {p: (getattr(switch, p).weight, getattr(switch, p).scales, getattr(switch, p).biases) for p in copies}
+    """`switch(x, inds)` (an mlx-lm int4 `SwitchGLU`) computed with `copies` `{proj: (weight,
+    scales, biases)}` instead"""
+    saved = {p: (getattr(switch, p).weight, getattr(switch, p).scales,
+                 getattr(switch, p).biases) for p in copies}
     try:
         for p, (w, s, b) in copies.items():
             lin = getattr(switch, p)
             lin.weight, lin.scales, lin.biases = w, s.astype(lin.scales.dtype), b.astype(lin.biases.dtype)
-        return switch(x, inds)  # the graph holds the copies: putting the weights back does not change it
+        # the graph holds the copies: putting the weights back does not change it
+        return switch(x, inds)
     finally:
         for p, (w, s, b) in saved.items():
             lin = getattr(switch, p)
             lin.weight, lin.scales, lin.biases = w, s, b
 
+# %% ../nbs/04d_recovery.ipynb #e0b6175d-1
 def low_experts(model_dir, bits:int) -> dict:
     """`{layer: {proj: (weight, scales, biases)}}`: the `bits`-bit copies of the experts of `model_dir` (mlx-lm's
     layout, converted with `--low-bits`), stacked, as the store reads and expands them for a served decode (expert
@@ -102,27 +118,32 @@ def low_experts(model_dir, bits:int) -> dict:
     return out
 
 def keep_heaviest(pred, inds, w, m:int, E:int, copies:bool=False) -> tuple:
-    """Exact top-`m` on the student's rows, as the decoder chooses it (`decode.exact_top_sets`): `(ids, low)`, the
-    ranked prediction `pred` (..., K) with the `m` experts of `inds` weighing most in `w` first, and which slots are
-    lower-bit copies (`copies`: the prediction's slots past `m`, as the decoder's flush stages them, unless kept)"""
+    """Exact top-`m` on the student's rows, as the decoder chooses it (`decode.exact_top_sets`):
+    `(ids, low)`, the ranked prediction `pred` (..., K) with the `m` experts of `inds` weighing most
+    in `w` first, and which slots are lower-bit copies (`copies`: the prediction's slots past `m`,
+    as the decoder's flush stages them, unless kept)"""
     planned = np.array(pred).astype(np.int64)
     if copies: planned[..., m:] += E
     kept = exact_top_sets(np.array(inds), np.array(w.astype(B.float32)), planned, m, E)
     return B.array((kept % E).astype(np.uint32)), kept >= E
 
+# %% ../nbs/04d_recovery.ipynb #e0b6175d-2
 @patch
 def moe_block(self:StudentPath, layer:int, blk, x):
     spec, n = self.spec, x.shape[1]
     logits = router_logits(spec, blk, x)
-    forced = self.forced is not None and layer in self.forced  # recomputed with the sets it served before
-    inds = self.forced[layer] if forced else route(spec.routing, logits, self.k, self.bias[layer])[0]
+    # recomputed with the sets it served before
+    forced = self.forced is not None and layer in self.forced
+    inds = self.forced[layer] if forced else route(spec.routing, logits, self.k,
+                                                   self.bias[layer])[0]
     low = None  # which slots are served as lower-bit copies
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
         pred = self.preds.pop(layer)
         if self.keep:
             copies = self.low is not None and self.low_below is None
-            pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep, spec.num_experts,
+            pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep,
+                                        spec.num_experts,
                                         copies)
             if copies: low = after_prompt & B.array(slots)
         inds = B.where(after_prompt, pred, inds)
@@ -131,32 +152,43 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     w = weigh(spec.routing, logits, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
     if low is not None and layer in self.low:
-        low = low & (B.arange(self.pos, self.pos + n) >= self.low_from)[None, :, None]  # a prompt is read at int4
+        # a prompt is read at int4
+        low = low & (B.arange(self.pos, self.pos + n) >= self.low_from)[None, :, None]
         y = B.where(low[..., None], copies_of(blk['switch_mlp'], self.low[layer], x, inds), y)
     out = combine(spec, blk, x, y, w)
     if layer in self.owners and not forced:
         nxt = self.owners[layer]
         prev = B.concatenate([self.carry.get(('used', layer), inds[:, :1]), inds[:, :-1]], axis=1)
         f = features(x.astype(self.head_dtype), inds, prev, spec.num_experts)
-        predicted, pw = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])  # for t + 1
-        if self.ranked:  # best first, as the decoder's flush ranks a prediction: exact top-M fills K - M from the front
-            predicted = B.take_along_axis(predicted, B.argsort(-pw.astype(B.float32), axis=-1), axis=-1)
-        self.preds[nxt] = B.concatenate([self.carry.get(('predicted', nxt), predicted[:, :1]), predicted[:, :-1]], 1)
-        self.carry[('used', layer)], self.carry[('predicted', nxt)] = inds[:, -1:], predicted[:, -1:]
+        # for t + 1
+        predicted, pw = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])
+        # best first, as the decoder's flush ranks a prediction: exact top-M fills K - M from the
+        # front
+        if self.ranked:
+            predicted = B.take_along_axis(predicted, B.argsort(-pw.astype(B.float32), axis=-1),
+                                          axis=-1)
+        self.preds[nxt] = B.concatenate([self.carry.get(('predicted', nxt), predicted[:, :1]),
+                                         predicted[:, :-1]], 1)
+        self.carry[('used', layer)], self.carry[('predicted',
+                                                 nxt)] = inds[:, -1:], predicted[:, -1:]
     return out
 
 # %% ../nbs/04d_recovery.ipynb #58823f7b
 def student_generate(student:StudentPath, prompts:np.ndarray, n:int, sampling:Sampling|None=None,
                      prefill:int|None=None) -> np.ndarray:
-    "`n` tokens (B, n) drawn by `sampling` (default greedy) on the student path after each row of `prompts` (B, P)"
-    student.reset(prompts.shape[1] if prefill is None else prefill, prompts.shape[1])  # huge prefill: own routing
+    """`n` tokens (B, n) drawn by `sampling` (default greedy) on the student path after each row of
+    `prompts` (B, P)"""
+    # huge prefill: own routing
+    student.reset(prompts.shape[1] if prefill is None else prefill, prompts.shape[1])
     return generate_batch(student, make_prompt_cache(student.model), prompts, n, sampling)
 
 # %% ../nbs/04d_recovery.ipynb #4455fb0f
 def grouped_experts(switch, x, inds):
-    "`switch(x, inds)` (an unquantized mlx-lm `SwitchGLU`) computed expert by expert on its gathered rows: (..., K, D)"
+    """`switch(x, inds)` (an unquantized mlx-lm `SwitchGLU`) computed expert by expert on its
+    gathered rows: (..., K, D)"""
     shape, k = x.shape, inds.shape[-1]
-    experts = np.array(inds).reshape(-1).astype(np.int64)  # the host reads the routing once per layer
+    # the host reads the routing once per layer
+    experts = np.array(inds).reshape(-1).astype(np.int64)
     order = np.argsort(experts, kind='stable')
     counts = np.bincount(experts, minlength=switch.gate_proj.weight.shape[0])
     rows = B.take(x.reshape(-1, shape[-1]), B.array((order // k).astype(np.int32)), axis=0)
@@ -165,11 +197,13 @@ def grouped_experts(switch, x, inds):
         return y + p.bias[e] if 'bias' in p else y
     outs = []
     for e, h in enumerate(B.split(rows, np.cumsum(counts)[:-1].tolist())):
-        if counts[e]: outs.append(proj(switch.down_proj, e, switch.activation(proj(switch.up_proj, e, h),
+        if counts[e]: outs.append(proj(switch.down_proj, e,
+                                       switch.activation(proj(switch.up_proj, e, h),
                                                                                proj(switch.gate_proj, e, h))))
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
-    return B.take(B.concatenate(outs), B.array(back.astype(np.int32)), axis=0).reshape(*shape[:-1], k, -1)
+    return B.take(B.concatenate(outs), B.array(back.astype(np.int32)),
+                  axis=0).reshape(*shape[:-1], k, -1)
 
 # %% ../nbs/04d_recovery.ipynb #98f5f53f
 ROWS_FORMAT = 'edge0-rows/1'
@@ -179,7 +213,8 @@ def load_teacher(name:str):
     import mlx_lm
     path = teacher_path(name, int4=False)
     model, _ = mlx_lm.load(str(path))
-    cast_params(model, model_spec(path))  # the served model's dtype rule: cast_predicate's parameters stay float32
+    # the served model's dtype rule: cast_predicate's parameters stay float32
+    cast_params(model, model_spec(path))
     model.freeze()
     return model
 
@@ -190,10 +225,12 @@ def sample_prompts(tokens:np.ndarray, n:int, length:int, seed) -> np.ndarray:
 
 def teacher_rows(teacher, tokens:np.ndarray, rows:int, prompt:int, gen:int, temp:float, seed:int,
                  batch:int=64) -> np.ndarray:
-    "`rows` sequences (rows, prompt + gen): corpus prompts, each continued by the teacher sampling at `temp`"
+    """`rows` sequences (rows, prompt + gen): corpus prompts, each continued by the teacher sampling
+    at `temp`"""
     prompts, out = sample_prompts(tokens, rows, prompt, [seed, 0]), []
     for i in tqdm(range(0, rows, batch), desc='teacher rows', leave=False):
-        written = generate_batch(lambda x, c: teacher(x, cache=c), make_prompt_cache(teacher), prompts[i:i + batch],
+        written = generate_batch(lambda x, c: teacher(x, cache=c), make_prompt_cache(teacher),
+                                 prompts[i:i + batch],
                                  gen, Sampling(temp=temp, seed=seed * 1_000_003 + i))
         out.append(np.concatenate([prompts[i:i + batch], written], axis=1))
     return np.concatenate(out).astype(np.uint16)
@@ -207,7 +244,8 @@ def _teacher_hash(name:str) -> str:
 def rows_for(name:str, tokens:np.ndarray, work, rows:int, prompt:int, gen:int, temp:float, seed:int,
              show:bool=True) -> tuple[np.ndarray, dict]:
     "Teacher `name`'s rows for this recipe, made once under `work` and reused; `(ids, provenance)`"
-    made = dict(format=ROWS_FORMAT, teacher=name, teacher_sha=_teacher_hash(name), rows=rows, prompt=prompt,
+    made = dict(format=ROWS_FORMAT, teacher=name, teacher_sha=_teacher_hash(name), rows=rows,
+                prompt=prompt,
                 gen=gen, temp=temp, seed=seed, train_tokens=int(len(tokens)),
                 data=f"prompts: {prompt}-token windows of the training split of {sources(name)}")
     key = hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:12]
@@ -217,12 +255,15 @@ def rows_for(name:str, tokens:np.ndarray, work, rows:int, prompt:int, gen:int, t
         if meta.get('sha') == _digest(ids): return ids, meta
     t0 = time.time()
     ids = teacher_rows(load_teacher(name), tokens, rows, prompt, gen, temp, seed)
-    meta = dict(made, sha=_digest(ids), seconds=round(time.time() - t0, 1), date=time.strftime('%Y-%m-%d'))
+    meta = dict(made, sha=_digest(ids), seconds=round(time.time() - t0, 1),
+                date=time.strftime('%Y-%m-%d'))
     Path(work).mkdir(parents=True, exist_ok=True)
-    writers = ((ids_path, lambda f: np.save(f, ids)), (meta_path, lambda f: f.write(json.dumps(meta).encode())))
+    writers = ((ids_path, lambda f: np.save(f, ids)),
+               (meta_path, lambda f: f.write(json.dumps(meta).encode())))
     for path, write in writers:
         with atomic_file(path) as tmp, open(tmp, 'wb') as f: write(f)
-    if show: print(f"teacher rows: {rows} x {prompt + gen} tokens written by {name} in {meta['seconds']:.0f} s")
+    if show: print(f"teacher rows: {rows} x {prompt + gen} tokens written by {name} in "
+                   f"{meta['seconds']:.0f} s")
     return ids, meta
 
 # %% ../nbs/04d_recovery.ipynb #31a0a52d
@@ -235,33 +276,43 @@ def log_softmax(z):
     "Log-probabilities of logits `z` over the last axis"
     return z - B.logsumexp(z, axis=-1, keepdims=True)
 
-def _outside(shape, idx): return B.put_along_axis(B.zeros(shape, B.bool_), idx, B.array(True), axis=-1)
+def _outside(shape, idx): return B.put_along_axis(B.zeros(shape, B.bool_), idx, B.array(True),
+                                                  axis=-1)
 
 def teacher_topk(teacher_logits, top:int=32):
-    "What the loss needs of the teacher per position: its `top` tokens, their log-probabilities, the tail's"
+    """What the loss needs of the teacher per position: its `top` tokens, their log-probabilities,
+    the tail's"""
     lp = log_softmax(teacher_logits.astype(B.float32))
     idx = B.argpartition(-lp, kth=top - 1, axis=-1)[..., :top]
-    return idx, B.take_along_axis(lp, idx, axis=-1), B.logsumexp(B.where(_outside(lp.shape, idx), -np.inf, lp), axis=-1)
+    return idx, B.take_along_axis(lp, idx, axis=-1), B.logsumexp(B.where(_outside(lp.shape, idx),
+                                                                         -np.inf, lp), axis=-1)
 
 def reverse_kl_stored(student_logits, idx, lp_top, lp_tail):
-    "Per position: KL(student || teacher) over the teacher's tokens `idx` and the tail outside them (`teacher_topk`)"
+    """Per position: KL(student || teacher) over the teacher's tokens `idx` and the tail outside
+    them (`teacher_topk`)"""
     lq = log_softmax(student_logits.astype(B.float32))
     lq_top = B.take_along_axis(lq, idx, axis=-1)
     lq_tail = B.logsumexp(B.where(_outside(lq.shape, idx), -np.inf, lq), axis=-1)
-    tail = B.where(lq_tail == -np.inf, 0.0, B.exp(lq_tail) * (lq_tail - lp_tail))  # no tail when top covers all
+    # no tail when top covers all
+    tail = B.where(lq_tail == -np.inf, 0.0, B.exp(lq_tail) * (lq_tail - lp_tail))
     return (B.exp(lq_top) * (lq_top - lp_top)).sum(-1) + tail
 
+# %% ../nbs/04d_recovery.ipynb #31a0a52d-1
 def reverse_kl_topk(student_logits, teacher_logits, top:int=32):
     "Per position: KL(student || teacher) over the teacher's `top` tokens and the tail outside them"
     return reverse_kl_stored(student_logits, *teacher_topk(teacher_logits, top))
 
 # %% ../nbs/04d_recovery.ipynb #200dc971
-PHASE2 = dict(rows=2048, prompt=32, gen=96, temp=1.0, steps=240, batch=16, lr=2e-3, warmup=20, rank=8, alpha=16.0,
+PHASE2 = dict(rows=2048, prompt=32, gen=96, temp=1.0, steps=240, batch=16, lr=2e-3, warmup=20,
+              rank=8, alpha=16.0,
               targets=list(TARGETS), seed=0)
-PHASE3 = dict(prompt=32, gen=48, temp=1.0, top=32, steps=40, batch=16, lr=1e-3, warmup=4, seed=0)  # ~1/10 of phase 2
-# the code teacher copies from its context: longer prompts; phase 3 sees about as many tokens as phase 2
+# ~1/10 of phase 2
+PHASE3 = dict(prompt=32, gen=48, temp=1.0, top=32, steps=40, batch=16, lr=1e-3, warmup=4, seed=0)
+# the code teacher copies from its context: longer prompts; phase 3 sees about as many tokens as
+# phase 2
 CODE_PHASE2 = dict(PHASE2, rows=1024, prompt=128, gen=128, steps=120, warmup=10)
-CODE_PHASE3 = dict(PHASE3, prompt=128, gen=64, steps=60, warmup=6)  # 184k tokens seen against phase 2's 492k
+# 184k tokens seen against phase 2's 492k
+CODE_PHASE3 = dict(PHASE3, prompt=128, gen=64, steps=60, warmup=6)
 
 def recipe_for(name:str, phase:int) -> dict:
     "The phase-2 or phase-3 recipe of teacher `name` (by the corpus it was trained on)"
@@ -273,7 +324,8 @@ def sources(name:str) -> str:
     return ', '.join(CODE_CORPUS if teacher_corpus(name) == 'code' else CORPUS)
 
 def dequantized_base(base_dir):
-    "The int4 base in `base_dir` dequantized (what is served, reconstructed), in the backend's dtype, frozen"
+    """The int4 base in `base_dir` dequantized (what is served, reconstructed), in the backend's
+    dtype, frozen"""
     import mlx_lm
     from mlx_lm.utils import dequantize_model
     model, tokenizer = mlx_lm.load(str(base_dir))
@@ -281,8 +333,10 @@ def dequantized_base(base_dir):
     model.freeze()
     return model, tokenizer
 
+# %% ../nbs/04d_recovery.ipynb #200dc971-1
 def stage_file(work, name:str, k:int, phase:int, exact_top:int=0) -> Path:
-    "Where a run keeps the adapter it ended with (phase 3 starts from phase 2's at the same K and exact top-M)"
+    """Where a run keeps the adapter it ended with (phase 3 starts from phase 2's at the same K and
+    exact top-M)"""
     return Path(work) / f"{name}-{Path(adapter_file(k, exact_top)).stem}-phase{phase}.safetensors"
 
 # %% ../nbs/04d_recovery.ipynb #rc000001
@@ -326,29 +380,36 @@ class Recovery:
         self.adapter = self._adapter()
         for mod in self.adapter.modules.values():
             mod.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
-        self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True, keep=m, ranked=bool(m))
+        self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True, keep=m,
+                                   ranked=bool(m))
         self.teacher = load_teacher(name) if phase == 3 else None
-        if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work, *(self.recipe[key] for key in (
+        if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work,
+                                                            *(self.recipe[key] for key in (
             'rows', 'prompt', 'gen', 'temp', 'seed')), show=show)
         r = self.recipe
         self.opt = bnn.optim.Adam(lr_schedule(r['lr'], r['warmup'], r['steps']))
         self.step, self.log = 0, []
-        self.out = self.work / f"{name}-k{self.k}{f'-top{m}' if m else ''}-phase{phase}-ckpt"  # a run of its own
+        # a run of its own
+        self.out = self.work / f"{name}-k{self.k}{f'-top{m}' if m else ''}-phase{phase}-ckpt"
         self._loss_and_grad = bnn.value_and_grad(self.model, self._loss)
 
     def _adapter(self) -> Adapter:
         r = self.recipe
         if self.phase == 2:
-            return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'], B.float32)
+            return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'],
+                          B.float32)
         p = stage_file(self.work, self.name, self.k, 2, self.exact_top)
         if not p.exists():
             raise InputError(f"distil starts from sft's adapter {p}: run --phase sft at K={self.k}"
-                             f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} first")
+                             f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} "
+                             "first")
         weights, meta = read_adapter(p)
         if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
-            raise InputError(f"{p} was trained with other heads than {self.heads}; run --phase sft again")
+            raise InputError(f"{p} was trained with other heads than {self.heads}; run --phase sft "
+                             "again")
         self.recipe.update(rank=meta['rank'], alpha=meta['alpha'], targets=list(meta['targets']))
-        return attach(self.model, self.spec, meta['rank'], meta['alpha'], meta['targets'], dtype=B.float32,
+        return attach(self.model, self.spec, meta['rank'], meta['alpha'], meta['targets'],
+                      dtype=B.float32,
                       weights=weights)
 
 # %% ../nbs/04d_recovery.ipynb #b590cfd4
@@ -357,7 +418,8 @@ def batch(self:Recovery, step:int):
     "The tokens (B, L) of step `step` and the prompt length"
     r = self.recipe
     if self.phase == 2:
-        pick = np.random.default_rng([r['seed'], step]).choice(len(self.rows), r['batch'], replace=False)
+        pick = np.random.default_rng([r['seed'], step]).choice(len(self.rows), r['batch'],
+                                                               replace=False)
         return B.array(self.rows[pick].astype(np.int32)), r['prompt']
     prompts = sample_prompts(self.tokens, r['batch'], r['prompt'], [r['seed'], 3, step])
     B.seed(r['seed'] * 1_000_003 + step)
@@ -388,7 +450,8 @@ def run(self:Recovery, until:int|None=None, ckpt_every:int=50):
     "Train to step `until` (default: the recipe's steps), checkpointing as it goes"
     r = self.recipe
     until = until or r['steps']
-    bar = tqdm(total=r['steps'], initial=self.step, desc=f"{self.name} K={self.k} phase {self.phase}",
+    bar = tqdm(total=r['steps'], initial=self.step, desc=f"{self.name} K={self.k} phase "
+                                                         f"{self.phase}",
                disable=not self.show)
     tokens = r['batch'] * (r['prompt'] + r['gen'])
     while self.step < until:
@@ -404,16 +467,19 @@ def run(self:Recovery, until:int|None=None, ckpt_every:int=50):
 
 @patch
 def save(self:Recovery):
-    "Write the checkpoint (adapter, optimizer, step, log, recipe); the previous one stays until this one is whole"
-    save_checkpoint(self.out, self.adapter, self.opt, step=self.step, log=self.log, recipe=self.recipe)
+    """Write the checkpoint (adapter, optimizer, step, log, recipe); the previous one stays until
+    this one is whole"""
+    save_checkpoint(self.out, self.adapter, self.opt, step=self.step, log=self.log,
+                    recipe=self.recipe)
 
+# %% ../nbs/04d_recovery.ipynb #a1d6e51a-1
 @patch
 def resume(self:Recovery):
     "Continue from the checkpoint in `self.out`"
     state = read_json(self.out / 'state.json', 'recovery state')
     if state['recipe'] != json.loads(json.dumps(self.recipe)):
-        raise InputError(f"{self.out / 'state.json'} was written for another recipe; remove {self.out} or use "
-                         "another work folder")
+        raise InputError(f"{self.out / 'state.json'} was written for another recipe; remove "
+                         f"{self.out} or use another work folder")
     load_checkpoint(self.out, self.adapter, self.opt)
     self.step, self.log = state['step'], state['log']
     return self
@@ -421,29 +487,36 @@ def resume(self:Recovery):
 # %% ../nbs/04d_recovery.ipynb #5206d166
 @patch
 def finish(self:Recovery) -> Path:
-    "Save the adapter into the work folder and beside the base, with its recipe, data and provenance"
+    """Save the adapter into the work folder and beside the base, with its recipe, data and
+    provenance"""
     r, name = self.recipe, self.name
     seen = self.step * r['batch'] * (r['prompt'] + r['gen'])
     if self.phase == 2:
         m = self.rows_meta
-        data = (f"{m['rows']} rows (sha {m['sha']}) written by {name} (bf16) sampling at temperature {m['temp']} after "
-                f"{m['prompt']}-token prompts from the training split of {sources(name)}; {seen:,} tokens seen")
+        data = (f"{m['rows']} rows (sha {m['sha']}) written by {name} (bf16) sampling at "
+                f"temperature {m['temp']} after {m['prompt']}-token prompts from the training "
+                f"split of {sources(name)}; {seen:,} tokens seen")
     else:
-        data = (f"on-policy: {self.step * r['batch']} continuations of {r['gen']} tokens sampled by the student at "
-                f"temperature {r['temp']} after {r['prompt']}-token prompts from the training split, scored by {name} "
-                f"(bf16) on its top {r['top']} tokens and the tail; {seen:,} tokens seen")
-    extra = dict(builder='edge0.recovery.train_adapter', teacher=name, recipe=json.dumps(r), data=data, steps=self.step,
-                 final_loss=f"{np.mean([e['loss'] for e in self.log[-20:]]):.4f}", blas=blas_in_use())
+        data = (f"on-policy: {self.step * r['batch']} continuations of {r['gen']} tokens sampled "
+                f"by the student at temperature {r['temp']} after {r['prompt']}-token prompts from "
+                f"the training split, scored by {name} (bf16) on its top {r['top']} tokens and the "
+                f"tail; {seen:,} tokens seen")
+    extra = dict(builder='edge0.recovery.train_adapter', teacher=name, recipe=json.dumps(r),
+                 data=data, steps=self.step,
+                 final_loss=f"{np.mean([e['loss'] for e in self.log[-20:]]):.4f}",
+                 blas=blas_in_use())
     if self.phase == 3:
         p2 = stage_file(self.work, name, self.k, 2, self.exact_top)
         extra['from_phase2'] = hashlib.sha256(p2.read_bytes()).hexdigest()[:16]
-    extra['exact_top'] = self.exact_top  # the path it was trained on: `routing` with the own M heaviest computed
+    # the path it was trained on: `routing` with the own M heaviest computed
+    extra['exact_top'] = self.exact_top
     phase = f"phase{self.phase}"
     stage = stage_file(self.work, name, self.k, self.phase, self.exact_top)
     save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra, path=stage)
     return save_adapter(self.adapter, self.base, self.k, self.heads, phase, extra,
                         path=self.base / adapter_file(self.k, self.exact_top))
 
+# %% ../nbs/04d_recovery.ipynb #5206d166-1
 def train_adapter(name:str, phase:int, corpus_dir, work, serving:Serving|None=None, base_dir=None,
                   show:bool=True, **overrides) -> Path:
     "Phase 2 or 3 for `serving` of teacher `name`'s int4 base (or copy in `base_dir`), saved by it"

@@ -102,6 +102,7 @@ def _check_predicted(spec:MoESpec, predicted) -> set:
                              f"{list(spec.moe_layers)}")
     return set(predicted)
 
+# %% ../nbs/06_roofline.ipynb #6f31a65a-1
 def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(),
                   rows:dict|None=None) -> list:
     """The `WeightGroup`s of the tensors `{safetensors key: nbytes}` of a model, at `k` experts per
@@ -242,6 +243,7 @@ def _extend(segments:list, name:str, s:float, e:float):
     if segments and segments[-1][0] == name and segments[-1][2] == s: segments[-1] = (name, segments[-1][1], e)
     else: segments.append((name, s, e))
 
+# %% ../nbs/06_roofline.ipynb #d7a0f253-1
 def edf(jobs, bandwidth) -> dict:
     """Preemptive EDF on one channel: per job start/finish/lateness (s), the busy segments and the
     max lateness"""

@@ -226,6 +226,7 @@ def quant_parts(quant:QuantSpec|None) -> tuple:
     if quant.mode == 'torch': return bq.TORCH_PARTS
     return ('weight', 'scales', 'biases') if quant.mode == 'affine' else ('weight', 'scales')
 
+# %% ../nbs/00_routing.ipynb #ed5846d9-1
 def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
     """`{(proj, part): safetensors key}` of `layer`'s stacked routed experts (`quant`: `{proj:
     QuantSpec|None}`)"""
@@ -236,7 +237,6 @@ def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
     extra = ('bias',) if spec.expert_bias else ()
     return {(p, part): spec.key_template.format(block=blk, proj=p, part=part)
             for p in expert_projs(spec.layout) for part in quant_parts(quant[p]) + extra}
-
 
 # %% ../nbs/00_routing.ipynb #9af4b4ec
 def block(spec:MoESpec, model, layer:int):
@@ -316,6 +316,7 @@ def _mixtral(c, mt):
                 'model.layers.{layer}.block_sparse_moe')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #8f92a5b2-1
 def _olmoe(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', norm=bool(c.get('norm_topk_prob', False)))
     d = _common(c, mt, 'num_experts', 'intermediate_size', r,
@@ -372,6 +373,7 @@ _BAILING = {
                             cast_back=False, out_cast='input'),
 }
 
+# %% ../nbs/00_routing.ipynb #af9d5d41-1
 def _bailing(c, mt):
     ling, v3 = _BAILING[mt], mt == 'bailing_moe_v3'
     bias = v3 or bool(c.get('moe_router_enable_expert_bias', mt == 'bailing_hybrid'))
@@ -441,6 +443,7 @@ def absent_args(config:dict) -> list:
     _, Args, src = _args_source(config)
     return [n for n, p in inspect.signature(Args).parameters.items() if p.default is p.empty and n not in src]
 
+# %% ../nbs/00_routing.ipynb #a5fdcd12-1
 def model_args(config:dict) -> dict:
     """`config` as mlx-lm's model reads it: its args class's fields, with the class's defaults and
     derived values"""
@@ -461,7 +464,6 @@ def check_buildable(config:dict):
         raise InputError(f"config.json: key {absent[0]!r} is missing (mlx-lm's "
                          f"{resolve_model_type(config)} model needs it to build the model)")
 
-
 # %% ../nbs/00_routing.ipynb #a5649b47
 _BITS = (2, 3, 4, 5, 6, 8)  # the widths mlx quantizes to
 # what mlx's kernels take per mode: (bits, group sizes)
@@ -481,6 +483,7 @@ def _check_quant(q:QuantSpec, where:str):
         raise InputError(f"config.json: {where} group_size is {q.group_size!r}, expected one of "
                          f"{', '.join(map(str, groups))} ({q.mode})")
 
+# %% ../nbs/00_routing.ipynb #a5649b47-1
 def _check(spec:MoESpec):
     "Refuse config values that would make routing or the expert shapes meaningless"
     r, E = spec.routing, spec.num_experts
@@ -503,6 +506,7 @@ def _quant_paths(config:dict, block_path:str, moe_layers, layout:str) -> tuple:
     paths = [f"{block_path.format(layer=l)}.switch_mlp.{p}" for l in moe_layers for p in expert_projs(layout)]
     return tuple((path, QuantSpec.from_config(config, path)) for path in paths if path in q)
 
+# %% ../nbs/00_routing.ipynb #a5649b47-2
 def spec_for(config:dict, layout:str='separate') -> MoESpec:
     """The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise
     `InputError`"""

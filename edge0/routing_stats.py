@@ -67,6 +67,7 @@ def checkpoint_routing(model_dir, n_tokens:int=256, k:int|None=None, **load_kw) 
                         lru_quarter=st[layer]['lru_quarter'])
             for layer, ids in trace.items()}
 
+# %% ../nbs/04b_routing_stats.ipynb #b5267063-1
 def format_routing(report:dict, name:str='') -> str:
     "`checkpoint_routing`'s figures as lines, with a warning where the routing is degenerate"
     cov, reuse = [r['coverage'] for r in report.values()], [r['reuse'] for r in report.values()]
@@ -86,4 +87,3 @@ def format_routing(report:dict, name:str='') -> str:
                             "trained model's: their cache hits will be higher than a trained "
                             "model's")
     return '\n'.join(lines)
-

@@ -19,22 +19,31 @@ __all__ = ['Serving', 'check_training', 'open_served']
 @dataclass(frozen=True)
 class Serving:
     "How a model is served, whichever model: checked once, where it is made, and passed whole"
-    mode:str|None = None        # decode mode (`decode.MODES`) or 'auto' (the planner picks); None: own routing
+    # decode mode (`decode.MODES`) or 'auto' (the planner picks); None: own routing
+    mode:str|None = None
     k:int|None = None           # experts per token (None: the model's own)
-    exact_top:int = 0           # mode 'routing': the own router's M heaviest experts are always computed
-    heads:object = None         # prerouter heads file for 'routing' and 'prefetch' (None: `find_heads`)
-    adapter:object = None       # recovery LoRA file; 'auto': the one beside the base for this K, if any
+    # mode 'routing': the own router's M heaviest experts are always computed
+    exact_top:int = 0
+    # prerouter heads file for 'routing' and 'prefetch' (None: `find_heads`)
+    heads:object = None
+    # recovery LoRA file; 'auto': the one beside the base for this K, if any
+    adapter:object = None
     resident:bool = False       # every expert in memory, nothing read after load
-    options:StreamOptions|None = None  # how the experts stream: budget, slots, reader, kernels, low bits
+    # how the experts stream: budget, slots, reader, kernels, low bits
+    options:StreamOptions|None = None
     dtype:object = None         # compute dtype (None: the checkpoint's on Metal, float32 on a CPU)
-    trace:object = None         # a routing trace (a file or `{layer: (steps, K) ids}`) mode 'oracle' replays
+    # a routing trace (a file or `{layer: (steps, K) ids}`) mode 'oracle' replays
+    trace:object = None
     record_trace:bool = False   # record the routing of an 'off' run (`handle.decoder.trace`)
-    hold:bool = True            # 'routing': keep the layers no head predicts resident where the budget allows
+    # 'routing': keep the layers no head predicts resident where the budget allows
+    hold:bool = True
 
     def __post_init__(self):
         mode, low = self.mode, self.options is not None and bool(self.options.low_bits)
-        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: expected at least 1")
-        check_exact_top('routing' if mode == AUTO else mode or 'the own routing', self.exact_top, self.k)
+        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: "
+                                                               "expected at least 1")
+        check_exact_top('routing' if mode == AUTO else mode or 'the own routing', self.exact_top,
+                        self.k)
         if mode is None and (self.k is not None or self.trace is not None or self.record_trace or low):
             object.__setattr__(self, 'mode', mode := 'off')  # a decoder serves them
         if mode not in (None, AUTO): check_mode(mode)
@@ -45,10 +54,11 @@ class Serving:
         if mode == 'oracle' and self.trace is None:
             raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
         if self.resident and low:
-            raise InputError("a resident model reads nothing: low_bits serves the lower-bit copies of streamed experts")
+            raise InputError("a resident model reads nothing: low_bits serves the lower-bit "
+                             "copies of streamed experts")
         if self.resident and mode == 'prefetch':
-            raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one reads nothing "
-                             "(use 'off' or 'routing')")
+            raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one "
+                             "reads nothing (use 'off' or 'routing')")
 
 # %% ../nbs/03b_serving.ipynb #sv000005
 def _same(v, default) -> bool: return v is default or (type(v) is type(default) and v == default)
@@ -72,15 +82,20 @@ def check_training(s:Serving, what:str, # the training run, as its message names
     return opts
 
 # %% ../nbs/03b_serving.ipynb #ed2a5157
-def open_served(model, # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-                serving:Serving|str|None=None, # the configuration; or its `mode`, the other fields as keywords
+# a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
+def open_served(model,
+                # the configuration; or its `mode`, the other fields as keywords
+                serving:Serving|str|None=None,
                 k:int|None=None, # with a mode: experts per token (default: the model's own)
-                decoder:bool=True, # False: heads loaded (`handle.prerouter`), the model routes itself
-                choose=None, # mode 'auto': what picks off or routing once loaded (edge0.plan_verdict.auto_mode)
+                # False: heads loaded (`handle.prerouter`), the model routes itself
+                decoder:bool=True,
+                # mode 'auto': what picks off or routing once loaded (edge0.plan_verdict.auto_mode)
+                choose=None,
                 **fields) -> Handle: # with a mode: the other fields of `Serving`
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
     if isinstance(serving, Serving):
-        if k is not None or fields: raise TypeError("open_served takes a Serving or its fields, not both")
+        if k is not None or fields: raise TypeError("open_served takes a Serving or its fields, "
+                                                    "not both")
         s = serving
     else: s = Serving(serving, k, **fields)
     d = find_model(model)
@@ -88,12 +103,16 @@ def open_served(model, # a model directory, a bundled model's name (edge0-tiny) 
     if s.k is not None and s.k > spec.num_experts:
         raise InputError(f"k={s.k} is out of range: expected 1 to {spec.num_experts}, "
                          f"the experts per MoE layer of {d.name}")
-    if s.k is None: check_exact_top('routing' if s.mode == AUTO else s.mode, s.exact_top, spec.k)  # M <= this model's K
+    # M <= this model's K
+    if s.k is None: check_exact_top('routing' if s.mode == AUTO else s.mode, s.exact_top, spec.k)
     options = None if s.resident else s.options
-    if s.mode is None: h = decode_load(d, 'off', spec=spec, resident=s.resident, options=options, dtype=s.dtype,
+    if s.mode is None: h = decode_load(d, 'off', spec=spec, resident=s.resident, options=options,
+                                       dtype=s.dtype,
                                        decoder=False)
-    else: h = decode_load(d, s.mode, k=s.k, prerouter_path=s.heads, trace=s.trace, record_trace=s.record_trace,
-                          options=options, spec=spec, exact_top=s.exact_top, hold=s.hold, resident=s.resident,
+    else: h = decode_load(d, s.mode, k=s.k, prerouter_path=s.heads, trace=s.trace,
+                          record_trace=s.record_trace,
+                          options=options, spec=spec, exact_top=s.exact_top, hold=s.hold,
+                          resident=s.resident,
                           decoder=decoder, dtype=s.dtype, choose=choose)
     try:
         if s.adapter is not None: use_adapter(h, d, None if s.adapter == 'auto' else s.adapter)

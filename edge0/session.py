@@ -109,6 +109,7 @@ def _check_messages(messages) -> list:
                              f"{{'role': one of {', '.join(ROLES)}, 'content': text}}, got {m!r}")
     return [dict(role=m['role'], content=m['content']) for m in messages]
 
+# %% ../nbs/07a_session.ipynb #c0010-1
 @patch
 def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` messages
                # through the chat template (default: when the tokenizer has one)
@@ -148,6 +149,7 @@ def _shared(a:list, b:list) -> int:
         n += 1
     return n
 
+# %% ../nbs/07a_session.ipynb #c0013-1
 @patch
 def reuse(self:Session, ids:list) -> int:
     """Trim the prompt cache to the longest prefix it shares with `ids` (leaving one id to feed);
@@ -271,6 +273,7 @@ def _expert_bytes(self:Session) -> int:
     e = self.handle.engine
     return 0 if e is None else sum(s.bytes_read for s in e.stats.values())
 
+# %% ../nbs/07a_session.ipynb #c0016-1
 @patch
 def _thrash(self:Session, seen:str):
     "Say what the thrash watch saw, with the budget and what to change"
@@ -287,7 +290,6 @@ def _thrash(self:Session, seen:str):
                    "made from "
                    f"{b.free / MiB:,.0f} MiB free at load)"))
     _log.warning(f"warning: memory is short: {seen}; {what}")
-
 
 # %% ../nbs/07a_session.ipynb #c0028
 @patch

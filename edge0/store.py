@@ -92,6 +92,7 @@ def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
                          "bytes); the shard is truncated")
     return TensorInfo(name, dt, tuple(shape), path, base + b, want)
 
+# %% ../nbs/01a_store.ipynb #97ed1925-1
 def _check_disjoint(path:Path, tensors:dict, base:int):
     """Every tensor owns its bytes: sorted by start, each range begins at or after the end of those
     before it"""
@@ -106,6 +107,7 @@ def _check_disjoint(path:Path, tensors:dict, base:int):
 # __metadata__ key of a file holding a layer's experts expert by expert
 EXPERTS_META = 'edge0_experts'
 
+# %% ../nbs/01a_store.ipynb #97ed1925-2
 def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
     """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8
     tensor of experts x stride bytes, and `meta[EXPERTS_META]` says where each part lies in a row:
@@ -140,6 +142,7 @@ def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
                                    stride)
     return out
 
+# %% ../nbs/01a_store.ipynb #97ed1925-3
 def gather(t:TensorInfo, buf, at:int) -> np.ndarray:
     """The bytes of `t` (experts x its slice), contiguous, from `buf` holding its file from offset
     `at` on"""
@@ -191,6 +194,7 @@ def shard_files(model_dir) -> list:
     d = Path(model_dir)
     return [d / s for s in _shard_names(d)]
 
+# %% ../nbs/01a_store.ipynb #df6290ba-1
 def index_checkpoint(model_dir) -> dict:
     "`{name: TensorInfo}` for every tensor of every shard of the checkpoint in `model_dir`"
     d = Path(model_dir)
@@ -290,6 +294,7 @@ def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
     f = np.searchsorted(first, picks, side='right') - 1
     return [(int(i), int((p - first[i]) * size)) for i, p in zip(f, picks)]
 
+# %% ../nbs/01a_store.ipynb #c0006-1
 def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256,
               seed:int=0,
               cold:bool=True, # drop the files from the page cache first
@@ -342,6 +347,7 @@ def open_direct(path) -> tuple:
         return fd, True
     return fd, False
 
+# %% ../nbs/01a_store.ipynb #33099c20-1
 def direct_read_rate(src, size:int, depth:int=1, max_mb:float=256, seed:int=0) -> dict:
     """MB/s (1e6 bytes) of `size`-byte reads (rounded up to `ALIGN`) at random aligned offsets of the files of `src`,
     `depth` in flight at once, past the page cache: the disk's own rate at that grain and queue depth"""
@@ -396,6 +402,7 @@ class Slabs:
     def clear(self):
         with self.lock: self.free, self.kept = {}, 0
 
+# %% ../nbs/01a_store.ipynb #b9c6ff3f-1
 def _fill(fd:int, path, mv, at:int, need:int):
     """Read into `mv` from offset `at` of `path` until at least `need` bytes are in (a span may end
     past the file's end)"""
@@ -410,6 +417,7 @@ def _fill(fd:int, path, mv, at:int, need:int):
 # bytes between two ranges that one read takes along (the padding between an expert's parts)
 GAP = 64
 
+# %% ../nbs/01a_store.ipynb #b9c6ff3f-2
 class PreadReader:
     "`os.preadv` through the page cache, into `Slabs`"
     kind, direct, align = 'pread', False, 1
@@ -447,6 +455,7 @@ class PreadReader:
                                                           os.POSIX_FADV_WILLNEED)
     def close(self): self.slabs.clear()
 
+# %% ../nbs/01a_store.ipynb #b9c6ff3f-3
 class DirectReader(PreadReader):
     """Reads past the page cache (O_DIRECT; F_NOCACHE on macOS) of the aligned span around each
     range; `direct`: if so"""
@@ -463,6 +472,7 @@ class DirectReader(PreadReader):
         for fd in self.fds.values(): os.close(fd)
         self.fds = {}
 
+# %% ../nbs/01a_store.ipynb #b9c6ff3f-4
 class MmapReader:
     "Views of read-only maps of each shard"
     kind, direct = 'mmap', False
@@ -499,6 +509,7 @@ def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
         return q
     return {p: quant(p) for p in expert_projs(spec.layout)}
 
+# %% ../nbs/01a_store.ipynb #abaf0851-1
 def expected_shapes(spec:MoESpec, quant:dict) -> dict:
     """`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's
     quantization imply"""
@@ -517,7 +528,6 @@ def expected_shapes(spec:MoESpec, quant:dict) -> dict:
         if q and q.mode == 'affine': out[p, 'biases'] = ('float', (o, i // q.group_size))
         if spec.expert_bias: out[p, 'bias'] = ('float', (o,))
     return out
-
 
 # %% ../nbs/01a_store.ipynb #9d6cb4a0
 @dataclass
@@ -708,6 +718,7 @@ def _prepare(self:ExpertStore, parts:list, stats:LoadStats) -> tuple[list, list]
             stats.pages += pages
     return self.reader.prepare([(t.path, off, n) for _, t, off, n, _ in parts])
 
+# %% ../nbs/01a_store.ipynb #95075d0b-1
 @patch
 def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:bool=False) -> dict:
     """`{key: array}` of `parts` from their `views`, once read (a lower-bit copy's: `expanded` by
@@ -726,6 +737,7 @@ def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:
     if not self.torch_out: bio.materialize(*out.values())  # once per read, in this thread
     return out
 
+# %% ../nbs/01a_store.ipynb #95075d0b-2
 @patch
 def _expand_low(self:ExpertStore, parts:list, views:list) -> list:
     """A lower-bit copy's `views`, laid out again in one recycled buffer of its int4 expert's size:
@@ -762,6 +774,7 @@ def read_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStat
 def _drain(reads):
     for r in reads: r()
 
+# %% ../nbs/01a_store.ipynb #768faaae-1
 @patch
 def read_experts(self:ExpertStore, layer:int, experts) -> list:
     """`[(bundle, LoadStats)]` for several experts of `layer`: every byte range of every one of them
@@ -785,6 +798,7 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
     for s in stats: s.seconds = (time.perf_counter() - t0) / len(experts)
     return list(zip(out, stats))
 
+# %% ../nbs/01a_store.ipynb #768faaae-2
 @patch
 def read_layer(self:ExpertStore, layer:int) -> tuple[dict, LoadStats]:
     "All experts of `layer`: one read per tensor, `{(proj, part): stacked array}`"
@@ -815,6 +829,7 @@ def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
     for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.end - t.start)
 
+# %% ../nbs/01a_store.ipynb #768faaae-3
 @patch
 def use_reader(self:ExpertStore, reader:str, note:bool=True):
     """Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass

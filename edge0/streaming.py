@@ -59,6 +59,7 @@ def check_tokenizer(model_dir):
                          "expected a Jinja "
                          "template (a string) or a list of {'name', 'template'} objects")
 
+# %% ../nbs/01b_streaming.ipynb #6ee7d66b-1
 def _brief(e:Exception) -> str:
     "One line of a library's exception: its type and the first line of its message"
     msg = (str(e).strip().splitlines() or [''])[0]

@@ -91,6 +91,7 @@ def _llm_config(model_type:str, hidden:int=128, layers:int=6, vocab:int=8192, **
                 torch_dtype='bfloat16')
     return dict(base, **overrides)
 
+# %% ../nbs/04a_teachers.ipynb #18cd6d60-1
 TEACHERS = {
     'edge0-tiny': TeacherSpec('edge0-tiny', _llm_config(
         'qwen3_moe', num_experts=64, num_experts_per_tok=8, moe_intermediate_size=64,
@@ -267,6 +268,7 @@ def _write_checkpoint(model, config:dict, tok_dir, dst, provenance:dict) -> Path
 def _token_id(tok_dir, token:str) -> int:
     return Tokenizer.from_file(str(Path(tok_dir) / 'tokenizer.json')).token_to_id(token)
 
+# %% ../nbs/04a_teachers.ipynb #72d5b184-1
 def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst_dir, name:str,
                        provenance:dict) -> tuple[Path, Path]:
     """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained mlx-lm `model`
@@ -318,6 +320,7 @@ def prepare(corpus_dir, work, show:bool=False) -> tuple[Path, np.ndarray, list]:
         replace_whole(token_cache, lambda tmp: np.save(tmp, ids))
     return tok_dir, np.load(token_cache), heldout_texts
 
+# %% ../nbs/04a_teachers.ipynb #6556516e-1
 def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None,
               show:bool=True) -> tuple[Path, Path]:
     """Train teacher `name` of `TEACHERS` from the corpus and write its bf16 and int4 checkpoints

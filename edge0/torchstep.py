@@ -210,6 +210,7 @@ class Attention:
                                              enable_gqa=self.heads != self.kv_heads)[0]
         return self.o(out.transpose(0, 1).reshape(L, -1))
 
+# %% ../nbs/02c_torch_step.ipynb #6c3660d9-1
 def _attention(lyr):
     "A decoder layer's attention module (Ling names it `attention`)"
     a = getattr(lyr, 'self_attn', None)
@@ -297,6 +298,7 @@ def _router(m) -> Proj:
     p.out_features = p.w.shape[0]
     return p
 
+# %% ../nbs/02c_torch_step.ipynb #14123dd6-1
 class MoE:
     """One MoE block in torch: its router, its streamed experts, and the shared expert where the
     family has one"""
@@ -318,7 +320,7 @@ class MoE:
             out = out + (torch.sigmoid(self.shared_gate(x)) * sh if self.shared_gate is not None else sh)
         return out
 
-
+# %% ../nbs/02c_torch_step.ipynb #14123dd6-2
 class Layer:
     """One decoder layer of a torch family: attention, then its MoE block or dense MLP, each after
     an RMSNorm"""
@@ -389,6 +391,7 @@ class StepCounts:
     # arrays passed between torch and MLX (sampling through mlx-lm's sampler: one per step)
     crossings:int = 0
 
+# %% ../nbs/02c_torch_step.ipynb #e32e6b71-1
 class TorchStep(Step):
     """The whole forward pass of a streamed model in torch, its experts from the engine, its
     decoder's policy kept"""

@@ -169,6 +169,7 @@ def _scale_embedding(model, rms:float):
     emb = [(n, w) for n, w in B.tree_flatten(model.parameters()) if n.endswith(names)]
     model.update(B.tree_unflatten([(n, w * (rms * w.shape[-1] ** 0.5)) for n, w in emb]))
 
+# %% ../nbs/00_zoo.ipynb #2b1d23c2-1
 def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64,
                overwrite:bool=False,
                # rows of the token embedding at this RMS (None: drawn as every matrix)
@@ -240,6 +241,7 @@ SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
 # any cache) or 'calibrated' (to the published figures for trained MoEs: see below)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
 
+# %% ../nbs/00_zoo.ipynb #cdb926d6-1
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024,
                     expert_size:int=512,
                     seed:int=0, overwrite:bool=False, gains:dict|None=None,

@@ -64,6 +64,7 @@ def categorical(logits, axis:int=-1):
     "Indices sampled from the distribution softmax(`logits`)"
     return mx.random.categorical(logits, axis=axis)
 
+# %% ../../nbs/00_backend_core.ipynb #709291ac-1
 def tree_flatten(tree) -> list:
     "`[(dotted.name, leaf), ...]` of a nested dict/list of arrays (a model's `parameters()`)"
     return _tree_flatten(tree)

@@ -33,6 +33,7 @@ def cross_entropy(logits, targets):
     "Mean next-token cross-entropy"
     return _nn.losses.cross_entropy(logits, targets).mean()
 
+# %% ../../nbs/00_backend_nn.ipynb #650f0b43-1
 def linear(x, weight, bias=None):
     "`x @ weight.T (+ bias)`, weight shaped (out, in) as in checkpoints"
     y = x @ weight.T

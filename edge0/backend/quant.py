@@ -70,11 +70,11 @@ def check_kernels(kernels:str|None) -> str:
                          "torch==2.13.0 first)")
     return kernels
 
+# %% ../../nbs/00_backend_quant.ipynb #e7b87109-1
 def torch_int4(bits:int, group_size:int, mode:str='affine', out_features:int=16) -> bool:
     """Whether torch's int4 kernel can compute a projection quantized this way (its packing needs
     out % 16 == 0)"""
     return mode == 'affine' and bits == 4 and group_size in TORCH_GROUPS and out_features % 16 == 0
-
 
 # %% ../../nbs/00_backend_quant.ipynb #1ac05cf2
 def nibbles(wq) -> np.ndarray:
@@ -124,6 +124,7 @@ def torch_from_buffer(buf, dtype:str, shape):
         warnings.simplefilter('ignore', UserWarning)
         return torch.frombuffer(mv, dtype=t, count=n).view(tuple(shape))
 
+# %% ../../nbs/00_backend_quant.ipynb #fff1bff9-1
 def _forget(key:int):
     _VIEWS.pop(key, None)
     _REFS.pop(key, None)
@@ -267,6 +268,7 @@ def torch_pack_experts(wq, scales, biases, group_size:int=GROUP_SIZE) -> tuple:
     packed = np.stack([p.numpy() for p, _ in pairs])
     return packed, np.stack([s.view(torch.int16).numpy() for _, s in pairs]).view(np.uint16)
 
+# %% ../../nbs/00_backend_quant.ipynb #b280e93d-1
 def torch_expert_mlp(x, # (..., D) hidden states
                      idx, # (..., K) indices into the stacked experts
                      # {(proj, 'packed'|'sz'|'bias'): (S, ...) stack, or a list of S per-expert
@@ -292,7 +294,6 @@ def torch_expert_mlp(x, # (..., D) hidden states
             torch.from_numpy(cols)] = mm((torch.nn.functional.silu(g) * u).to(torch.bfloat16),
                                                                   'down_proj', e)
     return from_torch(out, x.dtype).reshape(*idx.shape, shape[-1])
-
 
 # %% ../../nbs/00_backend_quant.ipynb #e23c79c6
 import functools, hashlib
@@ -348,6 +349,7 @@ def scheme_of(probe:str) -> str|None:
     "The scheme whose packing of the probe matrix has the fingerprint `probe`, if any"
     return _scheme_probes().get(probe)
 
+# %% ../../nbs/00_backend_quant.ipynb #b0224a55-1
 def pack_rows() -> int|None:
     """Rows in a block of this torch's packing (weights packed in whole blocks stack); None for an
     unknown packing"""
