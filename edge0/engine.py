@@ -80,57 +80,69 @@ class StreamOptions:
     # where the experts are packed for torch, whose stacks a background thread fills without MLX;
     # else 1)
     stage_ahead:int|None = None
-    def __post_init__(self):
-        b = self.pool_bytes
-        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
-        if not (b is None or b == 'auto' or (whole(b) and b > 0)):
-            raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or "
-                             "None (unbounded)")
-        if self.reader not in ('auto', *READERS):
-            raise InputError(f"reader {self.reader!r}: expected one of auto, {', '.join(READERS)}")
-        if self.pool_policy not in POLICIES:
-            raise InputError(f"pool policy {self.pool_policy!r}: expected one of "
-                             f"{', '.join(POLICIES)}")
-        t = self.threads
-        if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
-            raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
-                             "None")
-        if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
-        s = self.stage_ahead
-        if not (s is None or (isinstance(s, int) and not isinstance(s, bool) and s > 0)):
-            raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
-                             "read at once, or None")
-        w = self.low_below
-        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
-            raise InputError(f"low_below {w!r}: expected a positive routing weight")
-        if w is not None and self.low_bits is None:
-            raise InputError(f"low_below {w} needs low_bits: the copy the experts below it are "
-                             "read as")
-        decode_paths = {self.decode_path, *(p.get('decode') for p in self.paths.values())} - {None}
-        if self.low_bits is not None and decode_paths != {'exact'}:
-            raise InputError("low_bits serves on the 'exact' decode path, not "
-                             f"{', '.join(sorted(decode_paths))}")
+    def __post_init__(self): self.check()
     @staticmethod
     def auto_reader(pool:int|None, experts:int) -> str:
         """What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every
         expert, else `pread`"""
         return 'direct' if pool is not None and pool < experts else 'pread'
-    def stage_ahead_for(self, packed:bool) -> int:
-        """Planned layers read at once: `stage_ahead`, else 2 where the experts are `packed` for
-        torch, else 1"""
-        return self.stage_ahead or (2 if packed else 1)
-    def read_threads(self, reader:str|None=None) -> int:
-        """Reads in flight with `reader` (default: the one asked): `threads`, else enough past the
-        page cache, or 2"""
-        return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
-    def path(self, layer:int, phase:str) -> str:
-        "The executor path of `layer` in `phase` ('decode' or 'prefill')"
-        default = self.decode_path if phase == 'decode' else self.prefill_path
-        p = self.paths.get(layer, {}).get(phase) or default
-        if p not in PATHS:
-            raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected "
-                             f"one of {PATHS}")
-        return p
+
+# %% ../nbs/01b3_engine.ipynb #x1b30031
+@patch
+def check(self:StreamOptions):
+    "Refuse a field out of range, in one line naming it and what was expected"
+    b = self.pool_bytes
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if not (b is None or b == 'auto' or (whole(b) and b > 0)):
+        raise InputError(f"pool_bytes {b!r}: expected a positive number of bytes, 'auto' or "
+                         "None (unbounded)")
+    if self.reader not in ('auto', *READERS):
+        raise InputError(f"reader {self.reader!r}: expected one of auto, {', '.join(READERS)}")
+    if self.pool_policy not in POLICIES:
+        raise InputError(f"pool policy {self.pool_policy!r}: expected one of "
+                         f"{', '.join(POLICIES)}")
+    t = self.threads
+    if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
+        raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
+                         "None")
+    if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
+    s = self.stage_ahead
+    if not (s is None or (isinstance(s, int) and not isinstance(s, bool) and s > 0)):
+        raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
+                         "read at once, or None")
+    w = self.low_below
+    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
+        raise InputError(f"low_below {w!r}: expected a positive routing weight")
+    if w is not None and self.low_bits is None:
+        raise InputError(f"low_below {w} needs low_bits: the copy the experts below it are "
+                         "read as")
+    decode_paths = {self.decode_path, *(p.get('decode') for p in self.paths.values())} - {None}
+    if self.low_bits is not None and decode_paths != {'exact'}:
+        raise InputError("low_bits serves on the 'exact' decode path, not "
+                         f"{', '.join(sorted(decode_paths))}")
+
+# %% ../nbs/01b3_engine.ipynb #x1b30033
+@patch
+def stage_ahead_for(self:StreamOptions, packed:bool) -> int:
+    """Planned layers read at once: `stage_ahead`, else 2 where the experts are `packed` for
+    torch, else 1"""
+    return self.stage_ahead or (2 if packed else 1)
+
+@patch
+def read_threads(self:StreamOptions, reader:str|None=None) -> int:
+    """Reads in flight with `reader` (default: the one asked): `threads`, else enough past the
+    page cache, or 2"""
+    return self.threads or (DIRECT_DEPTH if (reader or self.reader) == 'direct' else 2)
+
+@patch
+def path(self:StreamOptions, layer:int, phase:str) -> str:
+    "The executor path of `layer` in `phase` ('decode' or 'prefill')"
+    default = self.decode_path if phase == 'decode' else self.prefill_path
+    p = self.paths.get(layer, {}).get(phase) or default
+    if p not in PATHS:
+        raise InputError(f"unknown executor path {p!r} for layer {layer} ({phase}); expected "
+                         f"one of {PATHS}")
+    return p
 
 # %% ../nbs/01b3_engine.ipynb #861261cd
 class StreamEngine:

@@ -100,55 +100,62 @@ class ExpertPool:
     @property
     def bytes_reserved(self) -> int: return self.reserved * self.store.expert_nbytes
 
-    def reserve(self, nbytes:int, what:str):
-        """Take `nbytes` held outside the LRU (`what`) out of the budget, evicting bundles to make
-        room"""
-        n = -(-nbytes // self.store.expert_nbytes)
-        with self.lock:
-            if self.max_bundles - n < self.k:
-                raise StoreError(f"pool budget of {self.budget_bytes / MiB:.2f} MiB cannot hold "
-                                 f"{what} ({nbytes / MiB:.2f} MiB) and one token's working set "
-                                 f"({self.k} experts x {self.store.expert_nbytes} bytes); raise "
-                                 "the pool budget")
-            self.reserved += n
-            self._trim()
+# %% ../nbs/01b2_pool.ipynb #x1b20031
+@patch
+def reserve(self:ExpertPool, nbytes:int, what:str):
+    """Take `nbytes` held outside the LRU (`what`) out of the budget, evicting bundles to make
+    room"""
+    n = -(-nbytes // self.store.expert_nbytes)
+    with self.lock:
+        if self.max_bundles - n < self.k:
+            raise StoreError(f"pool budget of {self.budget_bytes / MiB:.2f} MiB cannot hold "
+                             f"{what} ({nbytes / MiB:.2f} MiB) and one token's working set "
+                             f"({self.k} experts x {self.store.expert_nbytes} bytes); raise "
+                             "the pool budget")
+        self.reserved += n
+        self._trim()
 
-    def resize(self, budget_bytes:int|None):
-        "A new budget (None: unbounded; a cap in bundles still holds): bundles past it are evicted"
-        caps = [b for b in (budget_bytes, self.in_bundles) if b is not None]
-        budget_bytes = min(caps) if caps else None
-        with self.lock:
-            budget = None if budget_bytes is None else budget_bytes // self.store.expert_nbytes
-            if budget is not None and budget - self.reserved < self.k:
-                raise StoreError(f"pool budget of {budget_bytes / MiB:.2f} MiB cannot hold what is "
-                                 f"reserved ({self.bytes_reserved / MiB:.2f} MiB) and one token's "
-                                 f"working set ({self.k} experts x {self.store.expert_nbytes} "
-                                 "bytes)")
-            self.budget_bytes, self.budget = budget_bytes, budget
-            self._trim()
+@patch
+def resize(self:ExpertPool, budget_bytes:int|None):
+    "A new budget (None: unbounded; a cap in bundles still holds): bundles past it are evicted"
+    caps = [b for b in (budget_bytes, self.in_bundles) if b is not None]
+    budget_bytes = min(caps) if caps else None
+    with self.lock:
+        budget = None if budget_bytes is None else budget_bytes // self.store.expert_nbytes
+        if budget is not None and budget - self.reserved < self.k:
+            raise StoreError(f"pool budget of {budget_bytes / MiB:.2f} MiB cannot hold what is "
+                             f"reserved ({self.bytes_reserved / MiB:.2f} MiB) and one token's "
+                             f"working set ({self.k} experts x {self.store.expert_nbytes} "
+                             "bytes)")
+        self.budget_bytes, self.budget = budget_bytes, budget
+        self._trim()
 
-    def _touch(self, key):
-        "lfu: one use of `key` now (its score only grows: older heap entries of it are stale)"
-        if self.policy != 'lfu': return
-        s = np.logaddexp(self.score.get(key, -np.inf), self.clock * self.rate)
-        self.score[key] = s
-        heapq.heappush(self.heap, (s, key))
-        if len(self.heap) > 4 * len(self.score) + 64:  # drop the stale entries
-            self.heap = [(v, k) for k, v in self.score.items()]
-            heapq.heapify(self.heap)
+# %% ../nbs/01b2_pool.ipynb #x1b20033
+@patch
+def _touch(self:ExpertPool, key):
+    "lfu: one use of `key` now (its score only grows: older heap entries of it are stale)"
+    if self.policy != 'lfu': return
+    s = np.logaddexp(self.score.get(key, -np.inf), self.clock * self.rate)
+    self.score[key] = s
+    heapq.heappush(self.heap, (s, key))
+    if len(self.heap) > 4 * len(self.score) + 64:  # drop the stale entries
+        self.heap = [(v, k) for k, v in self.score.items()]
+        heapq.heapify(self.heap)
 
-    def _victim(self):
-        if self.policy == 'lru': return next(iter(self.lru))
-        while True:
-            s, key = heapq.heappop(self.heap)
-            if key in self.lru and self.score.get(key) == s: return key
+@patch
+def _victim(self:ExpertPool):
+    if self.policy == 'lru': return next(iter(self.lru))
+    while True:
+        s, key = heapq.heappop(self.heap)
+        if key in self.lru and self.score.get(key) == s: return key
 
-    def _trim(self):
-        while len(self.lru) > self.max_bundles:
-            key = self._victim()
-            del self.lru[key]
-            self.score.pop(key, None)
-            self.evictions += 1
+@patch
+def _trim(self:ExpertPool):
+    while len(self.lru) > self.max_bundles:
+        key = self._victim()
+        del self.lru[key]
+        self.score.pop(key, None)
+        self.evictions += 1
 
 # %% ../nbs/01b2_pool.ipynb #332bc5b5
 @patch
