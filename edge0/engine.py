@@ -102,12 +102,12 @@ def check(self:StreamOptions):
         raise InputError(f"pool policy {self.pool_policy!r}: expected one of "
                          f"{', '.join(POLICIES)}")
     t = self.threads
-    if not (t is None or (isinstance(t, int) and not isinstance(t, bool) and t > 0)):
+    if not (t is None or (whole(t) and t > 0)):
         raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
                          "None")
     if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
     s = self.stage_ahead
-    if not (s is None or (isinstance(s, int) and not isinstance(s, bool) and s > 0)):
+    if not (s is None or (whole(s) and s > 0)):
         raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
                          "read at once, or None")
     w = self.low_below

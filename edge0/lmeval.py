@@ -23,8 +23,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from .backend import core as B
 from .files import InputError, read_json
 from .decode import Sampling
-from .serving import Serving
-from .quality import SERVED_MODES, Served, served_options
+from .quality import Served
 from .recovery import log_softmax
 
 # %% auto #0
@@ -121,10 +120,8 @@ class Edge0LM(TemplateLM):
         super().__init__()
         heads, pool = _renamed(old, heads, pool_mib)
         pool = pool if pool in (None, 'auto') else None if str(pool).lower() == 'none' else float(pool)
-        if mode not in SERVED_MODES: raise InputError(f"mode {mode!r} is not one of {SERVED_MODES}")
-        serving = Serving(mode, k or None, heads=heads, adapter=adapter, resident=pool is None,
-                          options=served_options(pool))
-        self.served = Served(model, serving)  # the configuration, whole
+        # one Serving, made and checked where Served makes it from a mode and its fields
+        self.served = Served(model, mode, k, pool_mib=pool, heads=heads, adapter=adapter)
         self.tokenizer = self.served.tokenizer
         config = read_json(self.served.model_dir / 'config.json', 'model config')
         self.max_length = int(max_length or config.get('max_position_embeddings') or 2048)
