@@ -24,8 +24,10 @@ def main():
     ap.add_argument('--layers', type=int, default=20)
     ap.add_argument('--tokens', type=int, default=32)
     ap.add_argument('--rounds', type=int, default=3)
-    ap.add_argument('--pool-mb', type=float, default=256)
-    ap.add_argument('--staged-pool-mb', type=float, default=8)
+    ap.add_argument('--pool-mib', '--pool-mb', type=float, default=256,
+                    help="the exact arm's expert budget, MiB (--pool-mb: the old spelling, deprecated)")
+    ap.add_argument('--staged-pool-mib', '--staged-pool-mb', type=float, default=8,
+                    help="the staged arms' pool besides their slots, MiB (--staged-pool-mb: deprecated)")
     ap.add_argument('--slots', type=int, default=8)
     a = ap.parse_args()
     model = Path(a.model)
@@ -37,9 +39,9 @@ def main():
     st = ExpertStore(model); spec, nbytes = st.spec, st.expert_nbytes; st.close()
     print(f'checkpoint {model}: {size / 1e9:.2f} GB on disk, {nbytes * spec.num_experts * len(spec.moe_layers) / 1e9:.2f} GB of '
           f'int4 experts ({len(spec.moe_layers)} layers x {spec.num_experts} experts, K={spec.k})\n', flush=True)
-    def staged(buffers):  # the slots are reserved from the budget: added, so the LRU is --staged-pool-mb
+    def staged(buffers):  # the slots are reserved from the budget: added, so the LRU is --staged-pool-mib
         slots = len(spec.moe_layers) * a.slots * buffers * nbytes / 2**20
-        return Arm(model, 'off', path='staged', pool_mib=a.staged_pool_mb + slots, slots=a.slots, buffers=buffers,
+        return Arm(model, 'off', path='staged', pool_mib=a.staged_pool_mib + slots, slots=a.slots, buffers=buffers,
                    total_budget=True, name='staged' if buffers == 2 else 'staged1')
     arms = [Arm(model, 'resident'), Arm(model, 'off', pool_mib=a.pool_mib, name='exact'), staged(2), staged(1)]
     warm = run(arms, a.tokens, rounds=a.rounds, cache='warm', out=ROOT / 'build' / 'harness')
