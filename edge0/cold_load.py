@@ -6,10 +6,10 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
+from fastcore.basics import patch
 from .files import InputError
 from .plan import replay
 from .memory import MiB
-
 
 # %% auto #0
 __all__ = ['STYLE', 'ColdLoad', 'measured_points', 'plot_tps', 'plot_bytes', 'cold_load_explorer', 'cold_load_grid', 'cold_loads']
@@ -33,20 +33,23 @@ class ColdLoad:
             self._replays[bundles, cache] = float(r['misses'].sum(1).mean()), float(r['cold'].sum(1).mean())
         return self._replays[bundles, cache]
 
-    def predict(self, pool_mib:float, mb_s:float, recall:float=1.0, cache_mb:float=0.0) -> dict:
-        """Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and
-        prefetch"""
-        per = self.expert_bytes / MiB
-        m, cold = self.misses(max(int(pool_mib / per), 1), int(cache_mb / per))
-        c = cold / m if m else 0.0
-        t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
-        steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
-                     prefetch=max(self.compute_ms + (1 - recall) * m * t, (2 - recall) * m * t))
-        blocked = dict(off=m * t, routing=max(0, m * t - self.compute_ms),
-                       prefetch=steps['prefetch'] - self.compute_ms)
-        return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked,
-                    step_ms=steps,
-                    tps={k: 1e3 / v for k, v in steps.items()})
+# %% ../nbs/06e_cold_load.ipynb #5c290087-1
+@patch
+def predict(self:ColdLoad, pool_mib:float, mb_s:float, recall:float=1.0,
+            cache_mb:float=0.0) -> dict:
+    """Bytes per token, cold fraction, blocked ms and step ms / tok/s of off, routing and
+    prefetch"""
+    per = self.expert_bytes / MiB
+    m, cold = self.misses(max(int(pool_mib / per), 1), int(cache_mb / per))
+    c = cold / m if m else 0.0
+    t = self.load_ms + c * self.expert_bytes / (mb_s * 1e6) * 1e3
+    steps = dict(off=self.compute_ms + m * t, routing=max(self.compute_ms, m * t),
+                 prefetch=max(self.compute_ms + (1 - recall) * m * t, (2 - recall) * m * t))
+    blocked = dict(off=m * t, routing=max(0, m * t - self.compute_ms),
+                   prefetch=steps['prefetch'] - self.compute_ms)
+    return dict(misses=m, mb_per_token=m * per, cold_fraction=c, blocked_ms=blocked,
+                step_ms=steps,
+                tps={k: 1e3 / v for k, v in steps.items()})
 
 # %% ../nbs/06e_cold_load.ipynb #22cddf4e
 def measured_points(report:dict) -> list:
@@ -103,6 +106,30 @@ def plot_bytes(ax, cl:ColdLoad, pool_mib:float, points=()):
     ax.set(xscale='log', xlabel='expert pool, MiB', ylabel='MiB read per token')
     ax.legend(fontsize=7)
 
+# %% ../nbs/06e_cold_load.ipynb #f374af58-0
+def _explorer_widgets(W, models:dict) -> tuple:
+    "The explorer's controls (ipywidgets `W`): checkpoint, K, pool, bandwidth, recall, page cache"
+    name = W.Dropdown(options=list(models), description='checkpoint')
+    k = W.Dropdown(options=sorted(next(iter(models.values())), reverse=True), description='K')
+    pool = W.FloatLogSlider(value=32, base=2, min=-4, max=12, description='pool MiB')
+    bw = W.FloatLogSlider(value=277, base=10, min=1, max=3.7, description='MB/s')
+    recall = W.FloatSlider(value=0.7, min=0, max=1, step=0.05, description='recall')
+    cache = W.FloatLogSlider(value=1, base=2, min=0, max=12, description='page cache')
+    return name, k, pool, bw, recall, cache
+
+def _explorer_draw(cl:ColdLoad, p:dict, pool:float, bw:float, recall:float, cache:float, pts:list):
+    "Print the prediction `p` of `cl` and draw its two views at these settings"
+    import matplotlib.pyplot as plt
+    print(f"{p['mb_per_token']:.2f} MiB read per token, cold fraction "
+          f"{p['cold_fraction']:.2f}; blocked ms "
+          + ', '.join(f"{m} {v:.1f}" for m, v in p['blocked_ms'].items()) + '; tok/s '
+          + ', '.join(f"{m} {v:.1f}" for m, v in p['tps'].items()))
+    fig, axs = plt.subplots(1, 2, figsize=(9, 3.2))
+    plot_tps(axs[0], cl, pool, recall, cache, pts, mark=bw)
+    plot_bytes(axs[1], cl, pool, pts)
+    fig.tight_layout()
+    plt.show()
+
 # %% ../nbs/06e_cold_load.ipynb #f374af58
 def cold_load_explorer(models:dict, points=()):
     """ipywidgets over `models` `{name: {k: ColdLoad}}`: pool, bandwidth, K, recall and page cache
@@ -110,30 +137,16 @@ def cold_load_explorer(models:dict, points=()):
     try: import ipywidgets as W
     except ImportError: raise InputError("the explorer needs ipywidgets: pip install "
                                          "'edge0[notebooks]'") from None
-    import matplotlib.pyplot as plt
     from IPython.display import display
-    name = W.Dropdown(options=list(models), description='checkpoint')
-    k = W.Dropdown(options=sorted(next(iter(models.values())), reverse=True), description='K')
-    pool = W.FloatLogSlider(value=32, base=2, min=-4, max=12, description='pool MiB')
-    bw = W.FloatLogSlider(value=277, base=10, min=1, max=3.7, description='MB/s')
-    recall = W.FloatSlider(value=0.7, min=0, max=1, step=0.05, description='recall')
-    cache = W.FloatLogSlider(value=1, base=2, min=0, max=12, description='page cache')
+    name, k, pool, bw, recall, cache = _explorer_widgets(W, models)
     out = W.Output()
     def show(*_):
         cl = models[name.value][k.value]
         p = cl.predict(pool.value, bw.value, recall.value, cache.value)
         with out:
             out.clear_output(wait=True)
-            print(f"{p['mb_per_token']:.2f} MiB read per token, cold fraction "
-                  f"{p['cold_fraction']:.2f}; blocked ms "
-                  + ', '.join(f"{m} {v:.1f}" for m, v in p['blocked_ms'].items()) + '; tok/s '
-                  + ', '.join(f"{m} {v:.1f}" for m, v in p['tps'].items()))
             pts = [q for q in points if q['model'] == name.value and q['k'] == k.value]
-            fig, axs = plt.subplots(1, 2, figsize=(9, 3.2))
-            plot_tps(axs[0], cl, pool.value, recall.value, cache.value, pts, mark=bw.value)
-            plot_bytes(axs[1], cl, pool.value, pts)
-            fig.tight_layout()
-            plt.show()
+            _explorer_draw(cl, p, pool.value, bw.value, recall.value, cache.value, pts)
     def on_model(_):
         k.options = sorted(models[name.value], reverse=True)
         show()

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import importlib, importlib.util, json, os, subprocess, sys, sysconfig, time, uuid
 from pathlib import Path
+from fastcore.basics import patch
 from .files import InputError, heldout_ids, model_corpus
 from .memory import MiB
 from .store import ExpertStore, drop_cache, read_files, read_rate
@@ -88,41 +89,49 @@ class Cgroup:
             self.close()
             raise
 
-    def io_bytes(self, dev:str|None=None) -> dict:
-        """`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every
-        disk); 0: uncounted"""
-        out = dict(read=0, write=0)
-        for p in self.paths:
-            # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
-            if (f := p / 'blkio.throttle.io_service_bytes').exists():
-                for x in map(str.split, f.read_text().splitlines()):
-                    if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
-                return out
-            if (f := p / 'io.stat').exists():  # cgroup v2: 'MAJ:MIN rbytes=n wbytes=n ...'
-                for x in map(str.split, f.read_text().splitlines()):
-                    if x and dev in (None, x[0]):
-                        kv = dict(s.split('=', 1) for s in x[1:])
-                        out['read'] += int(kv.get('rbytes', 0))
-                        out['write'] += int(kv.get('wbytes', 0))
-                return out
-        return out
+# %% ../nbs/01e_conditions.ipynb #f28a84bb-p1
+@patch
+def preexec(self:Cgroup):
+    "Join this cgroup (run in the child between fork and exec)"
+    for p in self.paths: (p / 'cgroup.procs').write_text(str(os.getpid()))
 
-    def preexec(self):
-        "Join this cgroup (run in the child between fork and exec)"
-        for p in self.paths: (p / 'cgroup.procs').write_text(str(os.getpid()))
+@patch
+def close(self:Cgroup):
+    "Remove the cgroup (its processes have exited; twice is harmless)"
+    for p in self.paths:
+        for _ in range(50):
+            try:
+                p.rmdir()
+                break
+            except FileNotFoundError: break
+            except OSError: time.sleep(0.1)  # the last process is still leaving
+    self.paths = []
 
-    def close(self):
-        "Remove the cgroup (its processes have exited; twice is harmless)"
-        for p in self.paths:
-            for _ in range(50):
-                try:
-                    p.rmdir()
-                    break
-                except FileNotFoundError: break
-                except OSError: time.sleep(0.1)  # the last process is still leaving
-        self.paths = []
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+@patch
+def __enter__(self:Cgroup): return self
+@patch
+def __exit__(self:Cgroup, *exc): self.close()
+
+# %% ../nbs/01e_conditions.ipynb #f28a84bb-p2
+@patch
+def io_bytes(self:Cgroup, dev:str|None=None) -> dict:
+    """`{read, write}` bytes its processes moved from and to disk `dev` (MAJ:MIN; None: every
+    disk); 0: uncounted"""
+    out = dict(read=0, write=0)
+    for p in self.paths:
+        # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
+        if (f := p / 'blkio.throttle.io_service_bytes').exists():
+            for x in map(str.split, f.read_text().splitlines()):
+                if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
+            return out
+        if (f := p / 'io.stat').exists():  # cgroup v2: 'MAJ:MIN rbytes=n wbytes=n ...'
+            for x in map(str.split, f.read_text().splitlines()):
+                if x and dev in (None, x[0]):
+                    kv = dict(s.split('=', 1) for s in x[1:])
+                    out['read'] += int(kv.get('rbytes', 0))
+                    out['write'] += int(kv.get('wbytes', 0))
+            return out
+    return out
 
 # %% ../nbs/01e_conditions.ipynb #4ef10759
 def disk_of(path) -> str:

@@ -8,6 +8,7 @@ import importlib, importlib.util, json, os, statistics, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .backend import core as B
 from .files import InputError, atomic_file, find_model, heldout_ids, model_corpus
@@ -59,27 +60,38 @@ class Arm:
     name:str = ''
     def __post_init__(self):
         self.model = str(self.model)
-        if self.mode not in ARM_MODES:
-            raise InputError(f"arm mode {self.mode!r}: expected one of {', '.join(ARM_MODES)}")
-        for what, v, ok in (('path', self.path, PATHS), ('prefill_path', self.prefill_path, PATHS)):
-            if v not in ok: raise InputError(f"arm {what} {v!r}: expected one of {', '.join(ok)}")
-        if self.k is not None and self.k < 1: raise InputError("arm k must be at least 1, got "
-                                                               f"{self.k}")
-        if self.reader not in ('auto', *READERS):
-            raise InputError(f"arm reader {self.reader!r}: expected auto or one of "
-                             f"{', '.join(READERS)}")
-        if self.pool_mib != 'auto' and not (isinstance(self.pool_mib,
-                                                       (int, float)) and self.pool_mib > 0):
-            raise InputError("arm pool_mib must be a positive number of MiB or 'auto', got "
-                             f"{self.pool_mib!r}")
-        if not (Path(self.model) / 'config.json').is_file():
-            raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm "
-                             "model directory)")
-        if not self.name:
-            self.name = (self.mode + (f"/K{self.k}" if self.k else '')
-                         + (f"/top{self.exact_top}" if self.exact_top else '')
-                         + (f"/{self.path}" if self.path != 'exact' else '')
-                         + (f"/{self.reader}" if self.reader != 'auto' else ''))
+        self._check()
+        if not self.name: self.name = self._default_name()
+
+# %% ../nbs/05_harness.ipynb #4f986cce-2
+@patch
+def _check(self:Arm):
+    "Refuse a mode, path, K, reader, pool or model the harness cannot run"
+    if self.mode not in ARM_MODES:
+        raise InputError(f"arm mode {self.mode!r}: expected one of {', '.join(ARM_MODES)}")
+    for what, v, ok in (('path', self.path, PATHS), ('prefill_path', self.prefill_path, PATHS)):
+        if v not in ok: raise InputError(f"arm {what} {v!r}: expected one of {', '.join(ok)}")
+    if self.k is not None and self.k < 1: raise InputError("arm k must be at least 1, got "
+                                                           f"{self.k}")
+    if self.reader not in ('auto', *READERS):
+        raise InputError(f"arm reader {self.reader!r}: expected auto or one of "
+                         f"{', '.join(READERS)}")
+    if self.pool_mib != 'auto' and not (isinstance(self.pool_mib,
+                                                   (int, float)) and self.pool_mib > 0):
+        raise InputError("arm pool_mib must be a positive number of MiB or 'auto', got "
+                         f"{self.pool_mib!r}")
+    if not (Path(self.model) / 'config.json').is_file():
+        raise InputError(f"arm model {self.model}: no config.json there (expected an mlx-lm "
+                         "model directory)")
+
+# %% ../nbs/05_harness.ipynb #4f986cce-3
+@patch
+def _default_name(self:Arm) -> str:
+    "The mode, and what sets this arm apart from the defaults"
+    return (self.mode + (f"/K{self.k}" if self.k else '')
+            + (f"/top{self.exact_top}" if self.exact_top else '')
+            + (f"/{self.path}" if self.path != 'exact' else '')
+            + (f"/{self.reader}" if self.reader != 'auto' else ''))
 
 # %% ../nbs/05_harness.ipynb #920b0f1b
 def _totals(engine) -> np.ndarray:
@@ -127,33 +139,33 @@ def stream_figures(snaps:list, prefill_bytes:float, prompt:int) -> dict:
                 cold_fraction=tot[2] / tot[3] if tot[3] else 0.0,
                 per_step=[[int(s[0]), int(s[2]), int(s[3]), float(s[4])] for s in steps])
 
-# %% ../nbs/05_harness.ipynb #d26c6c78
-def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None,
-            record=None,
-            join=None) -> dict:
-    """Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced
-    decode steps"""
-    t0 = time.perf_counter()
-    h = open_arm(arm, trace, record is not None, prompt + tokens + 1)
-    load_s, dec = time.perf_counter() - t0, h.decoder
-    # torch-packed experts too: nothing read now
-    eng = None if arm.mode in ('resident', 'compute') else h.engine
-    ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
-    evict(arm.model)
+# %% ../nbs/05_harness.ipynb #43a9cebf-p1
+def _prefills(h, eng, model, ids:list, tokens:int, force:list) -> tuple:
+    """`(forced decode, its first token, cold prefill s, warm prefill s, bytes the cold prefill
+    read)` of `ids` on the handle `h`"""
+    dec = h.decoder
+    evict(model)
     _, cold_s = next(generate_ids(h.model, ids, 1, decoder=dec))
     # what a generation from cold reads for its prompt
     prefill_bytes = _totals(eng)[1] if eng is not None else 0.0
     if dec is not None: dec.reset()
     gen = generate_ids(h.model, ids, tokens + 1, decoder=dec, force=force)
     first, warm_s = next(gen)
-    # the decode's conditions
+    return gen, first, cold_s, warm_s, prefill_bytes
+
+# %% ../nbs/05_harness.ipynb #43a9cebf-p2
+def _decode_conditions(arm:Arm, eng, dec, cache:str, join):
+    "Join the cgroup folders `join`, treat the page cache as `cache` asks, zero the counters"
     for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
     evict(arm.model) if cache == 'cold' else warm(arm.model)
     if eng is not None: reset_stats(eng)
     # counters by rank, as at start
     if dec is not None: dec.stats = DecodeStats(exact_staged=[0] * dec.exact_top)
     B.reset_peak_memory()
-    io0 = io_counters()
+
+# %% ../nbs/05_harness.ipynb #43a9cebf-p3
+def _forced_decode(arm:Arm, gen, first:int, dec, eng) -> tuple:
+    "`(tokens, seconds of each step, counter snapshots)` of the forced decode steps left in `gen`"
     evicting = []  # seconds spent evicting before each step (`cold_steps`), taken out of its time
     if arm.cold_steps and dec is not None and eng is not None:
         def cold():
@@ -166,6 +178,40 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
         toks.append(t)
         times.append(dt - (evicting.pop() if evicting else 0.0))
         if eng is not None: snaps.append(_totals(eng))
+    return toks, times, snaps
+
+# %% ../nbs/05_harness.ipynb #43a9cebf-p4
+def _arm_figures(out:dict, eng, dec, snaps:list, prefill_bytes:float, prompt:int, n:int, record):
+    "Add to `out` the pool's budget, the streaming figures and the decoder's counts, where kept"
+    if eng is not None and eng.budget is not None:
+        out.update(pool_mib=eng.budget.pool / MiB if eng.budget.pool else None,
+                   budget=asdict(eng.budget))
+    if eng is not None:
+        out.update(stream_figures(snaps, prefill_bytes, prompt),
+                   peak_active_mb=max(out['peak_active_mb'],
+                                      max(s.peak_active for s in eng.stats.values()) / MiB))
+    if dec is not None:
+        d = dec.stats
+        out.update(syncs_per_step=d.syncs / n, dropped=d.dropped, experts_planned=d.experts_planned,
+                   experts_computed=d.experts_computed, prefetch_used=d.prefetch_used,
+                   prefetch_wasted=d.prefetch_wasted)
+        if record is not None: save_trace(dec.trace, record, dec.spec, dec.k)
+
+# %% ../nbs/05_harness.ipynb #d26c6c78
+def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', trace=None,
+            record=None, join=None) -> dict:
+    """Run `arm` in this process: cold and warm prefill of `sequence[:prompt]`, then `tokens` forced
+    decode steps"""
+    t0 = time.perf_counter()
+    h = open_arm(arm, trace, record is not None, prompt + tokens + 1)
+    load_s, dec = time.perf_counter() - t0, h.decoder
+    # torch-packed experts too: nothing read now
+    eng = None if arm.mode in ('resident', 'compute') else h.engine
+    ids, force = sequence[:prompt], sequence[prompt:prompt + tokens]
+    gen, first, cold_s, warm_s, prefill_bytes = _prefills(h, eng, arm.model, ids, tokens, force)
+    _decode_conditions(arm, eng, dec, cache, join)
+    io0 = io_counters()
+    toks, times, snaps = _forced_decode(arm, gen, first, dec, eng)
     n, io1 = len(times), io_counters()
     out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s,
                prefill_warm_tps=len(ids) / warm_s,
@@ -175,19 +221,7 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
                # this process's reads
                disk_mb_per_step=None if io0[0] is None else (io1[0] - io0[0]) / n / MiB,
                faults_per_step=(io1[1] - io0[1]) / n)
-    if eng is not None and eng.budget is not None:
-        out.update(pool_mib=eng.budget.pool / MiB if eng.budget.pool else None,
-                   budget=asdict(eng.budget))
-    if eng is not None:
-        out.update(stream_figures(snaps, prefill_bytes, len(ids)),
-                   peak_active_mb=max(out['peak_active_mb'],
-                                      max(s.peak_active for s in eng.stats.values()) / MiB))
-    if dec is not None:
-        d = dec.stats
-        out.update(syncs_per_step=d.syncs / n, dropped=d.dropped, experts_planned=d.experts_planned,
-                   experts_computed=d.experts_computed, prefetch_used=d.prefetch_used,
-                   prefetch_wasted=d.prefetch_wasted)
-        if record is not None: save_trace(dec.trace, record, dec.spec, dec.k)
+    _arm_figures(out, eng, dec, snaps, prefill_bytes, len(ids), n, record)
     h.close()
     return out
 
@@ -240,20 +274,38 @@ def _oracle_traces(arms:list, job, out:Path, cgroup:Cgroup|None, timeout:float) 
                              f"{last_line(r['stderr'])}")
     return traces
 
+# %% ../nbs/05_harness.ipynb #5e85d32f-p1
+def _sequences(arms:list, out:Path, n:int) -> dict:
+    "`{model: file}` of each model's forced sequence of `n` tokens, written once per model"
+    seqs = {}
+    for m in dict.fromkeys(a.model for a in arms):
+        seqs[m] = out / f"sequence-{Path(m).name}-{n}.json"
+        seqs[m].write_text(json.dumps(sequence(m, n)))
+    return seqs
+
+def _rounds(arms:list, rounds:int, job, traces:dict, cgroup, timeout:float, progress:bool) -> dict:
+    "`{arm name: [its result of each round]}`, each arm in its own process, in `rotations` order"
+    bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
+    runs = {a.name: [] for a in arms}
+    for rnd, order in enumerate(rotations(arms, rounds)):
+        for a in order:
+            bar.set_postfix_str(f"round {rnd + 1}: {a.name}")
+            runs[a.name].append(_spawn(job(a, trace=traces.get((a.model, a.k)) if a.mode == 'oracle' else None),
+                                       cgroup, timeout))
+            bar.update()
+    bar.close()
+    return runs
+
 # %% ../nbs/05_harness.ipynb #204e6a93
 def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
-        cap_mb:float|None=None, tier=None,
-        out=None, progress:bool=True, timeout:float=3600, routing=True,
-        throttle_prefill:bool=True) -> dict:
+        cap_mb:float|None=None, tier=None, out=None, progress:bool=True, timeout:float=3600,
+        routing=True, throttle_prefill:bool=True) -> dict:
     """Run `arms` by the protocol under a memory cap (MiB) and a storage tier (`routing`: print the
     checkpoints' routing)"""
     arms = _checked(arms, tokens, prompt, rounds, cache)
     out = Path(out or Path('build') / 'harness')
     out.mkdir(parents=True, exist_ok=True)
-    seqs = {}
-    for m in dict.fromkeys(a.model for a in arms):
-        seqs[m] = out / f"sequence-{Path(m).name}-{prompt + tokens}.json"
-        seqs[m].write_text(json.dumps(sequence(m, prompt + tokens)))
+    seqs = _sequences(arms, out, prompt + tokens)
     routing = routing if isinstance(routing, dict) else {m: routing_report(m) for m in seqs} if routing else {}
     heads = dict.fromkeys(str(heads_file(a.model, k=a.k, path=a.heads))
                           for a in arms if a.mode in ('routing', 'prefetch'))
@@ -265,27 +317,16 @@ def run(arms:list, tokens:int=32, prompt:int=16, rounds:int=3, cache:str='cold',
         measured = measure_read(arms[0].model, later or cgroup)
         join = [str(p) for p in later.paths] if later else None
         job = lambda a, **kw: dict(arm=asdict(a), sequence=str(seqs[a.model]), prompt=prompt,
-                                   tokens=tokens,
-                                   cache=cache, join=join, **kw)
+                                   tokens=tokens, cache=cache, join=join, **kw)
         traces = _oracle_traces(arms, job, out, cgroup, timeout)
-        bar = tqdm(total=rounds * len(arms), disable=not progress, desc='arms', unit='arm')
-        runs = {a.name: [] for a in arms}
-        for rnd, order in enumerate(rotations(arms, rounds)):
-            for a in order:
-                bar.set_postfix_str(f"round {rnd + 1}: {a.name}")
-                runs[a.name].append(_spawn(job(a, trace=traces.get((a.model, a.k)) if a.mode == 'oracle' else None),
-                                           cgroup, timeout))
-                bar.update()
-        bar.close()
+        runs = _rounds(arms, rounds, job, traces, cgroup, timeout, progress)
     finally:
         for cg in (cgroup, later):
             if cg: cg.close()
     return summarize(dict(date=time.strftime('%Y-%m-%d %H:%M'), platform=sys.platform,
-                          tokens=tokens, prompt=prompt,
-                          rounds=rounds, cache=cache, cap_mb=cap_mb, tier=tier_name(tier),
-                          asked_mb_s=rate, measured_mb_s=measured, notes=notes, routing=routing,
-                          arms=[asdict(a) for a in arms],
-                          runs=runs))
+                          tokens=tokens, prompt=prompt, rounds=rounds, cache=cache, cap_mb=cap_mb,
+                          tier=tier_name(tier), asked_mb_s=rate, measured_mb_s=measured,
+                          notes=notes, routing=routing, arms=[asdict(a) for a in arms], runs=runs))
 
 # %% ../nbs/05_harness.ipynb #44c31645
 def fit_load_cost(per_step:list) -> dict:
@@ -319,7 +360,6 @@ def summarize(report:dict) -> dict:
     """Add `results`: per arm the medians of `METRICS`, failures, the load-cost fit and the token
     check"""
     out = {}
-    arms = {a['name']: a for a in report['arms']}
     for name, rs in report['runs'].items():
         ok = [r for r in rs if not r.get('failed')]
         row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and ok[0].get(m) is not None}
@@ -332,6 +372,14 @@ def summarize(report:dict) -> dict:
         if report.get('cap_mb') and report['platform'] == 'darwin' and ok:
             row['over_cap'] = row['rss_mb'] > report['cap_mb']
         out[name] = row
+    _same_tokens(report, out)
+    report['results'] = out
+    return report
+
+# %% ../nbs/05_harness.ipynb #3fa2f456-2
+def _same_tokens(report:dict, out:dict):
+    "Mark `out`'s exact arms: whether each round gave the first exact arm's tokens at their K"
+    arms = {a['name']: a for a in report['arms']}
     for name, a in arms.items():  # token check against the first exact arm of the same model and K
         ok = [r for r in report['runs'][name] if not r.get('failed')]
         if not ok: continue
@@ -342,10 +390,30 @@ def summarize(report:dict) -> dict:
             want = next(r['tokens'] for r in report['runs'][ref] if not r.get('failed'))
             out[name]['same_tokens'] = all(r['tokens'] == want for r in ok)
             out[name]['tokens_of'] = ref
-    report['results'] = out
-    return report
 
 # %% ../nbs/05_harness.ipynb #63c02278
+def _row(name:str, r:dict) -> str:
+    "An arm's row of `table`: its medians, its load-cost fit where it streams, and notes"
+    if not r['rounds']:
+        f = r['failed'][0]
+        return (f"{name:18}failed every round: exit {f['returncode']}"
+                + (' (OOM-killed)' if f['killed'] else '') + f": {last_line(f['stderr'])}")
+    s = (f"{name:18}{r['decode_tps']:>7.2f}{r['step_ms']:>8.1f}"
+         f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}"
+         f"{r['peak_active_mb']:>9.0f}{r['rss_mb']:>8.0f}")
+    if 'mb_per_step' in r:
+        c = r['load_cost']
+        fit = (f"{c['a_ms']:.2f}" + (f"+{c['b_ms']:.2f}*c" if c['b_ms'] == c['b_ms'] else ' (b n/a)')
+               + f" ({c['residual_ms']:.2f})")
+        s += (f"{r['mb_per_step']:>9.2f}{r['mb_per_token']:>8.2f}{r['loads_per_step']:>6.1f}"
+              f"{r['cold_fraction']:>5.2f}{r['blocked_ms_per_step']:>8.1f}{fit:>26}")
+    notes = []
+    if r['failed']: notes.append(f"{len(r['failed'])} failed" + (' (OOM)' if r['failed'][0]['killed'] else ''))
+    if r.get('same_tokens') is False: notes.append(f"tokens differ from {r['tokens_of']}")
+    if r.get('over_cap'): notes.append('over the cap (not enforced)')
+    return s + ('  ' + '; '.join(notes) if notes else '')
+
+# %% ../nbs/05_harness.ipynb #63c02278-2
 def table(report:dict) -> str:
     "The report as a table (MiB = 2**20 bytes; medians over rounds)"
     cond = [f"cache {report['cache']}", f"tier {report['tier']}"]
@@ -360,26 +428,7 @@ def table(report:dict) -> str:
             f"{'RSS MiB':>8}{'MiB/step':>9}{'MiB/tok':>8}{'loads':>6}{'cold':>5}{'blocked':>8}"
             f"{'load a+b*cold ms (resid)':>26}")
     lines.append(head)
-    for name, r in report['results'].items():
-        if not r['rounds']:
-            f = r['failed'][0]
-            lines.append(f"{name:18}failed every round: exit {f['returncode']}"
-                         + (' (OOM-killed)' if f['killed'] else '') + f": {last_line(f['stderr'])}")
-            continue
-        s = (f"{name:18}{r['decode_tps']:>7.2f}{r['step_ms']:>8.1f}"
-             f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}"
-             f"{r['peak_active_mb']:>9.0f}{r['rss_mb']:>8.0f}")
-        if 'mb_per_step' in r:
-            c = r['load_cost']
-            fit = (f"{c['a_ms']:.2f}" + (f"+{c['b_ms']:.2f}*c" if c['b_ms'] == c['b_ms'] else ' (b n/a)')
-                   + f" ({c['residual_ms']:.2f})")
-            s += (f"{r['mb_per_step']:>9.2f}{r['mb_per_token']:>8.2f}{r['loads_per_step']:>6.1f}"
-                  f"{r['cold_fraction']:>5.2f}{r['blocked_ms_per_step']:>8.1f}{fit:>26}")
-        notes = []
-        if r['failed']: notes.append(f"{len(r['failed'])} failed" + (' (OOM)' if r['failed'][0]['killed'] else ''))
-        if r.get('same_tokens') is False: notes.append(f"tokens differ from {r['tokens_of']}")
-        if r.get('over_cap'): notes.append('over the cap (not enforced)')
-        lines.append(s + ('  ' + '; '.join(notes) if notes else ''))
+    for name, r in report['results'].items(): lines.append(_row(name, r))
     return '\n'.join(lines)
 
 # %% ../nbs/05_harness.ipynb #def5d993

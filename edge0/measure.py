@@ -227,6 +227,20 @@ def _steps(h, ids:list, prompt:int, steps:int) -> list:
     return [dt for _, dt in gen]
 
 # %% ../nbs/06b_measure.ipynb #c0030
+def _after_prefill(h, ids:list, prompt:int, steps:int, join:list|None, spent:list) -> list:
+    """Seconds of each forced decode step after a warm-up and the prefill (less what `spent`
+    logged for it); joins the cgroup folders `join` after the prefill"""
+    _steps(h, ids, prompt, 2)
+    h.decoder.reset()
+    gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=h.decoder,
+                       force=ids[prompt:prompt + steps])
+    next(gen)  # the prefill
+    for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
+    reset_stats(h.engine)
+    spent.clear()
+    return [dt - (spent.pop() if spent else 0.0) for _, dt in gen]
+
+# %% ../nbs/06b_measure.ipynb #c0030-a
 def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None,
                    join:list|None=None) -> tuple:
     """`(seconds of each step, loads a step, seconds a step waited for reads)` with the pool's LRU emptied before every
@@ -243,21 +257,25 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None,
         spent.append(time.perf_counter() - t)
     dec.after_flush.append(empty)
     if evict: dec.before_flush.append(drop)
-    try:
-        _steps(h, ids, prompt, 2)
-        dec.reset()
-        gen = generate_ids(h.model, ids[:prompt], steps + 1, decoder=dec,
-                           force=ids[prompt:prompt + steps])
-        next(gen)  # the prefill
-        for p in join or (): (Path(p) / 'cgroup.procs').write_text(str(os.getpid()))
-        reset_stats(eng)
-        spent.clear()
-        out = [dt - (spent.pop() if spent else 0.0) for _, dt in gen]
+    try: out = _after_prefill(h, ids, prompt, steps, join, spent)
     finally:
         dec.after_flush.remove(empty)
         if evict: dec.before_flush.remove(drop)
     tot = stats(eng)['total']
     return out, tot['loads'] / steps, tot['blocked_s'] / steps
+
+# %% ../nbs/06b_measure.ipynb #c0030-s
+def _synced_steps(h, spec, ids:list, prompt:int, steps:int) -> tuple:
+    """`(seconds of each step, {(layer, 'attention'|'moe'): [seconds]})` with every layer's
+    attention and MoE block made to finish before the next part starts"""
+    logs = {(i, part): [] for i in range(spec.num_layers) for part in ('attention', 'moe')}
+    layers = _decoder_layers(spec, h.model)
+    # over the decoder's own shadows
+    undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))
+            for i, layer, att, mlp in layers for name, part in ((att, 'attention'), (mlp, 'moe'))]
+    try: synced = _steps(h, ids, prompt, steps)
+    finally: unshadow(undo)
+    return synced, logs
 
 # %% ../nbs/06b_measure.ipynb #c0030-1
 def _profile(arm:dict, prompt:int, steps:int) -> dict:
@@ -272,16 +290,8 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
         ids = sequence(arm.model, prompt + steps)
         _steps(h, ids, prompt, 3)  # warm-up: kernels, caches
         plain = _steps(h, ids, prompt, steps)
-        logs = {(i, part): [] for i in range(spec.num_layers) for part in ('attention', 'moe')}
-        layers = _decoder_layers(spec, h.model)
-        # over the decoder's own shadows
-        undo = [shadow(layer, name, _timed(getattr(layer, name), logs[i, part]))
-                for i, layer, att, mlp in layers for name, part in ((att, 'attention'),
-                                                                    (mlp, 'moe'))]
-        try: synced = _steps(h, ids, prompt, steps)
-        finally: unshadow(undo)
-        # before and after the synced run: a drift shows in neither alone
-        plain += _steps(h, ids, prompt, steps)
+        synced, logs = _synced_steps(h, spec, ids, prompt, steps)
+        plain += _steps(h, ids, prompt, steps)  # before and after syncing: drift shows in neither
         loads = sum(s.loads for s in eng.stats.values()) if eng is not None else 0
         pooled = (eng.pool.bytes_held + eng.pool.bytes_reserved) / MiB if eng is not None else 0.0
         rss = process_memory().rss / MiB  # its current size (the peak where no system tells it)
@@ -297,8 +307,7 @@ def _profile(arm:dict, prompt:int, steps:int) -> dict:
                 miss_loads=missing[1]) if missing and missing[1] else {}
     return dict(step_ms=step, synced_ms=sync, scale=scale, attention_ms=att, moe_ms=moe,
                 rest_ms=max(step - sum(att) - sum(moe), 0.0), steps=steps, prompt=prompt,
-                pool_loads=loads,
-                rss_mb=rss, pooled_mb=pooled, **miss)
+                pool_loads=loads, rss_mb=rss, pooled_mb=pooled, **miss)
 
 # %% ../nbs/06b_measure.ipynb #c0032
 def _pool_sizes(model_dir) -> tuple:
@@ -352,6 +361,19 @@ def _cold_steps(arm:dict, prompt:int, steps:int, plain:bool, join:list|None=None
                 mb_per_step=tot['bytes_read'] / steps / MiB, steps=steps)
 
 
+# %% ../nbs/06b_measure.ipynb #65dbb770-c
+def _cold_steps_in(model_dir, arm:Arm, prompt:int, steps:int, plain:bool, tier, cap_mb, what:str):
+    "`_cold_steps` of `arm` in a child under the memory cap `cap_mb` and `tier` (decode only)"
+    start, later, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier,
+                                 throttle_prefill=False)
+    try:
+        return child(_cold_steps, asdict(arm), prompt, steps, plain,
+                     [str(p) for p in later.paths] if later else None, cgroup=start,
+                     timeout=3600, what=what)
+    finally:
+        for cg in (start, later):
+            if cg: cg.close()
+
 # %% ../nbs/06b_measure.ipynb #8da2bbbf
 def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, mode:str='off',
                 prompt:int=8,
@@ -370,20 +392,10 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     key = dict(model=fingerprint(model_dir), mode=mode, k=k, tier=str(tier), cap_mb=cap_mb,
                prompt=prompt, steps=steps,
                paired=True, reader='pread')
-    def make():
-        start, later, _ = conditions(model_dir, int(cap_mb * MiB) if cap_mb else None, tier,
-                                     throttle_prefill=False)
-        try:
-            return child(_cold_steps, asdict(arm), prompt, steps, plain,
-                         [str(p) for p in later.paths] if later else None, cgroup=start,
-                         timeout=3600,
-                         what=f"timing cold misses of {model_dir} ({mode}, K={k})")
-        finally:
-            for cg in (start, later):
-                if cg: cg.close()
+    make = lambda: _cold_steps_in(model_dir, arm, prompt, steps, plain, tier, cap_mb,
+                                  f"timing cold misses of {model_dir} ({mode}, K={k})")
     r = dict(cached('cold_misses', key, make, refresh))
     per = lambda ms: ms / max(r['loads'], 1e-9)
     miss, wait = per(r['cold_ms'] - r['warm_ms']), per(r['blocked_ms'] - r['warm_blocked_ms'])
     return dict(r, miss_ms=miss, wait_ms=wait, cpu_ms=miss - wait,
                 warm_miss_ms=per(r['warm_ms'] - r['plain_ms']) if r['plain_ms'] is not None else None)
-

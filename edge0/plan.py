@@ -33,10 +33,8 @@ __all__ = ['DEVICES', 'SKEW', 'STRATEGIES', 'SHAPES', 'PAPERS', 'Device', 'model
 class Device:
     "A machine to plan for"
     name:str
-    # memory the model may use (MiB): weights, pool, page cache, the runtime
-    ram_mb:float
-    # cold read rate (MB/s) of large reads, or the storage tier's rate
-    storage_mb_s:float
+    ram_mb:float  # memory the model may use (MiB): weights, pool, page cache, the runtime
+    storage_mb_s:float  # cold read rate (MB/s) of large reads, or the storage tier's rate
     # read rate by size, an `Eta` of 06b_measure (None: every read size at storage_mb_s)
     eta:object = None
     # `measure_expert_reads` on this device: {'cold'|'warm'|'direct': {batch: row}}
@@ -50,8 +48,7 @@ class Device:
     # what one page fault of a mapped file reads (static offload): the disk's read-ahead
     readahead_kb:float = 128.0
     cold_steps:bool = False        # the page cache keeps no expert from one step to the next
-    # of the memory left, what the page cache keeps of pages read once (see below)
-    cache_share:float = 0.5
+    cache_share:float = 0.5  # of the memory left, the page cache's share for pages read once
     # bytes of a KV cache element: float32 where edge0 computes on a CPU, bf16 on Metal
     kv_itemsize:int = 4
     # {mode: ms}: a cold miss's work beside its waits, over a warm one (`cold_misses`)
@@ -167,6 +164,25 @@ class NoReads:
     def __init__(self, k:int): self.spec = SimpleNamespace(k=k)
     def read_experts(self, layer:int, experts) -> list: return [({}, LoadStats()) for _ in experts]
 
+# %% ../nbs/06c_plan.ipynb #c0015-2
+def _used(trace:dict, layer:int, t:int, held:ExpertPool, low_from:int|None) -> list:
+    """The distinct experts `layer` uses at token `t` (with `low_from`: a copy whose int4 expert
+    `held` holds is that expert)"""
+    ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
+    # a copy whose int4 expert the pool holds is served by it, as a run's pool does
+    if low_from is not None:
+        ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from) else e
+                                 for e in ids))
+    return ids
+
+def _page_in(pc:OrderedDict, key, cache:int) -> bool:
+    "Whether `key` was cold in the page-cache LRU `pc` of `cache` bundles; it is now the newest"
+    cold = key not in pc
+    if not cold: pc.move_to_end(key)
+    pc[key] = None
+    if len(pc) > cache: pc.popitem(last=False)
+    return cold
+
 # %% ../nbs/06c_plan.ipynb #c0015-1
 def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False, policy:str='lru',
            half_life:float=8, # tokens; 'lfu' as a run's pool: each use's weight halving every 8
@@ -177,32 +193,23 @@ def replay(trace:dict, pool:int, cache:int, prompt:int=0, cold_steps:bool=False,
     `low_from`, also `low` and `low_cold`: those of the copies)"""
     layers = sorted(trace)
     T = len(trace[layers[0]])
-    store = NoReads(1)
-    held = ExpertPool(store, budget_bundles=max(pool, 1), k=1, policy=policy,
+    held = ExpertPool(NoReads(1), budget_bundles=max(pool, 1), k=1, policy=policy,
                       half_life=half_life * len(layers))
     pc, ls = OrderedDict(), LayerStats()
     miss, cold, low, low_cold = (np.zeros((T - prompt, len(layers)), int) for _ in range(4))
     for t in range(T):
         if t == prompt or (cold_steps and t > prompt): pc.clear()
         for j, layer in enumerate(layers):
-            ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
-            # a copy whose int4 expert the pool holds is served by it, as a run's pool does
-            if low_from is not None:
-                ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from) else e
-                                         for e in ids))
+            ids = _used(trace, layer, t, held, low_from)
             if t >= prompt:
                 for e in ids:
                     if held.has(layer, e): continue
-                    miss[t - prompt, j] += 1
                     copy = low_from is not None and e >= low_from
+                    c = _page_in(pc, (layer, e), cache)
+                    miss[t - prompt, j] += 1
                     low[t - prompt, j] += copy
-                    key = (layer, e)
-                    if key in pc: pc.move_to_end(key)
-                    else:
-                        cold[t - prompt, j] += 1
-                        low_cold[t - prompt, j] += copy
-                    pc[key] = None
-                    if len(pc) > cache: pc.popitem(last=False)
+                    cold[t - prompt, j] += c
+                    low_cold[t - prompt, j] += copy and c
             held.get(layer, ids, ls)
     copies = dict(low=low, low_cold=low_cold) if low_from is not None else {}
     return dict(layers=layers, misses=miss, cold=cold, **copies)
@@ -389,25 +396,24 @@ def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.nda
     warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
     return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
 
-# %% ../nbs/06c_plan.ipynb #c0030-1
-def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall,
-             c:Compute,
-             served:dict|None=None, within:bool=False,
-             exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
-             direct:bool=False,
-             low_bits:int|None=None, # exact top-M's K-M other slots read as copies at these bits
-             # planned layers read at once: the K experts each further one holds reserved
-             stage_ahead:int=1) -> dict:
-    """Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by
-    `recall`); the rest resident"""
-    spec, E, k = mb['spec'], mb['spec'].num_experts, mb['k']
+# %% ../nbs/06c_plan.ipynb #c0030-2
+def _routing_memory(mb:dict, dev:Device, planned:set, pool_mib:float, within:bool,
+                    stage_ahead:int) -> tuple:
+    """`(pool MiB, peak MiB)` of `routing`: resident unplanned layers, K slots a planned layer, K
+    experts a further layer staged at once, beside the pool (`within`: inside it)"""
+    spec, k = mb['spec'], mb['k']
     held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * k * mb['bundle']
             + (stage_ahead - 1) * k * mb['bundle'])
     # 'auto': one budget holds all
     if within: pool_mib = max(pool_mib - held / MiB, k * mb['bundle'] / MiB)
-    used = dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mib
-    served = served if served is not None else served_trace(trace, planned, recall,
-                                                            spec.num_experts)
+    return pool_mib, dev.runtime_mb + (mb['resident'] + held) / MiB + pool_mib
+
+# %% ../nbs/06c_plan.ipynb #c0030-3
+def _slot_misses(mb:dict, dev:Device, served:dict, planned:set, prompt:int, pool_mib:float,
+                 used:float, exact_top:int, low_bits:int|None, direct:bool) -> tuple:
+    """`(slot ids, replay of the reads new to the slots, pool bundles, page-cache bundles)` of the
+    planned layers serving `served`"""
+    E, k = mb['spec'].num_experts, mb['k']
     # a copy's bytes, in bundles
     share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0
     slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
@@ -423,27 +429,55 @@ def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planne
     if low_bits:  # each copy's miss counted as the bundles its bytes are
         r = dict(r, misses=r['misses'] - (1 - share) * r['low'],
                  cold=r['cold'] - (1 - share) * r['low_cold'])
+    return slots, r, bundles, cache
+
+# %% ../nbs/06c_plan.ipynb #c0030-4
+def _window_ms(c:Compute, r:dict, ms:np.ndarray) -> np.ndarray:
+    "Per step, the exposed latency of the planned layers' reads `ms`, each due at its MoE block"
+    due = _deadlines(c, r['layers'])
+    return np.array([exposed_latency([Job(f"layer {l}", 0.0, d,
+                                          float(t)) for l, d, t in zip(r['layers'], due, row)],
+                                     1.0) for row in ms])
+
+def _foreground(mb:dict, dev:Device, trace:dict, slots:dict, exact_top:int, bundles:int, cache:int,
+                prompt:int, c:Compute, direct:bool) -> tuple:
+    """`(ms a step, bytes a token)` of the own `exact_top` heaviest the heads did not serve, read in
+    the foreground as `off` reads (none without exact top-M)"""
+    if not exact_top: return 0.0, 0.0
+    fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(),
+                                                                             slots[l])]
+          for l in slots}  # a heaviest expert staged as its copy is read at int4 too
+    f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
+    warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
+    # as `off`
+    ms = (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)
+    return ms, f['misses'].sum(1).mean() * mb['bundle']
+
+# %% ../nbs/06c_plan.ipynb #c0030-1
+def _routing(mb:dict, dev:Device, trace:dict, prompt:int, pool_mib:float, planned:set, recall,
+             c:Compute,
+             served:dict|None=None, within:bool=False,
+             exact_top:int=0, # the own M heaviest always computed: `trace`'s rows heaviest first
+             direct:bool=False,
+             low_bits:int|None=None, # exact top-M's K-M other slots read as copies at these bits
+             # planned layers read at once: the K experts each further one holds reserved
+             stage_ahead:int=1) -> dict:
+    """Predicted layers' reads as jobs of one token's window (sets `served`, else drawn by
+    `recall`); the rest resident"""
+    pool_mib, used = _routing_memory(mb, dev, planned, pool_mib, within, stage_ahead)
+    served = served if served is not None else served_trace(trace, planned, recall,
+                                                            mb['spec'].num_experts)
+    slots, r, bundles, cache = _slot_misses(mb, dev, served, planned, prompt, pool_mib, used,
+                                            exact_top, low_bits, direct)
     store_warm, cold = _read_ms(mb, dev, r, None, direct)
     ms = store_warm + cold  # the background reader's time per layer
-    due = _deadlines(c, r['layers'])
-    exposed = np.array([exposed_latency([Job(f"layer {l}", 0.0, d,
-                                             float(t)) for l, d, t in zip(r['layers'], due, row)],
-                                        1.0) for row in ms])
-    exposed = exposed + _in_place_ms(dev, r, c, 'routing', direct)
+    exposed = _window_ms(c, r, ms) + _in_place_ms(dev, r, c, 'routing', direct)
     nbytes = r['misses'].sum(1).mean() * mb['bundle']
     # the own heaviest the heads did not serve: read in the foreground, the layer waiting
-    if exact_top:
-        fg = {l: [[e for e in own[:exact_top] if e not in sv] for own, sv in zip(trace[l].tolist(),
-                                                                                 slots[l])]
-              for l in sorted(planned)}  # a heaviest expert staged as its copy is read at int4 too
-        f = replay(fg, bundles, cache, prompt, dev.cold_steps, dev.policy)
-        warm, cold = _read_ms(mb, dev, f, c.miss_ms, direct)
-        # as `off`
-        exposed = exposed + (warm + cold + (0 if direct else f['cold'] * _cold_cpu(dev, 'off'))).sum(1)
-        nbytes += f['misses'].sum(1).mean() * mb['bundle']
-    return dict(read_ms=ms, exposed_ms=exposed, misses=r['misses'], cold=r['cold'], peak_mb=used,
-                bytes=nbytes,
-                syncs=1 + len(planned) * (exact_top > 0),
+    fg_ms, fg_bytes = _foreground(mb, dev, trace, slots, exact_top, bundles, cache, prompt, c,
+                                  direct)
+    return dict(read_ms=ms, exposed_ms=exposed + fg_ms, misses=r['misses'], cold=r['cold'],
+                peak_mb=used, bytes=nbytes + fg_bytes, syncs=1 + len(planned) * (exact_top > 0),
                 copies=float(r['low'].sum(1).mean()) if low_bits else 0.0)
 
 # %% ../nbs/06c_plan.ipynb #f1d04cb2
@@ -497,21 +531,10 @@ def _check_device(dev:Device):
     if dev.policy not in POLICIES:
         raise InputError(f"device policy {dev.policy!r}: expected one of {', '.join(POLICIES)}")
 
-# %% ../nbs/06c_plan.ipynb #c0033-1
-def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES,
-         trace:dict|None=None,
-         compute:dict|None=None, recall=None, planned=None, prompt:int=0, served:dict|None=None,
-         kv_tokens:int=KV_TOKENS, exact_top:int=0,
-         # routing: exact top-M's K-M other slots read as copies at these bits
-         low_bits:int|None=None,
-         # routing's planned layers read at once (None: as a run of `model` does)
-         stage_ahead:int|None=None) -> dict:
-    """Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k`
-    (`served`: the heads' sets)"""
-    _check_strategies(strategies)
-    _check_device(dev)
-    mb = model_bytes(model, k)
-    spec, k = mb['spec'], mb['k']
+# %% ../nbs/06c_plan.ipynb #c0033-2
+def _check_routing(mb:dict, exact_top:int, low_bits:int|None, stage_ahead:int|None) -> int:
+    "The planned layers `routing` stages at once, after refusing what a run at K would refuse"
+    k = mb['k']
     check_exact_top('routing', exact_top, k)
     if low_bits is not None:
         check_low_bits(low_bits, 'low bits')
@@ -521,10 +544,12 @@ def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies
     ahead = stage_ahead or stage_ahead_of(mb)
     if ahead < 1: raise InputError(f"stage_ahead {stage_ahead!r}: expected a positive number of "
                                    "planned layers")
-    planned = set(spec.moe_layers[1:]) if planned is None else set(planned)
-    trace = trace if trace is not None else synthetic_trace(spec, k)
-    compute = compute or {}
-    c_of = lambda s: compute.get(s) or compute.get('off') or shape_compute(mb, dev)
+    return ahead
+
+# %% ../nbs/06c_plan.ipynb #c0033-3
+def _plan_pool(mb:dict, dev:Device, pool_mib:float|str, kv_tokens:int, trace:dict) -> tuple:
+    "`(budget, pool MiB, reader)` of a run of `mb` on `dev` with `pool_mib` (or `AUTO`)"
+    k = mb['k']
     budget = auto_budget(mb, dev, kv_tokens)
     pool = pool_mib if pool_mib != AUTO else max(budget['pool_mib'], mb['bundle'] * k / MiB)
     reader = plan_reader(mb, dev, pool)
@@ -539,42 +564,60 @@ def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies
         budget['lent_mb'] = max(min(budget['step_mb'] - k * mb['bundle'] / MiB + kv_free,
                                     every - pool), 0)
         pool += budget['lent_mb']
-    direct, rows = reader == 'direct', {}
-    for s in strategies:
-        c = c_of(s)
-        if s == 'ram':
-            peak = dev.runtime_mb + mb['total'] / MiB
-            fits = peak <= dev.ram_mb
-            rows[s] = dict(tps=1e3 / c.step_ms if fits else None, step_ms=c.step_ms,
-                           compute_ms=c.step_ms, wait_ms=0.0,
-                           mib_per_token=0.0, peak_mb=peak, fits=fits,
-                           binds='compute' if fits else f"memory: {peak:.0f} MiB needed, "
-                                                        f"{dev.ram_mb:.0f} MiB there")
-            continue
-        r = (_static(mb, dev, trace, prompt) if s == 'static' else
-             _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
-             _routing(mb, dev, trace, prompt, pool, planned, recall if recall is not None else 1.0,
-                      c, served,
-                      within=pool_mib == AUTO, exact_top=exact_top, direct=direct,
-                      low_bits=low_bits,
-                      stage_ahead=ahead))
-        wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
-        step = c.step_ms + wait
-        rows[s] = dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()),
-                       compute_ms=c.step_ms,
-                       wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
-                       mib_per_token=r['bytes'] / MiB, peak_mb=r['peak_mb'],
-                       fits=r['peak_mb'] <= dev.ram_mb,
-                       binds=_binds(c.step_ms, float(wait.mean()),
-                                    'A1' if s == 'routing' else 'A2'),
-                       **({'syncs_per_step': r['syncs'],
-                           'copies_per_step': r['copies']} if s == 'routing' else {}))
+    return budget, pool, reader
+
+# %% ../nbs/06c_plan.ipynb #c0033-4
+def _strategy_row(s:str, mb:dict, dev:Device, trace:dict, prompt:int, pool:float, compute:dict,
+                  direct:bool, routing:dict) -> dict:
+    "Strategy `s`'s row of `plan` (`routing`: `_routing`'s keyword arguments)"
+    c = compute.get(s) or compute.get('off') or shape_compute(mb, dev)
+    if s == 'ram':
+        peak = dev.runtime_mb + mb['total'] / MiB
+        fits = peak <= dev.ram_mb
+        return dict(tps=1e3 / c.step_ms if fits else None, step_ms=c.step_ms, compute_ms=c.step_ms,
+                    wait_ms=0.0, mib_per_token=0.0, peak_mb=peak, fits=fits,
+                    binds='compute' if fits else f"memory: {peak:.0f} MiB needed, "
+                                                 f"{dev.ram_mb:.0f} MiB there")
+    r = (_static(mb, dev, trace, prompt) if s == 'static' else
+         _off(mb, dev, trace, prompt, pool, c, direct) if s == 'off' else
+         _routing(mb, dev, trace, prompt, pool, c=c, direct=direct, **routing))
+    wait = r['exposed_ms'] if s == 'routing' else r['read_ms'].sum(1)
+    step = c.step_ms + wait
+    return dict(tps=float(1e3 / step.mean()), step_ms=float(step.mean()), compute_ms=c.step_ms,
+                wait_ms=float(wait.mean()), read_ms=float(r['read_ms'].sum(1).mean()),
+                mib_per_token=r['bytes'] / MiB, peak_mb=r['peak_mb'],
+                fits=r['peak_mb'] <= dev.ram_mb,
+                binds=_binds(c.step_ms, float(wait.mean()), 'A1' if s == 'routing' else 'A2'),
+                **({'syncs_per_step': r['syncs'],
+                    'copies_per_step': r['copies']} if s == 'routing' else {}))
+
+# %% ../nbs/06c_plan.ipynb #c0033-1
+def plan(model, dev:Device, k:int|None=None, pool_mib:float|str=AUTO, strategies=STRATEGIES,
+         trace:dict|None=None, compute:dict|None=None, recall=None, planned=None, prompt:int=0,
+         served:dict|None=None, kv_tokens:int=KV_TOKENS, exact_top:int=0,
+         low_bits:int|None=None, # routing: exact top-M's K-M other slots as copies at these bits
+         # routing's planned layers read at once (None: as a run of `model` does)
+         stage_ahead:int|None=None) -> dict:
+    """Predicted tok/s, peak MiB and what binds, per strategy, for `model` on `dev` at `k`
+    (`served`: the heads' sets)"""
+    _check_strategies(strategies)
+    _check_device(dev)
+    mb = model_bytes(model, k)
+    spec, k = mb['spec'], mb['k']
+    ahead = _check_routing(mb, exact_top, low_bits, stage_ahead)
+    planned = set(spec.moe_layers[1:]) if planned is None else set(planned)
+    trace = trace if trace is not None else synthetic_trace(spec, k)
+    budget, pool, reader = _plan_pool(mb, dev, pool_mib, kv_tokens, trace)
+    routing_kw = dict(planned=planned, recall=recall if recall is not None else 1.0,
+                      served=served, within=pool_mib == AUTO, exact_top=exact_top,
+                      low_bits=low_bits, stage_ahead=ahead)
+    rows = {s: _strategy_row(s, mb, dev, trace, prompt, pool, compute or {}, reader == 'direct',
+                             routing_kw) for s in strategies}
     views = {'no prediction': mb['per_class']}
     if 'routing' in strategies: views['routing'] = model_bytes(model, k, sorted(planned))['per_class']
     return dict(model=str(model) if not isinstance(model, dict) else model.get('model_type'),
-                device=dev.name, k=k,
-                exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead, pool_mib=pool,
-                budget=budget if pool_mib == AUTO else None, reader=reader,
+                device=dev.name, k=k, exact_top=exact_top, low_bits=low_bits, stage_ahead=ahead,
+                pool_mib=pool, budget=budget if pool_mib == AUTO else None, reader=reader,
                 policy=dev.policy, routing=trace_stats(trace, spec.num_experts),
                 compute=next(iter(compute.values())).source if compute else 'shape estimate',
                 rows=rows,
@@ -597,6 +640,23 @@ def _budget_note(b:dict) -> str:
             + (f"; while decoding it is lent {b['lent_mb']:,.0f} MiB (the KV cache not grown yet, "
                "a prefill's transient experts beyond K)" if b.get('lent_mb') else ''))
 
+# %% ../nbs/06c_plan.ipynb #c0034-2
+def _plan_notes(p:dict) -> list:
+    "`plan_table`'s lines on the options in force: exact top-M, lower-bit copies, staging, pool"
+    routed = 'routing' in p['rows']
+    return [*([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest "
+               "experts the heads did not serve are read in the foreground; "
+               f"{p['rows']['routing']['syncs_per_step']} host syncs a step"]
+              if p.get('exact_top') and routed else []),
+            *([f"routing reads the other {p['k'] - p['exact_top']} predicted slots as "
+               f"{p['low_bits']}-bit copies: {p['rows']['routing']['copies_per_step']:.1f} copies "
+               "read a step"]
+              if p.get('low_bits') and routed else []),
+            *([f"routing stages {p['stage_ahead']} planned layers at once: the budget keeps "
+               f"{(p['stage_ahead'] - 1) * p['k']} experts for them"]
+              if (p.get('stage_ahead') or 1) > 1 and routed else []),
+            *([_budget_note(p['budget'])] if p.get('budget') else [])]
+
 # %% ../nbs/06c_plan.ipynb #c0034-1
 def plan_table(p:dict) -> str:
     "A plan as a table"
@@ -612,18 +672,7 @@ def plan_table(p:dict) -> str:
              f"MiB a token by address class ({per})",
              *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
              *p.get('notes', []),
-             *([f"routing with exact top-{p['exact_top']}: the own {p['exact_top']} heaviest "
-                "experts the heads did not serve are read in the foreground; "
-                f"{p['rows']['routing']['syncs_per_step']} host syncs a step"]
-               if p.get('exact_top') and 'routing' in p['rows'] else []),
-             *([f"routing reads the other {p['k'] - p['exact_top']} predicted slots as "
-                f"{p['low_bits']}-bit copies: {p['rows']['routing']['copies_per_step']:.1f} copies "
-                "read a step"]
-               if p.get('low_bits') and 'routing' in p['rows'] else []),
-             *([f"routing stages {p['stage_ahead']} planned layers at once: the budget keeps "
-                f"{(p['stage_ahead'] - 1) * p['k']} experts for them"]
-               if (p.get('stage_ahead') or 1) > 1 and 'routing' in p['rows'] else []),
-             *([_budget_note(p['budget'])] if p.get('budget') else []),
+             *_plan_notes(p),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}"
              f"{'peak MiB':>10}  binds"]
     for s, r in p['rows'].items():

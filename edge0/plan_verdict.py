@@ -53,20 +53,9 @@ def _not_planned(src, k:int|None) -> str:
     return (f"routing not planned: {src} has no prerouter heads for K={k} and no --recall was "
             f"given; train them (`edge0 train {src} --phase heads --k {k}`) or pass --recall R")
 
-# %% ../nbs/06c_plan_verdict.ipynb #c0065
-def plan_for(model, device:str='here', k:int|None=None, pool_mib:float|str=AUTO,
-             strategies=STRATEGIES, tier=None, cap_mb:float|None=None, ram_mb:float|None=None,
-             storage_mb_s:float|None=None, mem_gb_s:float|None=None, recall:float|None=None,
-             reuse:float=0.3, exact_top:int=0,
-             # a config's synthetic routing: previous-token reuse and popularity skew
-             skew:float=SKEW,
-             # how edge0 reads experts (Device.reader); None: the device's, 'auto'
-             reader:str|None=None,
-             # routing: exact top-M's other slots read as copies at these bits
-             low_bits:int|None=None,
-            ) -> dict:
-    """`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else
-    a `DEVICES` entry"""
+# %% ../nbs/06c_plan_verdict.ipynb #e0444b49-2
+def _checked_source(model, device:str, strategies, exact_top:int, low_bits:int|None) -> tuple:
+    "`(source, whether it has weights)` of `model`, after refusing what `plan_for` cannot plan"
     _check_strategies(strategies)
     if low_bits is not None:
         check_low_bits(low_bits, '--low-bits')
@@ -82,31 +71,65 @@ def plan_for(model, device:str='here', k:int|None=None, pool_mib:float|str=AUTO,
         raise InputError(f"device {device!r}: expected here or one of {', '.join(DEVICES)}")
     # a broken tokenizer file fails now, not in a child after the measuring
     if has_weights: open_tokenizer(src)
-    notes, source, heads = [], None, None
+    return src, has_weights
+
+# %% ../nbs/06c_plan_verdict.ipynb #e0444b49-3
+def _plan_routing(src, k:int|None, recall:float|None, has_weights:bool, strategies,
+                  notes:list) -> tuple:
+    """`(strategies, recall, its source, heads, planned layers)`: routing left out, with a note in
+    `notes`, where no recall is known (planned None: every MoE layer but the first)"""
+    source, heads = None, None
     if 'routing' in strategies:
         recall, source, heads = _routing_recall(src, k, recall, has_weights)
         if recall is None:
             notes.append(_not_planned(src, k))
             strategies = tuple(s for s in strategies if s != 'routing')
             if not strategies: raise InputError(notes[0])
+    planned = heads_planned(src, k) if 'routing' in strategies and heads is not None else None
+    return strategies, recall, source, heads, planned
+
+# %% ../nbs/06c_plan_verdict.ipynb #e0444b49-4
+def _plan_here(src, k:int|None, pool_mib, strategies, tier, cap_mb:float|None, over:dict,
+               recall, planned, heads, source:str|None, exact_top:int, low_bits:int|None,
+               notes:list) -> dict:
+    """`plan` of `src` on this machine measured under `tier` and `cap_mb` (`over`: figures given
+    instead of measured); its verdict kept for mode 'auto'"""
     routing = 'routing' in strategies
-    # None: every MoE layer but the first
-    planned = heads_planned(src, k) if routing and heads is not None else None
+    modes = ('off', 'routing') if routing and heads is not None else ('off',)
+    if routing and heads is None:
+        notes.append("routing's compute: the off profile (no heads to measure)")
+    dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
+    dev = replace(dev, **{f: v for f, v in over.items() if v})
+    p = plan(src, dev, k, pool_mib, strategies,
+             model_trace(src, k, heaviest_first=exact_top > 0), compute, recall, planned,
+             served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
+             exact_top=exact_top, low_bits=low_bits)
+    # what 'auto' goes by
+    if routing and heads is not None and source.startswith('heads') and low_bits is None:
+        keep_verdict(p, src, heads, k or model_spec(src).k, exact_top, cap_mb)
+    return dict(p, recall_from=source, notes=notes)
+
+# %% ../nbs/06c_plan_verdict.ipynb #c0065
+def plan_for(model, device:str='here', k:int|None=None, pool_mib:float|str=AUTO,
+             strategies=STRATEGIES, tier=None, cap_mb:float|None=None, ram_mb:float|None=None,
+             storage_mb_s:float|None=None, mem_gb_s:float|None=None, recall:float|None=None,
+             reuse:float=0.3, exact_top:int=0,
+             # a config's synthetic routing: previous-token reuse and popularity skew
+             skew:float=SKEW,
+             # how edge0 reads experts (Device.reader); None: the device's, 'auto'
+             reader:str|None=None,
+             # routing: exact top-M's other slots read as copies at these bits
+             low_bits:int|None=None) -> dict:
+    """`plan` of `model` on `device`: `here` measures this machine (under `tier` and `cap_mb`), else
+    a `DEVICES` entry"""
+    src, has_weights = _checked_source(model, device, strategies, exact_top, low_bits)
+    notes = []
+    strategies, recall, source, heads, planned = _plan_routing(src, k, recall, has_weights,
+                                                               strategies, notes)
     if device == 'here':
-        modes = ('off', 'routing') if routing and heads is not None else ('off',)
-        if routing and heads is None:
-            notes.append("routing's compute: the off profile (no heads to measure)")
-        dev, compute = this_machine(src, k, tier, cap_mb, modes=modes, eta=_measured_eta(src))
-        dev = replace(dev, **{f: v for f, v in (('ram_mb', ram_mb), ('mem_gb_s', mem_gb_s),
-                                                ('reader', reader)) if v})
-        p = plan(src, dev, k, pool_mib, strategies,
-                 model_trace(src, k, heaviest_first=exact_top > 0), compute, recall, planned,
-                 served=served_by_heads(src, k) if routing and source.startswith('heads') else None,
-                 exact_top=exact_top, low_bits=low_bits)
-        # what 'auto' goes by
-        if routing and heads is not None and source.startswith('heads') and low_bits is None:
-            keep_verdict(p, src, heads, k or model_spec(src).k, exact_top, cap_mb)
-        return dict(p, recall_from=source, notes=notes)
+        return _plan_here(src, k, pool_mib, strategies, tier, cap_mb,
+                          dict(ram_mb=ram_mb, mem_gb_s=mem_gb_s, reader=reader), recall, planned,
+                          heads, source, exact_top, low_bits, notes)
     rate = storage_mb_s or (tier_rate(tier) if tier else None)
     over = dict(ram_mb=ram_mb or cap_mb, storage_mb_s=rate, mem_gb_s=mem_gb_s, reader=reader)
     dev = replace(DEVICES[device], **{f: v for f, v in over.items() if v})
@@ -143,6 +166,20 @@ def keep_verdict(p:dict, model_dir, heads, k:int, exact_top:int=0, cap_mb:float|
     # an unwritable cache: the plan is printed all the same, auto will say it has none
     except OSError: pass
 
+# %% ../nbs/06c_plan_verdict.ipynb #22df8021-2
+def _run_pool_mib(engine) -> float:
+    "MiB of a run's pool: its budget's, else every expert's bytes"
+    b = engine.budget
+    return (b.pool if b is not None and b.pool is not None else sum(
+        t.nbytes for ls in engine.store.layers.values() for t in ls.values())) / MiB
+
+def _nearest_verdict(d:Path, heads, k:int, exact_top:int, pool:float) -> dict|None:
+    "This host's verdict for `heads`, `k` and `exact_top` whose pool is nearest `pool` MiB"
+    host, hf = host_id(), heads_fingerprint(heads)
+    mine = [e for e in _read_verdicts(d) if e.get('host') == host and e.get('heads') == hf
+            and e.get('k') == k and e.get('exact_top') == exact_top and e.get('pool_mib')]
+    return min(mine, key=lambda e: abs(math.log(e['pool_mib'] / pool)), default=None)
+
 # %% ../nbs/06c_plan_verdict.ipynb #d4ed9128
 def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
     """`(mode, why)` for a loaded `handle` in mode 'auto': the faster of off and routing by this
@@ -158,13 +195,8 @@ def auto_mode(handle, heads, k:int, exact_top:int=0) -> tuple:
         return 'off', (f"auto: routing's planned slots ({need / MiB:.0f} MiB) do not fit in what "
                        f"this run's budget has beside one token's experts ({room / MiB:.0f} MiB): "
                        "serving off")
-    b = handle.engine.budget
-    pool = (b.pool if b is not None and b.pool is not None else sum(
-        t.nbytes for ls in handle.engine.store.layers.values() for t in ls.values())) / MiB
-    host, hf = host_id(), heads_fingerprint(heads)
-    mine = [e for e in _read_verdicts(d) if e.get('host') == host and e.get('heads') == hf
-            and e.get('k') == k and e.get('exact_top') == exact_top and e.get('pool_mib')]
-    near = min(mine, key=lambda e: abs(math.log(e['pool_mib'] / pool)), default=None)
+    pool = _run_pool_mib(handle.engine)
+    near = _nearest_verdict(d, heads, k, exact_top, pool)
     cmd = f"`edge0 plan {d} --k {k}" + (f" --exact-top {exact_top}" if exact_top else '') + '`'
     if near is None or abs(math.log(near['pool_mib'] / pool)) > math.log(1.5):
         seen = (f" (the nearest was planned for a pool of {near['pool_mib']:.0f} MiB)" if near

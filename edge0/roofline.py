@@ -250,8 +250,7 @@ def edf(jobs, bandwidth) -> dict:
     jobs = list(jobs)
     length = [p for _, p in _lengths(jobs, bandwidth)]
     left = list(length)
-    # a stack: the next release on top
-    todo = sorted(range(len(jobs)), key=lambda i: -jobs[i].release)
+    todo = sorted(range(len(jobs)), key=lambda i: -jobs[i].release)  # a stack: next release on top
     ready, t, segments, start, finish = [], -math.inf, [], {}, {}
     while todo or ready:
         if not ready: t = max(t, jobs[todo[-1]].release)
