@@ -230,9 +230,10 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
     experts = _layer_experts(spec, tensors, src)
     if layout == 'torch-cpu' and repack is None: _check_torch(spec, tensors, src)
     taken = {t.name for ts in experts.values() for t in ts}
-    weight_map, meta = {}, dict(format='mlx', layout=layout)
+    weight_map = {}
     first = spec.moe_layers[0]
-    widths = [b for b in lowbit.LOW_BITS if repack is not None and (src / lowbit.low_file(first, b)).exists()]
+    widths = [b for b in lowbit.LOW_BITS
+              if repack is not None and (src / lowbit.low_file(first, b)).exists()]
     # copies packed for another CPU: a store reads (checks, re-packs) each width
     with contextlib.ExitStack() as held:
         lows = [held.enter_context(contextlib.closing(ExpertStore(src, spec, residency=False,
@@ -240,17 +241,29 @@ def _repack_into(src:Path, dst:Path, layout:str='mlx', repack=None,
                 for b in widths]
         for layer, ts in tqdm(experts.items(), desc='experts', unit='layer', leave=False):
             name = f"model-experts-L{layer:03d}.safetensors"
-            data = {}
-            if repack is not None: data = _repacked(ts, repack)
-            elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
-            file_meta, align = dict(meta, edge0=f'experts of layer {layer}'), 8
-            if layout == 'torch-cpu' and aligned:
-                ts, data, rows = _expert_rows(ts, data)
-                file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
-            copy_tensors(dst / name, ts, file_meta, data=data, align=align)
+            ts = _write_layer(spec, tensors, layer, ts, dst / name, layout, repack, aligned)
             weight_map.update({t.name: name for t in ts})
             for bits in low_bits: _low_layer(spec, tensors, layer, layout, bits, dst / name)
             for st in lows: _repacked_low(st, layer, dst / name)
+    _write_rest(src, dst, tensors, taken, weight_map)
+
+# %% ../nbs/01c_convert.ipynb #f838f2a4-4
+def _write_layer(spec:MoESpec, tensors:dict, layer:int, ts:list, out:Path, layout:str, repack,
+                 aligned:bool) -> list:
+    "Write `layer`'s experts `ts` to the file `out` as `layout` stores them; the tensors written"
+    data = {}
+    if repack is not None: data = _repacked(ts, repack)
+    elif layout == 'torch-cpu': ts, data = _torch_layer(spec, tensors, layer)
+    file_meta, align = dict(format='mlx', layout=layout, edge0=f'experts of layer {layer}'), 8
+    if layout == 'torch-cpu' and aligned:
+        ts, data, rows = _expert_rows(ts, data)
+        file_meta[EXPERTS_META], align = json.dumps(rows), ALIGN
+    copy_tensors(out, ts, file_meta, data=data, align=align)
+    return ts
+
+# %% ../nbs/01c_convert.ipynb #f838f2a4-5
+def _write_rest(src:Path, dst:Path, tensors:dict, taken:set, weight_map:dict):
+    "Write `src`'s tensors not in `taken` to `dst/model.safetensors`, the side files and the index"
     rest = [t for n, t in sorted(tensors.items()) if n not in taken]
     copy_tensors(dst / 'model.safetensors', rest, dict(format='mlx'))
     weight_map.update({t.name: 'model.safetensors' for t in rest})
@@ -282,39 +295,51 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
         raise InputError("--layout torch-cpu needs torch: pip install 'edge0[torch]' (on Linux: "
                          "torch==2.13.0 first)")
     if not (src / 'config.json').exists():
-        raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model directory")
+        raise StoreError(f"{src / 'config.json'} is missing: {src} is not an mlx-lm model "
+                         "directory")
     config = read_json(src / 'config.json', 'model config')
     spec = spec_for(config)  # unsupported model types and bad config values
     tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors
     quant = [q for l in spec.moe_layers for q in layer_quant(spec, tensors, l).values()]
     if any(q is not None and q.mode == 'torch' for q in quant):
-        # copied as they are, they would be labelled anew
-        was = config.get('edge0_layout', {}).get('source')
-        if layout != 'torch-cpu' or quantize:
-            raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout "
-                             "torch-cpu) and cannot be unpacked; convert the mlx-lm checkpoint "
-                             "they came from"
-                             + (f" ({was})" if was else ''))
-        if low_bits:
-            raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are "
-                             "packed for torch; convert the mlx-lm checkpoint they came from"
-                             + (f" ({was})" if was else ''))
-        repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
-        if repack is None:
-            raise InputError(f"{src}: its experts are already packed as this machine's torch packs "
-                             "them; nothing to do")
-        return repack
+        return _check_torch_source(src, config, layout, quantize, low_bits)
     if not quantize:
         if layout == 'torch-cpu': _check_torch(spec_for(config), tensors, src)
         _check_low(spec, tensors, src, low_bits)
         return
+    _check_quantize(src, config, bits, group_size, low_bits)
+
+# %% ../nbs/01c_convert.ipynb #da855ac7-6
+def _check_torch_source(src:Path, config:dict, layout:str, quantize:bool, low_bits:tuple):
+    "The `Repack` a source whose experts are packed for torch needs, or why it cannot be converted"
+    # copied as they are, they would be labelled anew
+    was = config.get('edge0_layout', {}).get('source')
+    if layout != 'torch-cpu' or quantize:
+        raise InputError(f"{src}: the routed experts are packed for torch's kernels (--layout "
+                         "torch-cpu) and cannot be unpacked; convert the mlx-lm checkpoint "
+                         "they came from"
+                         + (f" ({was})" if was else ''))
+    if low_bits:
+        raise InputError(f"{src}: --low-bits copies mlx-lm's int4 experts, and these are "
+                         "packed for torch; convert the mlx-lm checkpoint they came from"
+                         + (f" ({was})" if was else ''))
+    repack, _ = check_packing(src)  # refused where the packing is not recorded or not known
+    if repack is None:
+        raise InputError(f"{src}: its experts are already packed as this machine's torch packs "
+                         "them; nothing to do")
+    return repack
+
+# %% ../nbs/01c_convert.ipynb #da855ac7-7
+def _check_quantize(src:Path, config:dict, bits:int, group_size:int, low_bits:tuple):
+    "Refuse to quantize an already quantized `src`, or to a width or group MLX cannot take"
     if 'quantization' in config:
         q = config['quantization']
         raise StoreError(f"{src / 'config.json'} says the checkpoint is already quantized "
                          f"(int{q.get('bits')} g{q.get('group_size')}); convert it without "
                          "--quantize")
     try: spec_for({**config, 'quantization': dict(bits=bits, group_size=group_size)})
-    except InputError as e: raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
+    except InputError as e:
+        raise InputError(f"cannot quantize to int{bits} g{group_size}: {e}") from None
     for b in low_bits: lowbit.check_low_bits(b, '--low-bits')
     if low_bits and bits != 4: raise InputError("--low-bits copies int4 experts; this convert "
                                                 f"quantizes to int{bits}")

@@ -8,6 +8,7 @@ import os, re, resource, subprocess, sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from .backend import core as B
+from fastcore.basics import patch
 
 MiB = 2**20
 _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as 2**63 rounded down to a page
@@ -195,35 +196,37 @@ class Budget:
     rss:int               # this process's resident size when the budget was made
     kv:int                # the KV cache the run can grow to
     kv_tokens:int
-    step:int              # one step's transient experts (the most a prefill stacks) and the allocator's cache of them
+    step:int              # one step's transient experts (the most a prefill stacks) and their cache
     room:int              # page cache: reads in flight and the program's pages a step touches
     experts:int           # every routed expert, and K slots a layer: the pool never needs more
     minimum:int           # one token's working set
     notes:list = field(default_factory=list)  # what the user should know about it
-    growth:list = field(default_factory=list) # the KV cache's growth (`streaming.kv_growth`): what it holds at n tokens
-    lent:int = 0          # lent to the pool now: KV cache not grown yet, and a decode step's unused transient share
-    @property
-    def fits(self) -> int:
-        "What these figures leave for experts, whatever was asked (`pool_budget`)"
-        return pool_budget(self.free, self.kv, self.step, self.room, self.experts, self.minimum)
-    def lines(self) -> list:
-        "What `--stats` prints"
-        m = lambda b: f"{b / MiB:,.{0 if b >= 10 * MiB else 1}f} MiB"
-        head = f"expert memory budget: {m(self.pool)} ({self.asked})" if self.pool is not None else \
-            "expert memory budget: unbounded"  # pool_bytes=None: e.g. a resident torch-cpu model, every layer kept
-        if self.free is None: return [head]
-        return [head, f"  free after loading: {m(self.free)}, bound by {self.binds}",
-                *[f"    {src}: {m(b)}" for src, b in self.limits.items() if src != self.binds],
-                f"  this process: {m(self.rss)} resident after loading",
-                f"  less the KV cache of {self.kv_tokens:,} tokens: {m(self.kv)}",
-                "  less one step's transient experts and the allocator's cache of them: "
-                f"{m(self.step)}",
-                f"  less page cache for reads in flight and the program's pages: {m(self.room)}",
-                f"  at most every routed expert and K slots a layer: {m(self.experts)}; at least "
-                f"one token's experts: {m(self.minimum)}",
-                *(["  lent to the pool while decoding (the KV cache not grown yet, a prefill's "
-                   f"transient experts): {m(self.lent)}"] if self.lent else []),
-                *[f"  note: {n}" for n in self.notes]]
+    # the KV cache's growth (`streaming.kv_growth`): what it holds at n tokens
+    growth:list = field(default_factory=list)
+    # lent to the pool now: KV cache not grown yet, and a decode step's unused transient share
+    lent:int = 0
+
+# %% ../nbs/00_memory.ipynb #51569167-p1
+@patch
+def lines(self:Budget) -> list:
+    "What `--stats` prints"
+    m = lambda b: f"{b / MiB:,.{0 if b >= 10 * MiB else 1}f} MiB"
+    # pool None (pool_bytes=None): e.g. a resident torch-cpu model, every layer kept
+    head = (f"expert memory budget: {m(self.pool)} ({self.asked})" if self.pool is not None else
+            "expert memory budget: unbounded")
+    if self.free is None: return [head]
+    return [head, f"  free after loading: {m(self.free)}, bound by {self.binds}",
+            *[f"    {src}: {m(b)}" for src, b in self.limits.items() if src != self.binds],
+            f"  this process: {m(self.rss)} resident after loading",
+            f"  less the KV cache of {self.kv_tokens:,} tokens: {m(self.kv)}",
+            "  less one step's transient experts and the allocator's cache of them: "
+            f"{m(self.step)}",
+            f"  less page cache for reads in flight and the program's pages: {m(self.room)}",
+            f"  at most every routed expert and K slots a layer: {m(self.experts)}; at least "
+            f"one token's experts: {m(self.minimum)}",
+            *(["  lent to the pool while decoding (the KV cache not grown yet, a prefill's "
+               f"transient experts): {m(self.lent)}"] if self.lent else []),
+            *[f"  note: {n}" for n in self.notes]]
 
 # %% ../nbs/00_memory.ipynb #51569167-1
 def pool_budget(free:int, kv:int, step:int, room:int, experts:int, minimum:int) -> int:
@@ -241,6 +244,12 @@ def step_and_room(k:int, bundle:int, layer:int, num_experts:int, tokens:int,
     experts' buffers free between reads"""
     return int(min(layer, min(num_experts,
                               tokens * k) * bundle)), ROOM + (1 if direct else 2) * k * bundle
+
+# %% ../nbs/00_memory.ipynb #51569167-p2
+@patch(as_prop=True)
+def fits(self:Budget) -> int:
+    "What these figures leave for experts, whatever was asked (`pool_budget`)"
+    return pool_budget(self.free, self.kv, self.step, self.room, self.experts, self.minimum)
 
 # %% ../nbs/00_memory.ipynb #x00m0011
 def kv_bytes(growth:list, tokens:int) -> int:

@@ -26,45 +26,50 @@ def _base(mt, L, K, D, V):
                 tie_word_embeddings=False, num_experts_per_tok=K, torch_dtype='bfloat16')
 
 # %% ../nbs/00_zoo.ipynb #8694668b
-def _family(c, mt, E, F):
-    "Per-architecture keys on top of `_base`"
-    dense = dict(first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0)
+def _qwen(c, mt, E, F):
+    "Qwen2/Qwen3 MoE keys, and the linear attention of Qwen3-Next and Qwen3.5"
     if mt in ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe'):
         c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128,
-                 decoder_sparse_step=1,
-                 mlp_only_layers=[], head_dim=16, norm_topk_prob=True)
+                 decoder_sparse_step=1, mlp_only_layers=[], head_dim=16, norm_topk_prob=True)
     if mt in ('qwen3_next', 'qwen3_5_moe'):
         c.update(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16,
-                 linear_value_head_dim=16,
-                 linear_conv_kernel_dim=4, full_attention_interval=2,
-                 shared_expert_intermediate_size=64,
-                 partial_rotary_factor=0.5)
+                 linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=2,
+                 shared_expert_intermediate_size=64, partial_rotary_factor=0.5)
     if mt == 'qwen2_moe':
         c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128,
                  shared_expert_intermediate_size=64)
-    if mt == 'mixtral': c.update(num_local_experts=E, intermediate_size=F)
-    if mt == 'olmoe': c.update(num_experts=E, intermediate_size=F, norm_topk_prob=False,
-                               head_dim=16)
+    return c
+
+# %% ../nbs/00_zoo.ipynb #8694668b-d
+def _deepseek(c, mt, E, F):
+    "DeepSeek V2/V3 and GLM-4 MoE keys: grouped routing, a shared expert, a dense first layer"
+    dense = dict(first_k_dense_replace=1 if c['num_hidden_layers'] > 2 else 0)
     if mt in ('deepseek_v2', 'deepseek_v3', 'glm4_moe'):
         c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128,
-                 n_shared_experts=1,
-                 routed_scaling_factor=2.5, n_group=4, topk_group=2, moe_layer_freq=1, **dense)
+                 n_shared_experts=1, routed_scaling_factor=2.5, n_group=4, topk_group=2,
+                 moe_layer_freq=1, **dense)
     if mt in ('deepseek_v2', 'deepseek_v3'):
         c.update(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
-                 qk_nope_head_dim=16,
-                 num_key_value_heads=4)
+                 qk_nope_head_dim=16, num_key_value_heads=4)
     if mt == 'deepseek_v2':
         yarn = dict(type='yarn', factor=1.0, original_max_position_embeddings=2048, beta_fast=32,
-                    beta_slow=1,
-                    mscale=1.0, mscale_all_dim=1.0)
+                    beta_slow=1, mscale=1.0, mscale_all_dim=1.0)
         c.update(topk_method='group_limited_greedy', rope_scaling=yarn)
     if mt == 'deepseek_v3': c.update(topk_method='noaux_tc', scoring_func='sigmoid',
                                      norm_topk_prob=True)
     if mt == 'glm4_moe':
         c.update(norm_topk_prob=True, head_dim=16, use_qk_norm=True, attention_bias=False,
-                 partial_rotary_factor=0.5,
-                 rope_scaling=None)
+                 partial_rotary_factor=0.5, rope_scaling=None)
     return c
+
+# %% ../nbs/00_zoo.ipynb #8694668b-f
+def _family(c, mt, E, F):
+    "Per-architecture keys on top of `_base`"
+    c = _qwen(c, mt, E, F)
+    if mt == 'mixtral': c.update(num_local_experts=E, intermediate_size=F)
+    if mt == 'olmoe': c.update(num_experts=E, intermediate_size=F, norm_topk_prob=False,
+                               head_dim=16)
+    return _deepseek(c, mt, E, F)
 
 # %% ../nbs/00_zoo.ipynb #8a1dbac4
 def _bailing(c, mt, E, F):
@@ -237,31 +242,23 @@ def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:in
 # attn_out: up to 12 layers; less for deeper stacks
 SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
 # attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few
-# experts: the hard case for
-# any cache) or 'calibrated' (to the published figures for trained MoEs: see below)
+# experts: the hard case for any cache) or 'calibrated' (to published figures for trained MoEs)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6-1
-def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024,
-                    expert_size:int=512,
-                    seed:int=0, overwrite:bool=False, gains:dict|None=None,
-                    routing:str='uniform') -> Path:
-    """A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained
-    model's"""
+def _synthetic_gains(num_layers:int, gains:dict|None, routing:str) -> dict:
+    "`SYNTHETIC_GAINS` for a stack of `num_layers` routing as `routing`, updated by `gains`"
     if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of "
                                                  f"{', '.join(ROUTINGS)}")
     # attention averages the context: deeper stacks get less per layer
     depth = min(1.0, (12 / num_layers) ** 0.5)
-    gains = {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing],
-             **(gains or {})}
-    from mlx_lm.utils import quantize_model, save_config
-    dst = Path(dst)
-    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
-                                                        "replace it")
-    config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden,
-                         expert_size=expert_size)
-    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8,
-                  intermediate_size=4 * expert_size)
+    return {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing],
+            **(gains or {})}
+
+# %% ../nbs/00_zoo.ipynb #cdb926d6-2
+def _synthetic_rest(config:dict, seed:int, gains:dict, hidden:int) -> tuple:
+    "`(non-expert weights by key, quantized config)` of a small model of `config`'s shape"
+    from mlx_lm.utils import quantize_model
     small, _ = tiny_model(config, seed)
     # rows at unit RMS
     scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'
@@ -269,21 +266,45 @@ def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden
     small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16))
                                    for n, w in B.tree_flatten(small.parameters())]))
     small, config = quantize_model(small, config, 64, 4)
+    return {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}, config
+
+# %% ../nbs/00_zoo.ipynb #cdb926d6-3
+def _write_layers(tmp:Path, rest:dict, seed:int, num_layers:int, num_experts:int, hidden:int,
+                  expert_size:int, router_gain:float):
+    "Write `rest` and each layer's router and experts as shards of an mlx-lm checkpoint in `tmp`"
+    rng, weight_map, n_shards = np.random.default_rng(seed), {}, num_layers + 1
+    shard = lambda i: f"model-{i:05d}-of-{n_shards:05d}.safetensors"
+    B.save_safetensors(tmp / shard(1), rest, dict(format='mlx'))
+    weight_map.update(dict.fromkeys(rest, shard(1)))
+    for layer in range(num_layers):
+        arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size, router_gain)
+        B.save_safetensors(tmp / shard(layer + 2), arrays, dict(format='mlx'))
+        weight_map.update(dict.fromkeys(arrays, shard(layer + 2)))
+        del arrays
+    index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
+    (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
+
+# %% ../nbs/00_zoo.ipynb #cdb926d6-4
+def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024,
+                    expert_size:int=512,
+                    seed:int=0, overwrite:bool=False, gains:dict|None=None,
+                    routing:str='uniform') -> Path:
+    """A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained
+    model's"""
+    gains = _synthetic_gains(num_layers, gains, routing)
+    from mlx_lm.utils import save_config
+    dst = Path(dst)
+    if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
+                                                        "replace it")
+    config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden,
+                         expert_size=expert_size)
+    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8,
+                  intermediate_size=4 * expert_size)
+    rest, config = _synthetic_rest(config, seed, gains, hidden)
     config['num_experts'] = num_experts
-    rest = {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}
-    del small
     with atomic_dir(dst, overwrite) as tmp:
-        rng, weight_map, n_shards = np.random.default_rng(seed), {}, num_layers + 1
-        shard = lambda i: f"model-{i:05d}-of-{n_shards:05d}.safetensors"
-        B.save_safetensors(tmp / shard(1), rest, dict(format='mlx'))
-        weight_map.update(dict.fromkeys(rest, shard(1)))
-        for layer in range(num_layers):
-            arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size, gains['router'])
-            B.save_safetensors(tmp / shard(layer + 2), arrays, dict(format='mlx'))
-            weight_map.update(dict.fromkeys(arrays, shard(layer + 2)))
-            del arrays
-        index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
-        (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
+        _write_layers(tmp, rest, seed, num_layers, num_experts, hidden, expert_size,
+                      gains['router'])
         config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed,
                                           gains=gains, routing=routing)

@@ -168,62 +168,72 @@ def int4_mm(x, packed, sz, group_size:int=GROUP_SIZE):
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, group_size, sz)
 
 # %% ../../nbs/00_backend_quant.ipynb #a02b9a3b
+from fastcore.basics import patch
+
 class TorchLinear(B.Module):
     """A `QuantizedLinear` computed by torch: int4 by its int4 kernel, other widths dequantized once
     to float32"""
     def __init__(self, linear, refine:int=0):
         super().__init__()
         import torch
-        self.group_size, self.bits, self.mode = linear.group_size, linear.bits, getattr(linear, 'mode', 'affine')
+        self.group_size, self.bits = linear.group_size, linear.bits
+        self.mode = getattr(linear, 'mode', 'affine')
         self._int4 = torch_int4(linear.bits, linear.group_size, self.mode, linear.scales.shape[0])
         bias = linear.get('bias')
         self._bias = None if bias is None else to_torch(bias.astype(B.float32))
-        self.out_features, self.in_features = linear.scales.shape[0], linear.scales.shape[1] * linear.group_size
+        self.out_features = linear.scales.shape[0]
+        self.in_features = linear.scales.shape[1] * linear.group_size
         if self._int4: self._packed, self._sz = torch_pack(linear.weight, linear.scales,
                                                            linear.biases, self.group_size)
         else:
             w = dequantize(linear.weight, linear.scales, linear.get('biases'), linear.group_size,
-                           linear.bits,
-                           self.mode).astype(B.float32)
+                           linear.bits, self.mode).astype(B.float32)
             self._w = torch.from_numpy(np.array(w))  # owns its float32 copy
-        # refine > 0 (the lm_head): each row's top `refine` outputs recomputed exactly from MLX's
-        # own weights, so
-        # the bfloat16 rounding of the kernel's output (1/16 at a logit of 10) cannot reorder the
-        # leading tokens
+        # refine > 0 (the lm_head): each row's top outputs recomputed exactly from MLX's weights, so
+        # the kernel's bfloat16 rounding (1/16 at a logit of 10) cannot reorder the leading tokens
         self._refine = refine if self._int4 else 0
         self._mlx = (linear.weight, linear.scales, linear.get('biases')) if self._refine else None
-    def __call__(self, x):
-        shape, dt = x.shape, x.dtype
-        B.eval(x)
-        xt = to_torch(x).reshape(-1, shape[-1])
-        y = int4_mm(xt, self._packed, self._sz,
-                    self.group_size).float() if self._int4 else xt.float() @ self._w.T
-        if self._bias is not None: y = y + self._bias
-        if self._refine: self._exact_top(x.reshape(-1, shape[-1]), y)
-        return from_torch(y, dt).reshape(*shape[:-1], self.out_features)
-    def _exact_top(self, x, y, chunk:int=32):
-        """Overwrite each row's `refine` largest outputs in `y` (float32 torch) with MLX's float32
-        products"""
-        import torch
-        top = torch.topk(y, min(self._refine, y.shape[-1]), dim=-1).indices.numpy()
-        wq, scales, biases = self._mlx
-        for i in range(0, len(top), chunk):
-            idx = B.array(top[i:i + chunk].reshape(-1).astype(np.uint32))
-            w = dequantize(wq[idx], scales[idx], None if biases is None else biases[idx],
-                           self.group_size, self.bits,
-                           self.mode).astype(B.float32).reshape(*top[i:i + chunk].shape, -1)
-            exact = (x[i:i + chunk, None, :].astype(B.float32) * w).sum(-1)
-            rows = torch.arange(i, i + len(exact))[:, None]
-            y[rows, torch.from_numpy(top[i:i + chunk])] = torch.from_numpy(np.array(exact)) + (
-                0 if self._bias is None else self._bias[torch.from_numpy(top[i:i + chunk])])
-    def dense_weight(self):
-        """The float32 `(out, in)` weight this computes with (int4: as the kernel dequantizes it, in
-        bfloat16)"""
-        import torch
-        if not self._int4: return B.array(self._w.numpy())
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return B.array(int4_mm(eye, self._packed, self._sz,
-                               self.group_size).float().T.contiguous().numpy())
+
+# %% ../../nbs/00_backend_quant.ipynb #a02b9a3b-p1
+@patch
+def __call__(self:TorchLinear, x):
+    shape, dt = x.shape, x.dtype
+    B.eval(x)
+    xt = to_torch(x).reshape(-1, shape[-1])
+    y = int4_mm(xt, self._packed, self._sz,
+                self.group_size).float() if self._int4 else xt.float() @ self._w.T
+    if self._bias is not None: y = y + self._bias
+    if self._refine: self._exact_top(x.reshape(-1, shape[-1]), y)
+    return from_torch(y, dt).reshape(*shape[:-1], self.out_features)
+
+# %% ../../nbs/00_backend_quant.ipynb #a02b9a3b-p2
+@patch
+def _exact_top(self:TorchLinear, x, y, chunk:int=32):
+    """Overwrite each row's `refine` largest outputs in `y` (float32 torch) with MLX's float32
+    products"""
+    import torch
+    top = torch.topk(y, min(self._refine, y.shape[-1]), dim=-1).indices.numpy()
+    wq, scales, biases = self._mlx
+    for i in range(0, len(top), chunk):
+        idx = B.array(top[i:i + chunk].reshape(-1).astype(np.uint32))
+        w = dequantize(wq[idx], scales[idx], None if biases is None else biases[idx],
+                       self.group_size, self.bits,
+                       self.mode).astype(B.float32).reshape(*top[i:i + chunk].shape, -1)
+        exact = (x[i:i + chunk, None, :].astype(B.float32) * w).sum(-1)
+        rows = torch.arange(i, i + len(exact))[:, None]
+        y[rows, torch.from_numpy(top[i:i + chunk])] = torch.from_numpy(np.array(exact)) + (
+            0 if self._bias is None else self._bias[torch.from_numpy(top[i:i + chunk])])
+
+# %% ../../nbs/00_backend_quant.ipynb #a02b9a3b-p3
+@patch
+def dense_weight(self:TorchLinear):
+    """The float32 `(out, in)` weight this computes with (int4: as the kernel dequantizes it, in
+    bfloat16)"""
+    import torch
+    if not self._int4: return B.array(self._w.numpy())
+    eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+    return B.array(int4_mm(eye, self._packed, self._sz,
+                           self.group_size).float().T.contiguous().numpy())
 
 # %% ../../nbs/00_backend_quant.ipynb #29e124a4
 REFINE = 64  # lm_head outputs recomputed exactly per row
