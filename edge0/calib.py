@@ -252,6 +252,28 @@ def _eos(tokenizer) -> int:
                                      "documents")
     return int(eos)
 
+# %% ../nbs/00_calib.ipynb #fcal-x09
+def _check_calibration(docs:list, seq:int, heldout:float, tokens:int|None):
+    "Refuse, in one line each, arguments `calibration` cannot cut windows with"
+    if seq < 1: raise InputError(f"seq must be at least 1, got {seq}")
+    if not 0 < heldout < 1: raise InputError("heldout must be a fraction between 0 and 1, got "
+                                             f"{heldout}")
+    if tokens is not None and tokens < seq:
+        raise InputError(f"tokens ({tokens}) must be at least one window, seq={seq}")
+    if not docs: raise InputError("no calibration documents")
+
+def _split_ids(tokenizer, docs:list, heldout:float, eos:int) -> tuple:
+    """`(train_ids, held_ids, train_docs, held_docs, by)`: one document is split by position, more
+    by document"""
+    if len(docs) == 1:
+        ids = encode_documents(tokenizer, docs)[0]
+        cut = len(ids) - max(1, round(len(ids) * heldout))
+        return ids[:cut], ids[cut:], docs, docs, 'position'
+    train_docs, held_docs = split_documents(docs, heldout)
+    train_ids, held_ids = (_joined(encode_documents(tokenizer, ds),
+                                   eos) for ds in (train_docs, held_docs))
+    return train_ids, held_ids, train_docs, held_docs, 'document'
+
 # %% ../nbs/00_calib.ipynb #34181957
 def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face tokenizer
                 docs:list, # `Document`s (`read_documents`, `default_documents`)
@@ -261,22 +283,9 @@ def calibration(tokenizer, # mlx-lm's `TokenizerWrapper` or a Hugging Face token
                 seed:int=0) -> Calibration: # seeds the draw of training windows under `tokens`
     """Training and held-out windows of `docs`, tokenized as served, split by document, with their
     provenance"""
-    if seq < 1: raise InputError(f"seq must be at least 1, got {seq}")
-    if not 0 < heldout < 1: raise InputError("heldout must be a fraction between 0 and 1, got "
-                                             f"{heldout}")
-    if tokens is not None and tokens < seq:
-        raise InputError(f"tokens ({tokens}) must be at least one window, seq={seq}")
-    if not docs: raise InputError("no calibration documents")
+    _check_calibration(docs, seq, heldout, tokens)
     sources, eos = list(dict.fromkeys(d.source for d in docs)), _eos(tokenizer)
-    if len(docs) == 1:
-        ids = encode_documents(tokenizer, docs)[0]
-        cut = len(ids) - max(1, round(len(ids) * heldout))
-        train_ids, held_ids, train_docs, held_docs, by = ids[:cut], ids[cut:], docs, docs, 'position'
-    else:
-        train_docs, held_docs = split_documents(docs, heldout)
-        train_ids, held_ids = (_joined(encode_documents(tokenizer, ds),
-                                       eos) for ds in (train_docs, held_docs))
-        by = 'document'
+    train_ids, held_ids, train_docs, held_docs, by = _split_ids(tokenizer, docs, heldout, eos)
     named = _names_of(sources)
     if len(train_ids) < seq:
         raise InputError(f"{named}: {len(train_ids):,} training tokens, fewer than one window "

@@ -208,21 +208,23 @@ class CodeTrainer:
         return torch.from_numpy(windows_at(self.tokens, step, r.seed, r.batch,
                                            r.seq).astype(np.int64))
 
-    def train_step(self) -> float:
-        "One optimizer step; returns the cross-entropy"
-        r, t0 = self.recipe, time.perf_counter()
-        w = self.batch(self.step)
-        for g in self.opt.param_groups: g['lr'] = lr_at(r, self.step)
-        ce = F.cross_entropy(self.model(w[:, :-1]).reshape(-1, r.config['vocab_size']),
-                             w[:, 1:].reshape(-1))
-        self.opt.zero_grad(set_to_none=True)
-        (ce + r.aux_coef * self.model.balance()).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), r.clip)
-        self.opt.step()
-        self.step += 1
-        self.log.append(dict(step=self.step, loss=ce.item(),
-                             tok_s=r.batch * r.seq / (time.perf_counter() - t0)))
-        return ce.item()
+# %% ../nbs/04f_code_teacher.ipynb #fct-x03
+@patch
+def train_step(self:CodeTrainer) -> float:
+    "One optimizer step; returns the cross-entropy"
+    r, t0 = self.recipe, time.perf_counter()
+    w = self.batch(self.step)
+    for g in self.opt.param_groups: g['lr'] = lr_at(r, self.step)
+    ce = F.cross_entropy(self.model(w[:, :-1]).reshape(-1, r.config['vocab_size']),
+                         w[:, 1:].reshape(-1))
+    self.opt.zero_grad(set_to_none=True)
+    (ce + r.aux_coef * self.model.balance()).backward()
+    torch.nn.utils.clip_grad_norm_(self.model.parameters(), r.clip)
+    self.opt.step()
+    self.step += 1
+    self.log.append(dict(step=self.step, loss=ce.item(),
+                         tok_s=r.batch * r.seq / (time.perf_counter() - t0)))
+    return ce.item()
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0024
 # tuples as lists, as saved

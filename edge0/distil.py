@@ -68,6 +68,21 @@ class ResidentExperts:
     def close(self):
         for layer, blk in self.blocks.items(): blk['switch_mlp'] = self.own[layer]
 
+# %% ../nbs/04g_distil.ipynb #fds-x03
+def _teacher_layer(lp:LayerPass, layer:int, last:bool, x_ids:np.ndarray, states, prefill:int,
+                   top:int, out:dict, batch:int):
+    """Run `layer` over every window in batches: the next layer's input, or at the `last` layer the
+    targets, into `out`"""
+    nxt = []
+    for i in range(0, len(x_ids), batch):
+        y, _ = lp(layer, x_ids[i:i + batch], None if states is None else states[i:i + batch])
+        if not last: nxt.append(B.to_numpy(y.astype(B.float32)))
+        else:
+            idx, lp_top, tail = teacher_topk(y[:, prefill - 1:], top)
+            out['idx'][i:i + batch], out['lp'][i:i + batch] = np.array(idx), np.array(lp_top)
+            out['tail'][i:i + batch] = np.array(tail)
+    return np.concatenate(nxt) if nxt else None
+
 # %% ../nbs/04g_distil.ipynb #1d65ccfa
 # (N, L) windows: `prefill` prompt tokens, then the written ones
 def teacher_targets(d:Path, ids:np.ndarray,
@@ -85,17 +100,9 @@ def teacher_targets(d:Path, ids:np.ndarray,
         try:
             for layer in tqdm(range(n), desc='teacher pass', unit='layer', disable=not show):
                 experts.hold(layer)
-                nxt = []
-                for i in range(0, N, batch):
-                    y, _ = lp(layer, x_ids[i:i + batch],
-                              None if states is None else states[i:i + batch])
-                    if layer < n - 1: nxt.append(B.to_numpy(y.astype(B.float32)))
-                    else:
-                        idx, lp_top, tail = teacher_topk(y[:, prefill - 1:], top)
-                        out['idx'][i:i + batch], out['lp'][i:i + batch] = np.array(idx), np.array(lp_top)
-                        out['tail'][i:i + batch] = np.array(tail)
+                states = _teacher_layer(lp, layer, layer == n - 1, x_ids, states, prefill, top, out,
+                                        batch)
                 experts.release(layer)
-                states = np.concatenate(nxt) if nxt else None
             out['bytes_read'] = experts.bytes_read()
         finally:
             experts.close()
@@ -185,6 +192,32 @@ def _layer_grad(self:Distiller, layer:int, ids, x, cotangent, target):
     finally: mod.update(params)
     return value, gp, gx
 
+# %% ../nbs/04g_distil.ipynb #fds-x08
+@patch
+def _forward(self:Distiller, ids) -> list:
+    "Each layer's input in a forward pass over `ids`, layer by layer (`None`: the embedding's)"
+    xs = [None]
+    for layer in range(len(self.layers) - 1):  # forward: each layer's input kept
+        self.experts.hold(layer)
+        y, _ = self.lp(layer, ids, xs[-1])
+        B.eval(y)
+        xs.append(B.stop_gradient(y))
+        self.experts.release(layer)
+    return xs
+
+@patch
+def _backward(self:Distiller, ids, xs:list, target) -> tuple:
+    "`(adapter gradients by name, loss)`: the layers in reverse, each recomputed from its input"
+    grads, g, loss = {}, None, None
+    for layer in reversed(range(len(self.layers))):
+        self.experts.hold(layer)
+        value, gp, g = self._layer_grad(layer, ids, xs[layer], g, target)
+        B.eval(value, gp, *([] if g is None else [g]))
+        if loss is None: loss = value.item()
+        grads.update(_flat(gp, f"{self.prefix}.{layer}."))
+        self.experts.release(layer)
+    return grads, loss
+
 # %% ../nbs/04g_distil.ipynb #c8febadd-1
 @patch
 def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
@@ -194,24 +227,12 @@ def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
                                                                    replace=False)
     ids = windows[pick][:, :-1]
     target = tuple(B.array(targets[key][pick]) for key in ('idx', 'lp', 'tail'))
-    st, n = self.student, len(self.layers)
+    st = self.student
     st.reset(prefill=r['prompt'])
-    st.used, st.forced, xs = {}, None, [None]
-    for layer in range(n - 1):  # forward: each layer's input kept
-        self.experts.hold(layer)
-        y, _ = self.lp(layer, ids, xs[-1])
-        B.eval(y)
-        xs.append(B.stop_gradient(y))
-        self.experts.release(layer)
+    st.used, st.forced = {}, None
+    xs = self._forward(ids)
     st.forced = dict(st.used)  # the backward pass recomputes each layer with the sets it served
-    grads, g, loss = {}, None, None
-    for layer in reversed(range(n)):
-        self.experts.hold(layer)
-        value, gp, g = self._layer_grad(layer, ids, xs[layer], g, target)
-        B.eval(value, gp, *([] if g is None else [g]))
-        if loss is None: loss = value.item()
-        grads.update(_flat(gp, f"{self.prefix}.{layer}."))
-        self.experts.release(layer)
+    grads, loss = self._backward(ids, xs, target)
     st.forced = None
     full = {key: grads.get(key, B.zeros_like(v)) for key, v in B.tree_flatten(self.model.trainable_parameters())}
     self.opt.update(self.model, B.tree_unflatten(list(full.items())))
@@ -294,6 +315,83 @@ def _for_distil(serving, recipe:dict) -> tuple:
                         "budget are the serving's (serving.k, .exact_top, .options.pool_bytes)")
     return s, opts
 
+# %% ../nbs/04g_distil.ipynb #fds-x12
+def _check_k_m(d:Path, spec, k:int, m:int):
+    "Refuse a K outside the model's routing, or an exact top-M above K"
+    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
+                                              f"{d}")
+    if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
+
+def _heads_for(d:Path, spec, k:int, heads, model) -> Path:
+    "The heads file the adapter is trained with; missing heads are refused, naming the command"
+    heads = heads_file(d, spec, k, heads)
+    if not heads.exists():
+        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train "
+                         f"{model} --phase heads --k {k}` first")
+    return heads
+
+def _adapter_dst(d:Path, dst) -> Path:
+    "Where the adapter goes, refused now rather than after the run"
+    dst = Path(dst) if dst is not None else heads_dir_for(d)
+    if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable "
+                                              "folder (--dst)")
+    return dst
+
+def _say_adapter(out:Path, extra:dict):
+    print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes "
+          f"read per step {extra['bytes_read_per_step'] / MiB:,.0f} MiB, peak RSS "
+          f"{extra['peak_rss'] / MiB:,.0f} MiB")
+
+# %% ../nbs/04g_distil.ipynb #fds-x13
+def _prompts(d:Path, r:dict, data) -> np.ndarray:
+    "Windows of `r['prompt']` tokens of the calibration documents, at least `r['windows']` of them"
+    docs = read_documents(data) if data else default_documents()
+    prompts = calibration(open_tokenizer(d), docs, r["prompt"], r["prompt"] * r["windows"],
+                          seed=r["seed"]).train
+    if len(prompts) < r['windows']:
+        raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; "
+                         f"{r['windows']} are needed (more --data, or a smaller recipe)")
+    return prompts
+
+def _windows_and_targets(d:Path, s:Serving, tdir:Path, r:dict, data, pool:int, root:Path,
+                         show:bool) -> tuple:
+    "`(windows, teacher bytes read, targets)`, made once into `root/windows.npz`, written whole"
+    made = root / 'windows.npz'
+    if not made.exists():
+        prompts = _prompts(d, r, data)
+        # after the data is read: a refused --data leaves no work folder
+        root.mkdir(parents=True, exist_ok=True)
+        windows = student_windows(d, s, prompts[:r['windows']], r['gen'], pool, r['seed'], show)
+        t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
+        replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'],
+                                                 tail=t['tail'],
+                                                 teacher_bytes=t['bytes_read']))
+    with np.load(made) as f:
+        windows, teacher_bytes = f['windows'], int(f['teacher_bytes'])
+        targets = {n: f[n] for n in ('idx', 'lp', 'tail')}
+    return windows, teacher_bytes, targets
+
+# %% ../nbs/04g_distil.ipynb #fds-x14
+def _train_adapter(d:Path, s:Serving, tdir:Path, r:dict, data, pool:int, root:Path, windows,
+                   teacher_bytes:int, targets:dict, dst:Path, t0:float, show:bool) -> tuple:
+    "`(adapter path, its provenance)`: train on from the checkpoint under `root`, then save"
+    k, m = s.k, s.exact_top
+    with Distiller(d, s, pool, r) as dist:
+        _resume(root, dist)
+        if show and dist.step_no: print(f"resuming {root}: step {dist.step_no} of {r['steps']}")
+        bar = tqdm(total=r['steps'], initial=dist.step_no, desc=f"phase 3 K={k}", disable=not show)
+        while dist.step_no < r['steps']:
+            e = dist.step(windows, targets)
+            _checkpoint(root, dist)
+            bar.update(1)
+            bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / MiB:,.0f}MiB")
+        bar.close()
+        extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log,
+                            dist.step_no, t0)
+        out = save_adapter(dist.adapter, d, k, s.heads, 'phase3', extra,
+                           path=dst / adapter_file(k, m))
+    return out, extra
+
 # %% ../nbs/04g_distil.ipynb #bcec7322
 # a model directory, a bundled model's name or a Hugging Face repo id (the served int4 checkpoint)
 def distil(model,
@@ -307,58 +405,20 @@ def distil(model,
     d = find_model(model)
     spec = model_spec(d)
     k, m = s.k or spec.k, s.exact_top  # the path `routing --exact-top M` serves: a file of its own
-    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
-                                              f"{d}")
-    if not 0 <= m <= k: raise InputError(f"--exact-top {m}: expected 0 to K={k}")
+    _check_k_m(d, spec, k, m)
     r = dict(DISTIL, **recipe)
     if m: r['exact_top'] = m  # in the recipe, as before: the same run keys
-    heads = heads_file(d, spec, k, s.heads)
-    if not heads.exists():
-        raise InputError(f"{d} has no prerouter heads for K={k} ({heads.name}): run `edge0 train "
-                         f"{model} --phase heads --k {k}` first")
+    heads = _heads_for(d, spec, k, s.heads, model)
     s = replace(s, k=k, heads=heads)  # the configuration trained for, whole
     tdir = _teacher_for(d, spec, teacher)
-    dst = Path(dst) if dst is not None else heads_dir_for(d)
-    if not is_writable(dst): raise InputError(f"cannot write the adapter: {dst} is not a writable "
-                                              "folder (--dst)")
+    dst = _adapter_dst(d, dst)
     pool = training_pool(d, spec, spec.k, opts.pool_bytes, 'phase 3')[0]  # teacher: at native K
     key = _key(d, k, heads, tdir, r, data)
     # another recipe: another run
     root = Path(work or edge0_home() / 'work') / f"phase3-{fingerprint(d)}-k{k}-{key}"
-    made = root / 'windows.npz'
-    if not made.exists():
-        docs = read_documents(data) if data else default_documents()
-        prompts = calibration(open_tokenizer(d), docs, r["prompt"], r["prompt"] * r["windows"],
-                              seed=r["seed"]).train
-        if len(prompts) < r['windows']:
-            raise InputError(f"the prompts give {len(prompts)} windows of {r['prompt']} tokens; "
-                             f"{r['windows']} are needed (more --data, or a smaller recipe)")
-        # after the data is read: a refused --data leaves no work folder
-        root.mkdir(parents=True, exist_ok=True)
-        windows = student_windows(d, s, prompts[:r['windows']], r['gen'], pool, r['seed'], show)
-        t = teacher_targets(tdir, windows, r['prompt'], r['top'], pool, show=show)
-        replace_whole(made, lambda tmp: np.savez(tmp, windows=windows, idx=t['idx'], lp=t['lp'],
-                                                 tail=t['tail'],
-                                                 teacher_bytes=t['bytes_read']))
-    with np.load(made) as f:
-        windows, teacher_bytes = f['windows'], int(f['teacher_bytes'])
-        targets = {n: f[n] for n in ('idx', 'lp', 'tail')}
-    with Distiller(d, s, pool, r) as dist:
-        _resume(root, dist)
-        if show and dist.step_no: print(f"resuming {root}: step {dist.step_no} of {r['steps']}")
-        bar = tqdm(total=r['steps'], initial=dist.step_no, desc=f"phase 3 K={k}", disable=not show)
-        while dist.step_no < r['steps']:
-            e = dist.step(windows, targets)
-            _checkpoint(root, dist)
-            bar.update(1)
-            bar.set_postfix(loss=f"{e['loss']:.4f}", read=f"{e['bytes_read'] / MiB:,.0f}MiB")
-        bar.close()
-        extra = _provenance(d, tdir, k, m, r, data, windows, teacher_bytes, pool, dist.log,
-                            dist.step_no, t0)
-        out = save_adapter(dist.adapter, d, k, heads, 'phase3', extra,
-                           path=dst / adapter_file(k, m))
+    windows, teacher_bytes, targets = _windows_and_targets(d, s, tdir, r, data, pool, root, show)
+    out, extra = _train_adapter(d, s, tdir, r, data, pool, root, windows, teacher_bytes, targets,
+                                dst, t0, show)
     shutil.rmtree(root, ignore_errors=True)
-    if show: print(f"{out}: {extra['steps']} steps, final loss {extra['final_loss']}; expert bytes "
-                   f"read per step {extra['bytes_read_per_step'] / MiB:,.0f} MiB, peak RSS "
-                   f"{extra['peak_rss'] / MiB:,.0f} MiB")
+    if show: _say_adapter(out, extra)
     return out

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 import edge0
 from .backend import core as B, nn as bnn
 from .calib import (CODE_CORPUS, Calibration, Document, calibration, chat_ids,
@@ -77,36 +78,38 @@ class LayerPass:
         self.own = list(self.layers)
         self.tap = RouterTap(spec, model)
 
-    def __call__(self, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-                 # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the
-                 # embedding)
-                 state=None,
-                 to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-        """`(output of layer (the last one's: the logits), (router input, router logits, chosen or
-        None) or None)`"""
-        L, own = self.layers, self.own
-        L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
-        if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
-            held = state if isinstance(state, B.array) else B.array(state)
-            object.__setattr__(L[layer - 1], 'held', held.astype(self.dtype))
-        catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
-        if catch is not None: L[layer + 1] = catch
-        blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
-        if to_router:  # the tap has recorded the router once the experts are called: stop there
-            def stop(*a, **kw): raise _Reached
-            object.__setattr__(blk, 'switch_mlp', stop)
-        self.tap.seen.clear()
-        out = None
-        try: out = self.model(B.array(ids.astype(np.int32)))
-        except _Reached: pass
-        finally:
-            L[:] = own
-            if to_router: blk.__dict__.pop('switch_mlp', None)
-        return (out if catch is None else catch.held), self.tap.seen.get(layer)
-
     def close(self):
         self.layers[:] = self.own
         self.tap.remove()
+
+# %% ../nbs/04c_heads.ipynb #fhd-x03
+@patch
+def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
+             # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the
+             # embedding)
+             state=None,
+             to_router:bool=False): # stop at `layer`'s router: its experts are not computed
+    """`(output of layer (the last one's: the logits), (router input, router logits, chosen or
+    None) or None)`"""
+    L, own = self.layers, self.own
+    L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
+    if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
+        held = state if isinstance(state, B.array) else B.array(state)
+        object.__setattr__(L[layer - 1], 'held', held.astype(self.dtype))
+    catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
+    if catch is not None: L[layer + 1] = catch
+    blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
+    if to_router:  # the tap has recorded the router once the experts are called: stop there
+        def stop(*a, **kw): raise _Reached
+        object.__setattr__(blk, 'switch_mlp', stop)
+    self.tap.seen.clear()
+    out = None
+    try: out = self.model(B.array(ids.astype(np.int32)))
+    except _Reached: pass
+    finally:
+        L[:] = own
+        if to_router: blk.__dict__.pop('switch_mlp', None)
+    return (out if catch is None else catch.held), self.tap.seen.get(layer)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d
 def _lock(d:Path) -> int:
@@ -147,47 +150,53 @@ class Scratch:
         replace_whole(self.dir / 'manifest.json',
                       lambda tmp: tmp.write_text(json.dumps(self.m, indent=1)))
 
-    def new(self, name:str, shape:tuple, dtype) -> np.ndarray:
-        """A zeroed array `name` to fill: in memory, or a memory-mapped file in the folder; `keep`
-        makes it permanent"""
-        if self.memory: a = np.zeros(shape, dtype)
-        else: a = np.lib.format.open_memmap(self.dir / f"{name}.partial.npy", 'w+', dtype, shape)
-        self.held[name] = a
-        return a
-
-    def keep(self, name:str):
-        "Write array `name` to its file (the next run resumes from it)"
-        a, partial, final = self.held[name], self.dir / f"{name}.partial.npy", self.dir / f"{name}.npy"
-        if isinstance(a, np.memmap): a.flush()  # written in place
-        else:
-            with open(partial, 'wb') as f: np.save(f, a)
-        os.replace(partial, final)
-        if isinstance(a, np.memmap): self.held[name] = np.load(final, mmap_mode='r')
-
-    def get(self, name:str) -> np.ndarray:
-        "Array `name`: the one held, else read back from its file (in memory, or memory-mapped)"
-        if name not in self.held:
-            self.held[name] = np.load(self.dir / f"{name}.npy",
-                                      mmap_mode=None if self.memory else 'r')
-        return self.held[name]
-
-    def drop(self, *names:str):
-        "Forget arrays and remove their files"
-        for name in names:
-            self.held.pop(name, None)
-            (self.dir / f"{name}.npy").unlink(missing_ok=True)
-
-    def remove(self):
-        self.held.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.close()
-        (self.dir.parent / f".{self.dir.name}.lock").unlink(missing_ok=True)
-
     def close(self):
         "Let another run use the folder"
         if self.lock is not None: os.close(self.lock)
         self.lock = None
 
+# %% ../nbs/04c_heads.ipynb #fhd-x04
+@patch
+def new(self:Scratch, name:str, shape:tuple, dtype) -> np.ndarray:
+    """A zeroed array `name` to fill: in memory, or a memory-mapped file in the folder; `keep`
+    makes it permanent"""
+    if self.memory: a = np.zeros(shape, dtype)
+    else: a = np.lib.format.open_memmap(self.dir / f"{name}.partial.npy", 'w+', dtype, shape)
+    self.held[name] = a
+    return a
+
+@patch
+def keep(self:Scratch, name:str):
+    "Write array `name` to its file (the next run resumes from it)"
+    a, partial, final = self.held[name], self.dir / f"{name}.partial.npy", self.dir / f"{name}.npy"
+    if isinstance(a, np.memmap): a.flush()  # written in place
+    else:
+        with open(partial, 'wb') as f: np.save(f, a)
+    os.replace(partial, final)
+    if isinstance(a, np.memmap): self.held[name] = np.load(final, mmap_mode='r')
+
+# %% ../nbs/04c_heads.ipynb #fhd-x05
+@patch
+def get(self:Scratch, name:str) -> np.ndarray:
+    "Array `name`: the one held, else read back from its file (in memory, or memory-mapped)"
+    if name not in self.held:
+        self.held[name] = np.load(self.dir / f"{name}.npy",
+                                  mmap_mode=None if self.memory else 'r')
+    return self.held[name]
+
+@patch
+def drop(self:Scratch, *names:str):
+    "Forget arrays and remove their files"
+    for name in names:
+        self.held.pop(name, None)
+        (self.dir / f"{name}.npy").unlink(missing_ok=True)
+
+@patch
+def remove(self:Scratch):
+    self.held.clear()
+    shutil.rmtree(self.dir, ignore_errors=True)
+    self.close()
+    (self.dir.parent / f".{self.dir.name}.lock").unlink(missing_ok=True)
 
 # %% ../nbs/04c_heads.ipynb #f367b618
 @dataclass(frozen=True)
@@ -203,6 +212,28 @@ class Roles:
                                         ('logits', self.targets)) if layer in layers]
 
 
+# %% ../nbs/04c_heads.ipynb #fhd-x08
+def _new_caps(scratch:Scratch, layer:int, keys:list, rows:int, spec:MoESpec, k:int) -> dict:
+    "Zeroed capture arrays of `layer` for `keys`, `rows` tokens each, to fill a batch at a time"
+    shapes = dict(h=((rows, spec.hidden_size), np.float32),
+                  logits=((rows, spec.num_experts), np.float32), routed=((rows, k), np.int32))
+    return {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
+
+def _capture_batch(lp:LayerPass, layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool,
+                   out, caps:dict, k:int, bias):
+    "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
+    spec, seq = lp.spec, ids.shape[1]
+    D, E = spec.hidden_size, spec.num_experts
+    y, seen = lp(layer, ids[i:j], None if state is None else state[i:j], to_router)
+    if out is not None: out[i:j] = B.to_numpy(y.astype(B.float32))
+    if not caps: return
+    x, lg = seen[0].reshape(-1, D), seen[1].reshape(-1, E).astype(B.float32)
+    rows = slice(i * seq, j * seq)
+    if 'h' in caps: caps['h'][rows] = B.to_numpy(x.astype(B.float32))
+    if 'logits' in caps: caps['logits'][rows] = B.to_numpy(lg)
+    if 'routed' in caps:  # routed as served: the logits in the model's own dtype
+        caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k, bias)[0])
+
 # %% ../nbs/04c_heads.ipynb #5a95a1cb
 def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarray, roles:Roles,
                   k:int,
@@ -210,7 +241,7 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
     """Run `layer` over every window: keep the next layer's input and this layer's captures;
     `{read_s, capture_s, bytes}`"""
     spec, t0 = lp.spec, time.time()
-    (N, seq), D, E = ids.shape, spec.hidden_size, spec.num_experts
+    (N, seq), D = ids.shape, spec.hidden_size
     to_router, keys = layer == roles.last, roles.keys(layer)
     hold = layer in spec.moe_layers and not to_router  # read its experts once, for all the windows
     stats = engine.stats[layer] if layer in spec.moe_layers else None
@@ -219,22 +250,11 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
     try:
         state = scratch.get(f"state{layer}") if layer > 0 else None
         out = None if to_router else scratch.new(f"state{layer + 1}", (N, seq, D), np.float32)
-        shapes = dict(h=((N * seq, D), np.float32), logits=((N * seq, E), np.float32),
-                      routed=((N * seq, k), np.int32))
-        caps = {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
+        caps = _new_caps(scratch, layer, keys, N * seq, spec, k)
         bias = router_bias_of(spec, lp.model, layer) if keys else None
         for i in range(0, N, batch):
-            j = min(i + batch, N)
-            y, seen = lp(layer, ids[i:j], None if state is None else state[i:j], to_router)
-            if out is not None: out[i:j] = B.to_numpy(y.astype(B.float32))
-            if keys:
-                x, lg = seen[0].reshape(-1, D), seen[1].reshape(-1, E).astype(B.float32)
-                rows = slice(i * seq, j * seq)
-                if 'h' in caps: caps['h'][rows] = B.to_numpy(x.astype(B.float32))
-                if 'logits' in caps: caps['logits'][rows] = B.to_numpy(lg)
-                if 'routed' in caps:  # routed as served: the logits in the model's own dtype
-                    caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k,
-                                                          bias)[0])
+            _capture_batch(lp, layer, ids, state, i, min(i + batch, N), to_router, out, caps, k,
+                           bias)
             if bar is not None: bar.update(1)
     finally:
         if hold: engine.drop_resident(layer)
@@ -244,7 +264,6 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
     read_s = stats.read_s - read0 if stats else 0.0
     return dict(read_s=read_s, capture_s=time.time() - t0 - read_s,
                 bytes=stats.bytes_read - bytes0 if stats else 0)
-
 
 # %% ../nbs/04c_heads.ipynb #43f7b428
 RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hidden=512,
@@ -527,6 +546,53 @@ def _for_heads(serving, recipe:dict) -> tuple:
                         "dtype are the serving's (serving.k, .options.pool_bytes, .dtype)")
     return s, opts
 
+# %% ../nbs/04c_heads.ipynb #fhd-x22
+def _check_k_tokens(d:Path, spec:MoESpec, k:int, params:dict):
+    "Refuse a K outside the model's routing, or fewer tokens than one window"
+    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
+                                              f"{d}")
+    if params['tokens'] < params['seq']:
+        raise InputError(f"--tokens {params['tokens']}: expected at least one window of "
+                         f"{params['seq']} tokens")
+
+def _heads_dst(d:Path, dst) -> Path:
+    "Where the heads go, refused now rather than at the end"
+    dst = Path(dst) if dst is not None else heads_dir_for(d)
+    if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable "
+                                              "folder (--dst)")
+    return dst
+
+def _open_scratch(root:Path, key:dict, budget:dict, n_owners:int, show:bool) -> Scratch:
+    "The run's scratch folder, its disk checked first; a resumed one says how far it had got"
+    _check_disk(root, budget['scratch'])
+    scratch = Scratch(root, key, budget['memory'])
+    if show and scratch.resumed: print(f"resuming {root}: layers 0-{scratch.m['layer']} captured, "
+                                       f"{len(scratch.m['heads'])} of {n_owners} heads trained")
+    return scratch
+
+# %% ../nbs/04c_heads.ipynb #fhd-x23
+def _stream_train(d:Path, spec:MoESpec, k:int, dtype, budget:dict, scratch:Scratch, root:Path,
+                  owners:tuple, windows:Calibration, params:dict, window_batch:int, show:bool,
+                  extra:dict|None, dst:Path, t0:float) -> tuple:
+    "`(heads path, their metadata, prerouter)`: capture and train streamed; a full disk in one line"
+    ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
+    try:
+        with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']),
+                         spec=spec, k=k,
+                         dtype=dtype) as h:
+            pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
+            for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)),
+                                                    pr.heads[f"layer{n}"], params['lr'])
+            run_layers(scratch, pr, h, ids, T, params, window_batch, show, dtype)
+            meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0),
+                        **(extra or {}))
+            return save_prerouter(pr, d, extra=meta, dst=dst), meta, pr
+    except OSError as e:
+        if e.errno != errno.ENOSPC: raise
+        scratch.remove()
+        raise InputError(f"the scratch disk is full: writing {root} failed; pass --work on a disk "
+                         "with room, or fewer --tokens") from None
+
 # %% ../nbs/04c_heads.ipynb #1b522fe9
 def train_heads(model, # a model directory, a bundled model's name or a Hugging Face repo id
                 serving:Serving|None=None, # what they are for: K, budget, dtype (None: `Serving()`)
@@ -542,42 +608,17 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     d = find_model(model)
     spec = model_spec(d)
     k, params, dtype = s.k or spec.k, dict(RECIPE, **recipe), s.dtype
-    if not 1 <= k <= spec.k: raise InputError(f"--k {k}: expected 1 to {spec.k}, the native K of "
-                                              f"{d}")
-    if params['tokens'] < params['seq']:
-        raise InputError(f"--tokens {params['tokens']}: expected at least one window of "
-                         f"{params['seq']} tokens")
+    _check_k_tokens(d, spec, k, params)
     owners = _owners(spec)
-    # where the heads go, refused now rather than at the end
-    dst = Path(dst) if dst is not None else heads_dir_for(d)
-    if not is_writable(dst): raise InputError(f"cannot write the heads: {dst} is not a writable "
-                                              "folder (--dst)")
+    dst = _heads_dst(d, dst)
     budget = _budget(d, spec, k, opts.pool_bytes, params['tokens'] + heldout_tokens(params))
     windows = windows or calibration_windows(d, data, params, budget['pool'], show)
-    ids, T = np.concatenate([windows.train, windows.heldout]).astype(np.int32), windows.train.size
     root = Path(work or edge0_home() / 'work') / f"phase1-{fingerprint(d)}-k{k}"
     key = dict(fingerprint=fingerprint(d), k=k, recipe=params, data=data_key(windows),
                owners=list(owners))
-    _check_disk(root, budget['scratch'])
-    scratch = Scratch(root, key, budget['memory'])
-    if show and scratch.resumed: print(f"resuming {root}: layers 0-{scratch.m['layer']} captured, "
-                                       f"{len(scratch.m['heads'])} of {len(owners)} heads trained")
-    try:
-        with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']),
-                         spec=spec, k=k,
-                         dtype=dtype) as h:
-            pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
-            for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)),
-                                                    pr.heads[f"layer{n}"], params['lr'])
-            run_layers(scratch, pr, h, ids, T, params, window_batch, show, dtype)
-            meta = dict(provenance(d, spec, windows, params, budget, scratch.m, time.time() - t0),
-                        **(extra or {}))
-            out = save_prerouter(pr, d, extra=meta, dst=dst)
-    except OSError as e:
-        if e.errno != errno.ENOSPC: raise
-        scratch.remove()
-        raise InputError(f"the scratch disk is full: writing {root} failed; pass --work on a disk "
-                         "with room, or fewer --tokens") from None
+    scratch = _open_scratch(root, key, budget, len(owners), show)
+    try: out, meta, pr = _stream_train(d, spec, k, dtype, budget, scratch, root, owners, windows,
+                                       params, window_batch, show, extra, dst, t0)
     finally: scratch.close()
     scratch.remove()
     if show: print(heads_table(out, meta, pr.next_layer, k, spec.num_experts))

@@ -52,6 +52,88 @@ def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     missing = sorted({b for b in bits for layer in spec.moe_layers if not (dst / low_file(layer, b)).exists()})
     return add_low_bits(base, dst, missing, layout) if missing else dst
 
+# %% ../nbs/05d_ladder.ipynb #fld-x03
+class _Rungs:
+    "The rows of one ladder: each rung measured against `teacher` on `data`, with a greedy sample"
+    def __init__(self, name:str, k:int, teacher, tokenizer, data:np.ndarray, prompt:str,
+                 sample:int, show:bool):
+        self.name, self.k, self.teacher, self.tokenizer = name, k, teacher, tokenizer
+        self.data, self.prompt, self.sample, self.show = data, prompt, sample, show
+        self.rows, self.student = [], None  # the student path, once the heads are loaded
+
+    # serving: how `edge0.session.Session` serves this rung
+    def rung(self, label:str, served, sampler, **serving):
+        t0 = time.time()
+        metrics = rung_metrics(served, self.teacher, self.data, show=self.show)
+        self.rows.append(dict(rung=label, **metrics,
+                              sample=_sample(sampler, self.tokenizer, self.sample, self.prompt),
+                              serving=serving))
+        if self.show: print(f"{self.name} K={self.k} {label:<30} KL {self.rows[-1]['kl']:.4f} "
+                            f"({time.time() - t0:.0f} s)")
+    def served(self, prefill:int):
+        "The student from the start, routed by the heads after the first `prefill` tokens"
+        return lambda x: self.student.from_start(x, prefill)
+    def generate(self, prompts, n:int): return student_generate(self.student, prompts, n)
+    def own(self, prompts, n:int):  # no token after the prompt
+        return student_generate(self.student, prompts, n, prefill=10 ** 9)
+
+    def exact_top(self, label:str, m:int, **serving):
+        "A rung with the layer's own `m` heaviest experts in every predicted set"
+        self.student.keep, self.student.ranked = m, True
+        try: self.rung(label, self.served(1), self.generate, mode='routing', k=self.k, exact_top=m,
+                       **serving)
+        finally: self.student.keep, self.student.ranked = 0, False
+
+# %% ../nbs/05d_ladder.ipynb #fld-x04
+def _routing_rungs(r:_Rungs, model, base:Path, spec, exact:tuple) -> Path:
+    "The teacher, int4, K narrowed, the prerouter's routing and exact top-M; the heads file used"
+    k, teacher = r.k, r.teacher
+    r.rung('bf16 teacher', teacher, _greedy(teacher), model=str(teacher_path(r.name, int4=False)),
+           resident=True)
+    r.rung(f'int4 (K={spec.k})', model, _greedy(model), mode='off', no_adapter=True)
+    heads = heads_file(base, spec, k)
+    r.student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
+    if k != spec.k: r.rung(f'int4, K={k} own routing', r.served(10 ** 9), r.own, mode='off', k=k,
+                           no_adapter=True)
+    r.rung('+ prerouter routing', r.served(1), r.generate, mode='routing', k=k, no_adapter=True)
+    for m in exact: r.exact_top(f'+ exact-top-{m}', m, no_adapter=True)
+    return heads
+
+def _low_rungs(r:_Rungs, base:Path, work, low:tuple, low_top:int, low_below:float):
+    "Exact top-`low_top` with its other slots at each of `low` bits, and `off` with light experts"
+    k, student = r.k, r.student
+    low_dir = str(low_copy_of(base, Path(work) / 'low' / Path(base).name, tuple(sorted(low))))
+    for bits in low:
+        student.low = low_experts(low_dir, bits)
+        r.exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top,
+                    no_adapter=True, model=low_dir, low_bits=bits)
+    student.low, student.low_below = low_experts(low_dir, min(low)), low_below
+    r.rung(f'int4, under weight {low_below} at {min(low)} bits', r.served(10 ** 9), r.own,
+           mode='off', k=k, no_adapter=True, model=low_dir, low_bits=min(low), low_below=low_below)
+    student.low, student.low_below = None, None
+
+# %% ../nbs/05d_ladder.ipynb #fld-x05
+def _adapter_rungs(r:_Rungs, model, base:Path, spec, heads:Path, work, adapters:dict|None,
+                   exact:tuple, exact_adapters:dict|None):
+    "The phase-2 and phase-3 adapters' rungs, and those of adapters trained at exact top-M"
+    name, k = r.name, r.k
+    files = adapters if adapters is not None else {phase: stage_file(work, name, k,
+                                                                     phase) for phase in (2, 3)}
+    for phase, path in files.items():
+        with load_adapter(model, base, spec, k, heads, path):
+            r.rung(f'+ phase-{phase} LoRA', r.served(1), r.generate, mode='routing', k=k,
+                   adapter=str(path))
+            if phase == max(files) and exact: r.exact_top(f'+ phase-{phase} LoRA, '
+                                                          f'exact-top-{exact[0]}', exact[0],
+                                                          adapter=str(path))
+    m = exact[0] if exact else 0
+    trained = exact_adapters if exact_adapters is not None else {
+        p: stage_file(work, name, k,
+                      m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
+    for phase, path in trained.items():  # adapters trained on the path they serve: exact top-m
+        with load_adapter(model, base, spec, k, heads, path):
+            r.exact_top(f'+ phase-{phase} LoRA@top-{m}, exact-top-{m}', m, adapter=str(path))
+
 # %% ../nbs/05d_ladder.ipynb #867dc612-1
 def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:int=256,
            windows:int=24,
@@ -73,61 +155,11 @@ def ladder(name:str, k:int, work='build/teachers', adapters:dict|None=None, seq:
     model, tokenizer = mlx_lm.load(str(base))
     cast_params(model, spec)  # as the served model: cast_predicate's parameters stay float32
     data, prompt = heldout_windows(tokenizer, seq, windows, name), prompt_for(name)
-    rows = []
-    # serving: how `edge0.session.Session` serves this rung
-    def rung(label, served, sampler, **serving):
-        t0 = time.time()
-        metrics = rung_metrics(served, teacher, data, show=show)
-        rows.append(dict(rung=label, **metrics, sample=_sample(sampler, tokenizer, sample, prompt),
-                         serving=serving))
-        if show: print(f"{name} K={k} {label:<30} KL {rows[-1]['kl']:.4f} ({time.time() - t0:.0f} "
-                       "s)")
-    rung('bf16 teacher', teacher, _greedy(teacher), model=str(teacher_path(name, int4=False)),
-         resident=True)
-    rung(f'int4 (K={spec.k})', model, _greedy(model), mode='off', no_adapter=True)
-    heads = heads_file(base, spec, k)
-    student = StudentPath(model, spec, load_prerouter(base, spec, k, heads), k)
-    served = lambda prefill: lambda x: student.from_start(x, prefill)
-    generate = lambda prompts, n: student_generate(student, prompts, n)
-    # no token after the prompt
-    own = lambda prompts, n: student_generate(student, prompts, n, prefill=10 ** 9)
-    def exact_top(label, m, **serving):  # the layer's own m heaviest experts in every predicted set
-        student.keep, student.ranked = m, True
-        try: rung(label, served(1), generate, mode='routing', k=k, exact_top=m, **serving)
-        finally: student.keep, student.ranked = 0, False
-    if k != spec.k: rung(f'int4, K={k} own routing', served(10 ** 9), own, mode='off', k=k,
-                         no_adapter=True)
-    rung('+ prerouter routing', served(1), generate, mode='routing', k=k, no_adapter=True)
-    for m in exact: exact_top(f'+ exact-top-{m}', m, no_adapter=True)
+    r = _Rungs(name, k, teacher, tokenizer, data, prompt, sample, show)
+    heads = _routing_rungs(r, model, base, spec, exact)
     # the copies as `edge0 convert --low-bits` stores them; the rungs' speed is served from that
     # checkpoint
-    if low:
-        low_dir = str(low_copy_of(base, Path(work) / 'low' / Path(base).name, tuple(sorted(low))))
-        for bits in low:
-            student.low = low_experts(low_dir, bits)
-            exact_top(f'+ exact-top-{low_top}, other {k - low_top} at {bits} bits', low_top,
-                      no_adapter=True,
-                      model=low_dir, low_bits=bits)
-        student.low, student.low_below = low_experts(low_dir, min(low)), low_below
-        rung(f'int4, under weight {low_below} at {min(low)} bits', served(10 ** 9), own, mode='off',
-             k=k,
-             no_adapter=True, model=low_dir, low_bits=min(low), low_below=low_below)
-        student.low, student.low_below = None, None
-    files = adapters if adapters is not None else {phase: stage_file(work, name, k,
-                                                                     phase) for phase in (2, 3)}
-    for phase, path in files.items():
-        with load_adapter(model, base, spec, k, heads, path):
-            rung(f'+ phase-{phase} LoRA', served(1), generate, mode='routing', k=k,
-                 adapter=str(path))
-            if phase == max(files) and exact: exact_top(f'+ phase-{phase} LoRA, '
-                                                        f'exact-top-{exact[0]}', exact[0],
-                                                        adapter=str(path))
-    m = exact[0] if exact else 0
-    trained = exact_adapters if exact_adapters is not None else {
-        p: stage_file(work, name, k, p,
-                      m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
-    for phase, path in trained.items():  # adapters trained on the path they serve: exact top-m
-        with load_adapter(model, base, spec, k, heads, path):
-            exact_top(f'+ phase-{phase} LoRA@top-{m}, exact-top-{m}', m, adapter=str(path))
-    student.close()
-    return rows
+    if low: _low_rungs(r, base, work, low, low_top, low_below)
+    _adapter_rungs(r, model, base, spec, heads, work, adapters, exact, exact_adapters)
+    r.student.close()
+    return r.rows

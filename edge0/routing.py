@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 import importlib, inspect, math
 import numpy as np
+from fastcore.basics import patch
 from .backend import core as B, quant as bq
 from .files import InputError
 
@@ -183,23 +184,26 @@ class MoESpec:
     quant_paths:tuple=()
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
 
-    @property
-    def router_bias_param(self) -> str|None:
-        "Leaf name of the correction-bias parameter (e.g. 'e_score_correction_bias'), or None"
-        return self.router_bias.rsplit('.', 1)[-1] if self.router_bias else None
+# %% ../nbs/00_routing.ipynb #frt-x03
+@patch(as_prop=True)
+def router_bias_param(self:MoESpec) -> str|None:
+    "Leaf name of the correction-bias parameter (e.g. 'e_score_correction_bias'), or None"
+    return self.router_bias.rsplit('.', 1)[-1] if self.router_bias else None
 
-    @property
-    def next_moe(self) -> dict:
-        """`{MoE layer: the MoE layer after it}`: the layer a prerouter head owned by the first
-        predicts"""
-        return dict(zip(self.moe_layers, self.moe_layers[1:]))
+@patch(as_prop=True)
+def next_moe(self:MoESpec) -> dict:
+    """`{MoE layer: the MoE layer after it}`: the layer a prerouter head owned by the first
+    predicts"""
+    return dict(zip(self.moe_layers, self.moe_layers[1:]))
 
-    def quant_of(self, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
-        """How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if
-        scales are stored"""
-        own = dict(self.quant_paths)
-        path = f"{self.block_path.format(layer=layer)}.switch_mlp.{proj}"
-        return own[path] if path in own else self.quant if stored else None
+# %% ../nbs/00_routing.ipynb #frt-x05
+@patch
+def quant_of(self:MoESpec, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
+    """How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if
+    scales are stored"""
+    own = dict(self.quant_paths)
+    path = f"{self.block_path.format(layer=layer)}.switch_mlp.{proj}"
+    return own[path] if path in own else self.quant if stored else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
 def attr_at(obj, path:str):
