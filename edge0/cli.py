@@ -52,6 +52,20 @@ def describe(spec:MoESpec) -> str:
     return '\n'.join(lines)
 
 
+# %% ../nbs/09_cli.ipynb #5927f7a3
+def _figures(s:Session) -> dict:
+    "The figures of `s`'s last generation: speeds, peak memory, counters, notes and adapter"
+    last, lora = s.last, s.adapter
+    return dict(prompt_tokens=last['prompt_tokens'], prompt_tps=last['prompt_tps'],
+                generation_tokens=last['completion_tokens'],
+                generation_tps=last['generation_tps'],
+                finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
+                stats=s.stats()['serving'], kernels=s.handle.kernels,
+                notes=list(s.handle.notes),
+                adapter=None if lora is None else dict(
+                    lora.meta, modules=len(lora.modules),
+                    file=lora.path.name if lora.path else None))
+
 # %% ../nbs/09_cli.ipynb #52b6e7c5
 # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
 def generate(model,
@@ -79,15 +93,7 @@ def generate(model,
         out.write('\n')
         dec = s.handle.decoder
         if record_trace is not None: save_trace(dec.trace, record_trace, s.spec, dec.k)
-        last, lora = s.last, s.adapter
-        figures = dict(prompt_tokens=last['prompt_tokens'], prompt_tps=last['prompt_tps'],
-                       generation_tokens=last['completion_tokens'],
-                       generation_tps=last['generation_tps'],
-                       finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
-                       stats=s.stats()['serving'], kernels=s.handle.kernels,
-                       notes=list(s.handle.notes),
-                       adapter=None if lora is None else dict(
-                           lora.meta, modules=len(lora.modules), file=lora.path.name if lora.path else None))
+        figures = _figures(s)
     return figures
 
 # %% ../nbs/09_cli.ipynb #9f39bc4e
@@ -173,9 +179,8 @@ def _bool(text):
     raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
 # %% ../nbs/09_cli.ipynb #1cfd01be
-def _model_arguments(g):
-    """The flags that say what a `Session` serves: the model, how its experts are streamed, heads
-    and adapter"""
+def _served_arguments(g):
+    "The flags that say what is served: the model, its adapter, resident or streamed"
     g.add_argument('-m', '--model', required=True,
                    help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, '
                         'edge0-tiny-code) or Hugging Face '
@@ -190,6 +195,10 @@ def _model_arguments(g):
                         "torch-cpu "
                    "checkpoint: its experts kept by edge0's streaming layer), under the same dtype "
                    "policy as streaming")
+
+# %% ../nbs/09_cli.ipynb #1cfd01beb
+def _decode_arguments(g):
+    "The flags of the decode loop: the mode, K, exact top-M, the KV cache and the end tokens"
     g.add_argument('--mode', choices=(*MODES, AUTO),
                    help="decode mode: off (own router), routing (the "
                    "prediction is the routing), prefetch (predictions warm the pool), oracle "
@@ -208,6 +217,10 @@ def _model_arguments(g):
                                                    '(default: it grows)')
     g.add_argument('--extra-eos-token', nargs='+', default=(),
                    help='more tokens (strings or ids) that end the text')
+
+# %% ../nbs/09_cli.ipynb #1cfd01bed
+def _stream_arguments(g):
+    "The flags of the streaming layer: paths, the expert budget, slots, the reader and the pool"
     g.add_argument('--decode-path', choices=PATHS[:3], default='exact')
     g.add_argument('--prefill-path', choices=PATHS, default='auto')
     g.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
@@ -235,6 +248,10 @@ def _model_arguments(g):
                    "($EDGE0_HOME/usage)")
     g.add_argument('--readahead', action='store_true', help='WILLNEED hints ahead of whole-layer '
                                                             'reads')
+
+# %% ../nbs/09_cli.ipynb #1cfd01be-2
+def _compute_arguments(g):
+    "The flags of what computes the experts: lower-bit copies, the kernels, the torch step"
     g.add_argument('--low-bits', type=int, choices=LOW_BITS,
                    help="in decode steps, read the experts that matter least "
                    "as their copy at this bit width (edge0 convert --low-bits): with --mode "
@@ -253,6 +270,11 @@ def _model_arguments(g):
     g.add_argument('--no-torch-step', action='store_true',
                    help="with torch's kernels, keep MLX's graph around them "
                    "(default: each step in torch where the model allows; a note says which serves)")
+
+def _model_arguments(g):
+    """The flags that say what a `Session` serves: the model, how its experts are streamed, heads
+    and adapter"""
+    for add in (_served_arguments, _decode_arguments, _stream_arguments, _compute_arguments): add(g)
 
 # %% ../nbs/09_cli.ipynb #1cfd01be-1
 def _sampling_arguments(g, what='sampling'):
@@ -316,27 +338,10 @@ def _serve_parser(sub):
     s.add_argument('--max-tokens-limit', type=_positive(int), default=2048,
                    help='largest max_tokens a request may ask')
 
-# %% ../nbs/09_cli.ipynb #1069406a
-def _plan_parser(sub):
+# %% ../nbs/09_cli.ipynb #bfb572fa
+def _plan_machine_arguments(p):
+    "`plan`'s machine: a storage tier, the memory it may use, a described device's rates"
     from edge0.conditions import TIERS
-    from edge0.plan import DEVICES, SHAPES, SKEW, STRATEGIES
-    p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy '
-                                    'for a model on a '
-                       'machine, and say which bytes bind')
-    p.add_argument('model', help="model directory, bundled name (edge0-tiny), config.json, or a "
-                                 "public shape: "
-                   f"{', '.join(SHAPES)}")
-    p.add_argument('--device', default='here',
-                   help=f"here (measured on this machine: needs the weights) or one of "
-                   f"{', '.join(DEVICES)}")
-    p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
-    p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
-                   help=f"comma-separated: {', '.join(STRATEGIES)}")
-    p.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
-                   help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a "
-                        "run on the device)")
-    p.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
-                   help=argparse.SUPPRESS)
     p.add_argument('--tier', help=f"storage tier: {', '.join(TIERS)} or a read rate in MB/s (here: "
                                   "measured inside "
                    "the tier's read throttle)")
@@ -349,6 +354,11 @@ def _plan_parser(sub):
     p.add_argument('--mem-gb-s', type=_positive(float),
                    help="a device's memory bandwidth (GB/s), for compute "
                    "estimated from the shape")
+
+# %% ../nbs/09_cli.ipynb #bfb572fc
+def _plan_routing_arguments(p):
+    "`plan`'s routing: the heads' recall, exact top-M and copies, the reader, a synthetic routing"
+    from edge0.plan import SKEW
     p.add_argument('--recall', type=float,
                    help="the heads' recall (default: the model's heads' measured recall; a "
                    "config or a shape assumes 0.9; a model without heads is planned without "
@@ -369,21 +379,35 @@ def _plan_parser(sub):
                    help="a config's synthetic routing: Zipf exponent of "
                    f"expert popularity (default {SKEW}: an LRU of a quarter of the experts hits "
                    "about 70%%)")
+
+# %% ../nbs/09_cli.ipynb #1069406a
+def _plan_parser(sub):
+    from edge0.plan import DEVICES, SHAPES, STRATEGIES
+    p = sub.add_parser('plan', help='predict decode tok/s and peak memory of each serving strategy '
+                                    'for a model on a '
+                       'machine, and say which bytes bind')
+    p.add_argument('model', help="model directory, bundled name (edge0-tiny), config.json, or a "
+                                 "public shape: "
+                   f"{', '.join(SHAPES)}")
+    p.add_argument('--device', default='here',
+                   help=f"here (measured on this machine: needs the weights) or one of "
+                   f"{', '.join(DEVICES)}")
+    p.add_argument('--k', type=_positive(int), help="experts per token (default: the model's)")
+    p.add_argument('--strategies', type=_list(str, STRATEGIES), default=list(STRATEGIES),
+                   help=f"comma-separated: {', '.join(STRATEGIES)}")
+    p.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
+                   help="edge0's expert budget (MiB; default auto: what `--pool-mib auto` gives a "
+                        "run on the device)")
+    p.add_argument('--pool-mb', dest='pool_mib', type=_budget, action=_Renamed, new='--pool-mib',
+                   help=argparse.SUPPRESS)
+    _plan_machine_arguments(p)
+    _plan_routing_arguments(p)
     p.add_argument('--json', help='write the plan here')
 
-# %% ../nbs/09_cli.ipynb #bfcfc676
-def _bench_parser(sub):
+# %% ../nbs/09_cli.ipynb #f63c3f2a
+def _bench_protocol_arguments(b):
+    "`bench`'s protocol: storage tiers, the memory cap, the page cache, rounds and token counts"
     from edge0.conditions import TIERS
-    from edge0.harness import ARM_MODES
-    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a '
-                                     'memory cap and '
-                       'storage tiers')
-    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names '
-                                                             '(edge0-tiny)')
-    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
-                   help=f"comma-separated: {', '.join(ARM_MODES)}")
-    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per '
-                                                                'token (default: native)')
     b.add_argument('--tier', type=_list(str), default=['nvme'],
                    help=f"comma-separated storage tiers: "
                    f"{', '.join(f'{n} ({r:g} MB/s)' if r else f'{n} (not throttled)' for n, r in TIERS.items())} "
@@ -396,6 +420,10 @@ def _bench_parser(sub):
     b.add_argument('--rounds', type=_positive(int), default=3)
     b.add_argument('--tokens', type=_positive(int), default=32, help='forced decode steps per arm')
     b.add_argument('--prompt', type=_positive(int), default=16, help='prompt tokens')
+
+# %% ../nbs/09_cli.ipynb #f63c3f2c
+def _bench_arm_arguments(b):
+    "`bench`'s arms: the budget, paths and kernels, adapter, exact top-M, cold steps, the throttle"
     b.add_argument('--pool-mib', type=_budget, default='auto', metavar='MIB|auto',
                    help="expert budget of every arm, MiB (auto: each arm's from the memory it may "
                         "use)")
@@ -415,26 +443,28 @@ def _bench_parser(sub):
     b.add_argument('--throttle-after-prefill', action='store_true',
                    help='the tier throttles the decode only (cgroup '
                    'v1): for checkpoints whose prompt alone reads most of their experts')
+
+# %% ../nbs/09_cli.ipynb #bfcfc676
+def _bench_parser(sub):
+    from edge0.harness import ARM_MODES
+    b = sub.add_parser('bench', help='measure arms (model x mode x K) by the A/B protocol, under a '
+                                     'memory cap and '
+                       'storage tiers')
+    b.add_argument('--model', nargs='+', required=True, help='model directories or bundled names '
+                                                             '(edge0-tiny)')
+    b.add_argument('--modes', type=_list(str, ARM_MODES), default=['off'],
+                   help=f"comma-separated: {', '.join(ARM_MODES)}")
+    b.add_argument('--k', type=_list(int), default=[None], help='comma-separated experts per '
+                                                                'token (default: native)')
+    _bench_protocol_arguments(b)
+    _bench_arm_arguments(b)
     b.add_argument('--out', default='build/harness', help='sequences and traces')
     b.add_argument('--json', help='write the report here')
     b.add_argument('--plot', help='write the speedup-by-tier plot here (needs matplotlib)')
 
-# %% ../nbs/09_cli.ipynb #3d8c14d8
-def _train_parser(sub):
-    t = sub.add_parser('train', help="prerouter heads for any model (--phase heads); a committed "
-                                     "tiny teacher "
-                       "(teacher) or its recovery LoRA (sft, distil)")
-    t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging '
-                                 'Face repo id; teacher '
-                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or '
-                   'edge0-tiny-code')
-    t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES),
-                   help="what is trained, by name or "
-                   "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the "
-                   "recovery LoRA by SFT, "
-                   "then on-policy distillation)")
-    t.add_argument('--k', type=_positive(int), help='heads, sft, distil: the serving K (default: '
-                                                    'native)')
+# %% ../nbs/09_cli.ipynb #c5bef26a
+def _heads_arguments(t):
+    "`train --phase heads`: the calibration data, its tokens, the loss's weighting, self-text"
     t.add_argument('--data', nargs='+', metavar='PATH',
                    help='heads and distil: calibration text files, folders or '
                    'JSONL (text or chat messages); default: the calibration set bundled with edge0 '
@@ -452,6 +482,10 @@ def _train_parser(sub):
                    help="heads: add about this many tokens of text the model writes itself from "
                         "the calibration "
                    "documents, generated streamed as served (default: none)")
+
+# %% ../nbs/09_cli.ipynb #c5bef26c
+def _train_run_arguments(t):
+    "`train`'s run: memory for experts, scratch and destination, the corpus, the steps"
     t.add_argument('--pool-mib', type=_positive(float), metavar='MIB',
                    help="heads and distil of any model: memory for experts (at least one MoE "
                         "layer's; the states "
@@ -470,6 +504,25 @@ def _train_parser(sub):
                    help="the teachers' licensed corpus")
     t.add_argument('--steps', type=_positive(int), metavar='N',
                    help='train this many steps instead of the recipe')
+
+# %% ../nbs/09_cli.ipynb #3d8c14d8
+def _train_parser(sub):
+    t = sub.add_parser('train', help="prerouter heads for any model (--phase heads); a committed "
+                                     "tiny teacher "
+                       "(teacher) or its recovery LoRA (sft, distil)")
+    t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging '
+                                 'Face repo id; teacher '
+                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or '
+                   'edge0-tiny-code')
+    t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES),
+                   help="what is trained, by name or "
+                   "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the "
+                   "recovery LoRA by SFT, "
+                   "then on-policy distillation)")
+    t.add_argument('--k', type=_positive(int), help='heads, sft, distil: the serving K (default: '
+                                                    'native)')
+    _heads_arguments(t)
+    _train_run_arguments(t)
     t.add_argument('--exact-top', type=int, default=0, metavar='M',
                    help="sft and distil: train the adapter on the "
                    "path --mode routing --exact-top M serves (saved as lora-k{K}-top{M}, which "
@@ -478,16 +531,8 @@ def _train_parser(sub):
                    help="distil of any model: a bf16 checkpoint of it to distil from "
                    "(default: the served checkpoint under its own routing), streamed like it")
 
-
-# %% ../nbs/09_cli.ipynb #082aae7d
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on '
-                                          'disk.')
-    p.add_argument('--version', action='version', version=f"edge0 {edge0.__version__}")
-    sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
-    _generate_parser(sub)
-    _chat_parser(sub)
-    _serve_parser(sub)
+# %% ../nbs/09_cli.ipynb #cbbefb9a
+def _convert_parser(sub):
     c = sub.add_parser('convert', help='quantize to int4 g64 and/or repack experts one file per '
                                        'layer')
     c.add_argument('src', help='model directory, bundled model or Hugging Face repo id')
@@ -511,6 +556,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument('--add', action='store_true',
                    help="add the --low-bits copies to DST, an existing conversion of "
                    "SRC, in place: its int4 experts are not written again")
+
+# %% ../nbs/09_cli.ipynb #082aae7d
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog='edge0', description='Serve Mixture-of-Experts models with their experts on '
+                                          'disk.')
+    p.add_argument('--version', action='version', version=f"edge0 {edge0.__version__}")
+    sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
+    _generate_parser(sub)
+    _chat_parser(sub)
+    _serve_parser(sub)
+    _convert_parser(sub)
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
     _train_parser(sub)

@@ -102,8 +102,52 @@ def _renamed(old:dict, heads, pool_mib) -> tuple:
     return heads, pool_mib
 
 # %% ../nbs/05c_lmeval.ipynb #94bb550f-1
+class _Tokens:
+    "How `Edge0LM` tokenizes: the served tokenizer's text and end tokens"
+    @property
+    def eot_token_id(self) -> int: return self.tokenizer.eos_token_id
+    @property
+    def prefix_token_id(self) -> int:
+        bos = self.tokenizer.bos_token_id
+        return self.eot_token_id if bos is None else bos
+    def tok_encode(self, string:str, add_special_tokens:bool|None=None, **kw) -> list:
+        return self.tokenizer.encode(string, add_special_tokens=bool(add_special_tokens))
+
+# %% ../nbs/05c_lmeval.ipynb #94bb550f-2
+class _Scores:
+    "How `Edge0LM` answers the log-likelihood requests: `score` of its `Served`"
+    def _loglikelihood_tokens(self, requests, disable_tqdm:bool=False, **kw) -> list:
+        out = score(self.served, [(c, x) for _, c, x in requests], self.max_length, self.batch_size,
+                    not disable_tqdm)
+        for (key, _, _), answer in zip(requests, out): self.cache_hook.add_partial('loglikelihood',
+                                                                                   key, answer)
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm:bool=False) -> list:
+        docs = [rolling_pairs(self.tok_encode(r.args[0]), self.prefix_token_id,
+                              self.max_length) for r in requests]
+        pairs = [pair for doc in docs for pair in doc]
+        scores = iter(score(self.served, pairs, self.max_length, self.batch_size, not disable_tqdm))
+        out = [sum(next(scores)[0] for _ in doc) for doc in docs]
+        for r, ll in zip(requests, out): self.cache_hook.add_partial('loglikelihood_rolling',
+                                                                     r.args, ll)
+        return out
+
+# %% ../nbs/05c_lmeval.ipynb #94bb550f-3
+class _Generates:
+    "How `Edge0LM` answers `generate_until`: the served decode loop, one request at a time"
+    def generate_until(self, requests, disable_tqdm:bool=False) -> list:
+        out = []
+        for r in tqdm(requests, disable=disable_tqdm, desc='edge0 generating'):
+            context, kw = r.args
+            ids = self.tok_encode(context) or [self.prefix_token_id]
+            out.append(generate_text(self.served, ids, kw, self.max_length, self.max_gen_toks))
+            self.cache_hook.add_partial('generate_until', r.args, out[-1])
+        return out
+
+# %% ../nbs/05c_lmeval.ipynb #94bb550f-4
 @register_model('edge0')
-class Edge0LM(TemplateLM):
+class Edge0LM(_Tokens, _Scores, _Generates, TemplateLM):
     """The harness's model type `edge0`: a `Served` configuration, scored teacher-forced and decoded
     as served"""
     def __init__(self, model:str='edge0-tiny', mode:str='off', k:int|None=None, heads=None,
@@ -126,41 +170,6 @@ class Edge0LM(TemplateLM):
         config = read_json(self.served.model_dir / 'config.json', 'model config')
         self.max_length = int(max_length or config.get('max_position_embeddings') or 2048)
         self.max_gen_toks, self.batch_size = int(max_gen_toks), int(batch_size) if str(batch_size).isdigit() else 8
-
-    @property
-    def eot_token_id(self) -> int: return self.tokenizer.eos_token_id
-    @property
-    def prefix_token_id(self) -> int:
-        bos = self.tokenizer.bos_token_id
-        return self.eot_token_id if bos is None else bos
-    def tok_encode(self, string:str, add_special_tokens:bool|None=None, **kw) -> list:
-        return self.tokenizer.encode(string, add_special_tokens=bool(add_special_tokens))
-
-    def _loglikelihood_tokens(self, requests, disable_tqdm:bool=False, **kw) -> list:
-        out = score(self.served, [(c, x) for _, c, x in requests], self.max_length, self.batch_size,
-                    not disable_tqdm)
-        for (key, _, _), answer in zip(requests, out): self.cache_hook.add_partial('loglikelihood',
-                                                                                   key, answer)
-        return out
-
-    def loglikelihood_rolling(self, requests, disable_tqdm:bool=False) -> list:
-        docs = [rolling_pairs(self.tok_encode(r.args[0]), self.prefix_token_id,
-                              self.max_length) for r in requests]
-        pairs = [pair for doc in docs for pair in doc]
-        scores = iter(score(self.served, pairs, self.max_length, self.batch_size, not disable_tqdm))
-        out = [sum(next(scores)[0] for _ in doc) for doc in docs]
-        for r, ll in zip(requests, out): self.cache_hook.add_partial('loglikelihood_rolling',
-                                                                     r.args, ll)
-        return out
-
-    def generate_until(self, requests, disable_tqdm:bool=False) -> list:
-        out = []
-        for r in tqdm(requests, disable=disable_tqdm, desc='edge0 generating'):
-            context, kw = r.args
-            ids = self.tok_encode(context) or [self.prefix_token_id]
-            out.append(generate_text(self.served, ids, kw, self.max_length, self.max_gen_toks))
-            self.cache_hook.add_partial('generate_until', r.args, out[-1])
-        return out
 
 # %% ../nbs/05c_lmeval.ipynb #367428da
 def main(argv:list|None=None):

@@ -249,29 +249,34 @@ class Worker:
         if self.failed is not None: raise self.failed
         return self
 
-    def submit(self, job:Job):
-        "Queue `job`, from the event loop; a 503 when `max_queue` requests are waiting already"
-        if self.stopping: raise _stopping()
-        job.loop, job.inbox, job.seq = asyncio.get_running_loop(), asyncio.Queue(), self.arrivals
-        job.times['arrived'], self.arrivals = time.monotonic(), self.arrivals + 1
-        try: self.jobs.put_nowait(job)
-        except queue.Full: raise ApiError(503, f"the server is busy: {self.jobs.maxsize} requests "
-                                               "are waiting already; "
-                                          "retry later", type='server_busy',
-                                          code='server_busy') from None
+# %% ../nbs/07c_openai_api.ipynb #c0027b
+@patch
+def submit(self:Worker, job:Job):
+    "Queue `job`, from the event loop; a 503 when `max_queue` requests are waiting already"
+    if self.stopping: raise _stopping()
+    job.loop, job.inbox, job.seq = asyncio.get_running_loop(), asyncio.Queue(), self.arrivals
+    job.times['arrived'], self.arrivals = time.monotonic(), self.arrivals + 1
+    try: self.jobs.put_nowait(job)
+    except queue.Full: raise ApiError(503, f"the server is busy: {self.jobs.maxsize} requests "
+                                           "are waiting already; "
+                                      "retry later", type='server_busy',
+                                      code='server_busy') from None
 
-    def stop(self):
-        "Refuse new requests, and end the one being served and the waiting ones with a 503"
-        self.stopping = True
-        job = self.current
-        if job is not None: job.cancel.set()
+# %% ../nbs/07c_openai_api.ipynb #c0027d
+@patch
+def stop(self:Worker):
+    "Refuse new requests, and end the one being served and the waiting ones with a 503"
+    self.stopping = True
+    job = self.current
+    if job is not None: job.cancel.set()
 
-    def close(self):
-        "Stop, end the thread and close the session (twice is harmless)"
-        self.stop()
-        if self.thread.is_alive():
-            self.jobs.put(None)
-            self.thread.join()
+@patch
+def close(self:Worker):
+    "Stop, end the thread and close the session (twice is harmless)"
+    self.stop()
+    if self.thread.is_alive():
+        self.jobs.put(None)
+        self.thread.join()
 
 # %% ../nbs/07c_openai_api.ipynb #c0029
 def _gone(): return ApiError(499, 'the client closed the request', type='client_closed')
@@ -356,28 +361,32 @@ class Reply:
         return dict(id=self.id, object=what, created=self.created, model=self.model,
                     choices=choices, **kw)
 
-    def whole(self, text:str, reason:str, usage:dict) -> dict:
-        "The whole answer, with its usage counts"
-        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
-                                              finish_reason=reason)
-        else: choice = dict(index=0, message=dict(role='assistant', content=text), logprobs=None,
-                            finish_reason=reason)
-        return self._obj([choice], False, usage=usage)
+# %% ../nbs/07c_openai_api.ipynb #c0035d
+@patch
+def whole(self:Reply, text:str, reason:str, usage:dict) -> dict:
+    "The whole answer, with its usage counts"
+    if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
+                                          finish_reason=reason)
+    else: choice = dict(index=0, message=dict(role='assistant', content=text), logprobs=None,
+                        finish_reason=reason)
+    return self._obj([choice], False, usage=usage)
 
-    def chunk(self, text:str='', reason:str|None=None, role:bool=False) -> dict:
-        """One stream chunk: some text (chat: in a delta, the first with the role), the finish
-        reason on the last"""
-        if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
-                                              finish_reason=reason)
-        else:
-            delta = dict(role='assistant',
-                         content=text) if role else dict(content=text) if text else {}
-            choice = dict(index=0, delta=delta, logprobs=None, finish_reason=reason)
-        return self._obj([choice], True, **(dict(usage=None) if self.include_usage else {}))
+@patch
+def chunk(self:Reply, text:str='', reason:str|None=None, role:bool=False) -> dict:
+    """One stream chunk: some text (chat: in a delta, the first with the role), the finish
+    reason on the last"""
+    if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
+                                          finish_reason=reason)
+    else:
+        delta = dict(role='assistant',
+                     content=text) if role else dict(content=text) if text else {}
+        choice = dict(index=0, delta=delta, logprobs=None, finish_reason=reason)
+    return self._obj([choice], True, **(dict(usage=None) if self.include_usage else {}))
 
-    def usage_chunk(self, usage:dict) -> dict:
-        "A stream's last chunk when usage was asked for: no choices, the counts"
-        return self._obj([], True, usage=usage)
+@patch
+def usage_chunk(self:Reply, usage:dict) -> dict:
+    "A stream's last chunk when usage was asked for: no choices, the counts"
+    return self._obj([], True, usage=usage)
 
 # %% ../nbs/07c_openai_api.ipynb #c0038
 async def _stream(reply:Reply, events, first, state):
@@ -582,6 +591,18 @@ def _listen(app, sock:socket.socket) -> tuple:
         time.sleep(0.01)
     return server, thread
 
+# %% ../nbs/07c_openai_api.ipynb #c0048c
+def _url(host:str, port:int) -> str:
+    "The base URL of a server on `host:port`"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+def _worker(sock:socket.socket, model, max_queue:int, session_kw:dict) -> Worker:
+    "A started worker serving `model`; `sock` is closed if the session fails to open"
+    try: return Worker(model, max_queue, **session_kw).start()
+    except BaseException:
+        sock.close()
+        raise
+
 # %% ../nbs/07c_openai_api.ipynb #c0049
 @contextmanager
 # a model directory, a bundled model's name or a Hugging Face repo id: fixed for the server's life
@@ -598,17 +619,13 @@ def serve_in_background(model,
     if host not in ('127.0.0.1', 'localhost', '::1'):
         log.warning(f"listening on {host}: beyond this machine, and without authentication")
     sock = _socket(host, port)  # before the model loads: a taken port fails at once
-    try: worker = Worker(model, max_queue, **session_kw).start()
-    except BaseException:
-        sock.close()
-        raise
+    worker = _worker(sock, model, max_queue, session_kw)
     try:
         server, thread = _listen(make_app(worker, name or str(model), max_tokens_limit,
                                           max_body_bytes), sock)
         try:
             bound = server.servers[0].sockets[0].getsockname()
-            yield Running(f"http://{'[' + host + ']' if ':' in host else host}:{bound[1]}", worker,
-                          server, thread)
+            yield Running(_url(host, bound[1]), worker, server, thread)
         finally:
             # answers under way end now, so uvicorn's shutdown has nothing to wait for
             worker.stop()

@@ -97,11 +97,15 @@ class Served:
         self.heads_path, self.heads = h.heads, h.prerouter
         self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter
 
-    def close(self):
-        "Take the adapter off the model; the model gives back its threads and files"
-        self.handle.close()
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+# %% ../nbs/05b_quality.ipynb #de4924b0-2
+@patch
+def close(self:Served):
+    "Take the adapter off the model; the model gives back its threads and files"
+    self.handle.close()
+@patch
+def __enter__(self:Served): return self
+@patch
+def __exit__(self:Served, *exc): self.close()
 
 # %% ../nbs/05b_quality.ipynb #20de68f1
 @patch

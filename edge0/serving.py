@@ -38,27 +38,30 @@ class Serving:
     # 'routing': keep the layers no head predicts resident where the budget allows
     hold:bool = True
 
-    def __post_init__(self):
-        mode, low = self.mode, self.options is not None and bool(self.options.low_bits)
-        if self.k is not None and self.k < 1: raise InputError(f"k={self.k} is out of range: "
-                                                               "expected at least 1")
-        check_exact_top('routing' if mode == AUTO else mode or 'the own routing', self.exact_top,
-                        self.k)
-        if mode is None and (self.k is not None or self.trace is not None or self.record_trace or low):
-            object.__setattr__(self, 'mode', mode := 'off')  # a decoder serves them
-        if mode not in (None, AUTO): check_mode(mode)
-        if self.record_trace and mode != 'off':
-            raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
-        if self.trace is not None and mode != 'oracle':
-            raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
-        if mode == 'oracle' and self.trace is None:
-            raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
-        if self.resident and low:
-            raise InputError("a resident model reads nothing: low_bits serves the lower-bit "
-                             "copies of streamed experts")
-        if self.resident and mode == 'prefetch':
-            raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one "
-                             "reads nothing (use 'off' or 'routing')")
+    def __post_init__(self): _check_serving(self)
+
+# %% ../nbs/03b_serving.ipynb #sv000002b
+def _check_serving(s:Serving):
+    "Give `s` the mode 'off' where a decoder must serve it; refuse what cannot be served"
+    mode, low = s.mode, s.options is not None and bool(s.options.low_bits)
+    if s.k is not None and s.k < 1: raise InputError(f"k={s.k} is out of range: "
+                                                     "expected at least 1")
+    check_exact_top('routing' if mode == AUTO else mode or 'the own routing', s.exact_top, s.k)
+    if mode is None and (s.k is not None or s.trace is not None or s.record_trace or low):
+        object.__setattr__(s, 'mode', mode := 'off')  # a decoder serves them
+    if mode not in (None, AUTO): check_mode(mode)
+    if s.record_trace and mode != 'off':
+        raise InputError(f"a trace records an 'off' run's routing; the mode is {mode!r}")
+    if s.trace is not None and mode != 'oracle':
+        raise InputError(f"a trace is replayed by mode 'oracle', not {mode!r}")
+    if mode == 'oracle' and s.trace is None:
+        raise InputError("mode 'oracle' needs a trace (record one from an 'off' run)")
+    if s.resident and low:
+        raise InputError("a resident model reads nothing: low_bits serves the lower-bit "
+                         "copies of streamed experts")
+    if s.resident and mode == 'prefetch':
+        raise InputError("mode 'prefetch' reads ahead of a streamed model; a resident one "
+                         "reads nothing (use 'off' or 'routing')")
 
 # %% ../nbs/03b_serving.ipynb #sv000005
 def _same(v, default) -> bool: return v is default or (type(v) is type(default) and v == default)
@@ -81,6 +84,34 @@ def check_training(s:Serving, what:str, # the training run, as its message names
         raise InputError(f"{what} cannot honour serving.{name}={shown}: {reason}")
     return opts
 
+# %% ../nbs/03b_serving.ipynb #ed2a5150
+def _serving_of(serving, k, fields:dict) -> Serving:
+    "`serving` itself, or the `Serving` made from a mode and its fields; not both"
+    if isinstance(serving, Serving):
+        if k is not None or fields: raise TypeError("open_served takes a Serving or its fields, "
+                                                    "not both")
+        return serving
+    return Serving(serving, k, **fields)
+
+def _check_for_model(s:Serving, spec, d):
+    "K and exact top-M against the experts of the model in `d`"
+    if s.k is not None and s.k > spec.num_experts:
+        raise InputError(f"k={s.k} is out of range: expected 1 to {spec.num_experts}, "
+                         f"the experts per MoE layer of {d.name}")
+    # M <= this model's K
+    if s.k is None: check_exact_top('routing' if s.mode == AUTO else s.mode, s.exact_top, spec.k)
+
+# %% ../nbs/03b_serving.ipynb #ed2a5153
+def _decode_load(d, s:Serving, spec, decoder:bool, choose) -> Handle:
+    "The handle `decode.load` opens for `s`: the model's own routing when `s.mode` is None"
+    options = None if s.resident else s.options
+    if s.mode is None: return decode_load(d, 'off', spec=spec, resident=s.resident, options=options,
+                                          dtype=s.dtype, decoder=False)
+    return decode_load(d, s.mode, k=s.k, prerouter_path=s.heads, trace=s.trace,
+                       record_trace=s.record_trace, options=options, spec=spec,
+                       exact_top=s.exact_top, hold=s.hold, resident=s.resident,
+                       decoder=decoder, dtype=s.dtype, choose=choose)
+
 # %% ../nbs/03b_serving.ipynb #ed2a5157
 # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
 def open_served(model,
@@ -93,27 +124,11 @@ def open_served(model,
                 choose=None,
                 **fields) -> Handle: # with a mode: the other fields of `Serving`
     "A `Handle` on one served configuration of `model`: its `decoder`, `heads` and `adapter` set"
-    if isinstance(serving, Serving):
-        if k is not None or fields: raise TypeError("open_served takes a Serving or its fields, "
-                                                    "not both")
-        s = serving
-    else: s = Serving(serving, k, **fields)
+    s = _serving_of(serving, k, fields)
     d = find_model(model)
     spec = model_spec(d)
-    if s.k is not None and s.k > spec.num_experts:
-        raise InputError(f"k={s.k} is out of range: expected 1 to {spec.num_experts}, "
-                         f"the experts per MoE layer of {d.name}")
-    # M <= this model's K
-    if s.k is None: check_exact_top('routing' if s.mode == AUTO else s.mode, s.exact_top, spec.k)
-    options = None if s.resident else s.options
-    if s.mode is None: h = decode_load(d, 'off', spec=spec, resident=s.resident, options=options,
-                                       dtype=s.dtype,
-                                       decoder=False)
-    else: h = decode_load(d, s.mode, k=s.k, prerouter_path=s.heads, trace=s.trace,
-                          record_trace=s.record_trace,
-                          options=options, spec=spec, exact_top=s.exact_top, hold=s.hold,
-                          resident=s.resident,
-                          decoder=decoder, dtype=s.dtype, choose=choose)
+    _check_for_model(s, spec, d)
+    h = _decode_load(d, s, spec, decoder, choose)
     try:
         if s.adapter is not None: use_adapter(h, d, None if s.adapter == 'auto' else s.adapter)
     except BaseException:

@@ -42,10 +42,38 @@ def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
                             f"{why}")
     return None
 
+# %% ../nbs/07a_session.ipynb #c0006b
 def _add_eos(tokenizer, token):
     try: tokenizer.add_eos_token(str(token))
     except ValueError: raise InputError(f"extra end-of-sequence token {token!r} is not a token of "
                                         "this tokenizer")
+
+def _fitted(handle, options:StreamOptions, max_kv_size:int|None, extra_eos):
+    "Add the extra end tokens to `handle` and choose its step; the handle is closed if either fails"
+    try:
+        for t in extra_eos: _add_eos(handle.tokenizer, t)
+        return _torch_step(handle, options, max_kv_size)
+    except BaseException:
+        handle.close()
+        raise
+
+# %% ../nbs/07a_session.ipynb #c0006d
+def _session_serving(serving:Serving|None, no_adapter:bool, fields:dict) -> Serving:
+    "`serving`, or the one `fields` make, with the adapter beside the base unless `no_adapter`"
+    if serving is None:
+        adapter = fields.pop('adapter', None)
+        if adapter is not None and no_adapter:
+            raise InputError("an adapter and no_adapter exclude each other")
+        return Serving(adapter=None if no_adapter else adapter or 'auto', **fields)
+    if fields or no_adapter: raise TypeError("Session takes a Serving or its fields, not "
+                                             "both")
+    return serving
+
+def _with_kv(serving:Serving, max_kv_size:int|None) -> Serving:
+    "`serving` with options, its KV cache sized by `max_kv_size` unless the options size it"
+    options = serving.options or StreamOptions()
+    if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
+    return replace(serving, options=options)
 
 # %% ../nbs/07a_session.ipynb #c0007
 class Session:
@@ -63,25 +91,13 @@ class Session:
                  **fields):
         if max_kv_size is not None and max_kv_size < 1:
             raise InputError(f"max_kv_size must be at least 1, got {max_kv_size}")
-        if serving is None:
-            adapter = fields.pop('adapter', None)
-            if adapter is not None and no_adapter: raise InputError("an adapter and no_adapter exclude each other")
-            serving = Serving(adapter=None if no_adapter else adapter or 'auto', **fields)
-        elif fields or no_adapter: raise TypeError("Session takes a Serving or its fields, not "
-                                                   "both")
+        serving = _session_serving(serving, no_adapter, fields)
         self.name, self.model_dir = str(model), find_model(model)
-        options = serving.options or StreamOptions()
-        if max_kv_size and options.kv_tokens is None: options = replace(options, kv_tokens=max_kv_size)
-        self.serving = serving = replace(serving, options=options)
+        self.serving = serving = _with_kv(serving, max_kv_size)
         self.handle = open_served(self.model_dir, serving,
                                   choose=auto_mode if serving.mode == AUTO else None)
         self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
-        try:
-            for t in extra_eos: _add_eos(self.handle.tokenizer, t)
-            self.step = _torch_step(self.handle, options, max_kv_size)
-        except BaseException:
-            self.handle.close()
-            raise
+        self.step = _fitted(self.handle, serving.options, max_kv_size, extra_eos)
         self.tokenizer, self.eos = self.handle.tokenizer, set(self.handle.tokenizer.eos_token_ids)
         args = getattr(self.handle.model, 'args', None)
         self.vocab_size = getattr(args, 'vocab_size', None)
@@ -90,12 +106,16 @@ class Session:
         self.counts = dict(generations=0, prompt_tokens=0, reused_tokens=0, generated_tokens=0)
         self.watch = ThrashWatch()  # says once when decoding thrashes (`_thrash`)
 
-    def close(self):
-        "Give back the model, its threads and files (twice is harmless)"
-        self.handle.close()
-        self.cache, self.tokens = None, []
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+# %% ../nbs/07a_session.ipynb #c0007b
+@patch
+def close(self:Session):
+    "Give back the model, its threads and files (twice is harmless)"
+    self.handle.close()
+    self.cache, self.tokens = None, []
+@patch
+def __enter__(self:Session): return self
+@patch
+def __exit__(self:Session, *exc): self.close()
 
 # %% ../nbs/07a_session.ipynb #c0010
 ROLES = ('system', 'user', 'assistant', 'tool')
@@ -190,6 +210,51 @@ def _stop_at(text:str, stop) -> int|None:
     hits = [i for i in (text.find(s) for s in stop) if i >= 0]
     return min(hits) if hits else None
 
+# %% ../nbs/07a_session.ipynb #c0014c
+@patch
+def _begin(self:Session, ids:list, max_tokens:int, sampling:Sampling, keep:bool) -> tuple:
+    """Check the request and trim the cache to what it shares with `ids`: the shared length, the ids
+    to feed, the token generator and the reset detokenizer"""
+    _check_request(self, ids, max_tokens, sampling)
+    if not keep: self.cache, self.tokens = None, []
+    n = self.reuse(ids)
+    h, todo = self.handle, list(ids[n:])
+    if h.decoder is not None: h.decoder.reset()
+    detok = self.tokenizer.detokenizer
+    detok.reset()
+    # torch step, or graph
+    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
+                       vocab_size=self.vocab_size, sampling=sampling, cache=self.cache,
+                       history=self.tokens)
+    return n, todo, gen, detok
+
+# %% ../nbs/07a_session.ipynb #c0014e
+@patch
+def _read_token(self:Session, detok, t:int, text:str, stop:list) -> tuple:
+    "The text after token `t`, cut at a stop string; and 'stop' where it ends the text, else None"
+    if t in self.eos: return text, 'stop'
+    detok.add_token(t)
+    text += detok.last_segment
+    cut = _stop_at(text, stop)
+    return (text, None) if cut is None else (text[:cut], 'stop')
+
+def _finish(detok, text:str, stop:list, reason:str) -> tuple:
+    "The text and why it stopped, once a generation that ran to its length is detokenized whole"
+    if reason == 'length':
+        detok.finalize()
+        text += detok.last_segment
+        cut = _stop_at(text, stop)
+        if cut is not None: text, reason = text[:cut], 'stop'
+    return text, reason
+
+@patch
+def _settle(self:Session, whole:bool, todo:list, got:list):
+    "After a generation: the cache holds what was fed where it is whole, else it is dropped"
+    # the last token drawn was never fed
+    if whole: self.tokens = self.tokens + todo + got[:-1]
+    # the model failed or was interrupted within a step: drop the cache
+    else: self.cache, self.tokens = None, []
+
 # %% ../nbs/07a_session.ipynb #c0015
 @patch
 def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
@@ -198,52 +263,28 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
            keep:bool=True): # reuse the cached prefix (False: a fresh cache)
     "Yield the `Piece`s of the text generated after `ids`"
     sampling, stop = sampling or Sampling(), [s for s in stop if s]
-    _check_request(self, ids, max_tokens, sampling)
-    if not keep: self.cache, self.tokens = None, []
-    n = self.reuse(ids)
-    h, todo, got, text, sent, reason = self.handle, list(ids[n:]), [], '', 0, 'length'
-    if h.decoder is not None: h.decoder.reset()
-    detok, hold = self.tokenizer.detokenizer, max((len(s) for s in stop), default=1) - 1
-    detok.reset()
-    # torch step, or graph
-    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
-                       vocab_size=self.vocab_size, sampling=sampling, cache=self.cache,
-                       history=self.tokens)
+    n, todo, gen, detok = self._begin(ids, max_tokens, sampling, keep)
+    got, text, sent, end, hold = [], '', 0, None, max((len(s) for s in stop), default=1) - 1
     # paused: at a yield, where a consumer that stops leaves the cache whole
     times, ok, paused = [], False, False
     try:
         for t, dt in gen:
             times.append(dt)
             got.append(t)
-            if len(got) == 1: self.watch.start(self._expert_bytes())
-            elif (seen := self.watch.step(self._expert_bytes())): self._thrash(seen)
-            if t in self.eos:
-                reason = 'stop'
-                break
-            detok.add_token(t)
-            text += detok.last_segment
-            cut = _stop_at(text, stop)
-            if cut is not None:
-                text, reason = text[:cut], 'stop'
-                break
+            self._watch(len(got))
+            text, end = self._read_token(detok, t, text, stop)
+            if end: break
             if len(text) - hold > sent:
                 paused = True
                 yield Piece(text[sent:len(text) - hold], t)
                 paused, sent = False, len(text) - hold
-        if reason == 'length':
-            detok.finalize()
-            text += detok.last_segment
-            cut = _stop_at(text, stop)
-            if cut is not None: text, reason = text[:cut], 'stop'
+        text, reason = _finish(detok, text, stop, end or 'length')
         ok = True
         self._account(ids, n, got, times, reason)
         yield Piece(text[sent:], None, reason)
     finally:
         gen.close()
-        # the last token drawn was never fed
-        if ok or paused: self.tokens = self.tokens + todo + got[:-1]
-        # the model failed or was interrupted within a step: drop the cache
-        else: self.cache, self.tokens = None, []
+        self._settle(ok or paused, todo, got)
 
 # %% ../nbs/07a_session.ipynb #c0016
 @patch
@@ -266,6 +307,8 @@ def generate(self:Session, prompt, max_tokens:int=256, sampling:Sampling|None=No
     "The whole text generated after `prompt` (text or chat messages)"
     ids = self.prompt_ids(prompt, chat, system_prompt)
     return ''.join(p.text for p in self.stream(ids, max_tokens, sampling, stop, keep))
+
+# %% ../nbs/07a_session.ipynb #c0016-1
 _log = logging.getLogger('edge0')
 
 @patch
@@ -273,7 +316,13 @@ def _expert_bytes(self:Session) -> int:
     e = self.handle.engine
     return 0 if e is None else sum(s.bytes_read for s in e.stats.values())
 
-# %% ../nbs/07a_session.ipynb #c0016-1
+@patch
+def _watch(self:Session, drawn:int):
+    "Start the thrash watch at the first token drawn, and ask it at every later one"
+    if drawn == 1: self.watch.start(self._expert_bytes())
+    elif (seen := self.watch.step(self._expert_bytes())): self._thrash(seen)
+
+# %% ../nbs/07a_session.ipynb #c0016-2
 @patch
 def _thrash(self:Session, seen:str):
     "Say what the thrash watch saw, with the budget and what to change"
@@ -309,52 +358,74 @@ def reset(self:Session):
     self.cache, self.tokens = None, []
     if self.handle.decoder is not None: self.handle.decoder.reset()
 
-# %% ../nbs/07a_session.ipynb #c0030
-def format_stats(s:dict) -> str:
-    "The streaming counters as a table (MiB = 2**20 bytes)"
+# %% ../nbs/07a_session.ipynb #c0029a
+def _layer_lines(s:dict) -> list:
+    "The counters' header, a row per layer and the total"
     head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
             f"{'blocked ms':>10} {'peak MiB':>8}")
     def row(name, r):
         return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} "
                 f"{r['bytes_read'] / MiB:>8.2f} {r['cold_fraction']:>5.2f} "
                 f"{r['blocked_ms']:>10.1f} {r['peak_active'] / MiB:>8.1f}")
-    lines = [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
+    return [head] + [row(layer, r) for layer, r in s['layers'].items()] + [row('total', s['total'])]
+
+def _pool_line(s:dict) -> str:
+    "The pool: what it holds, its budget and what of it is reserved, the slots, the peak"
     p = s['pool']
     budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / MiB:.2f} MiB"
-    lines.append(f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, "
-                 f"{p['evictions']} evictions | budget {budget}, of it "
-                 f"{p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
-                 f"{p['resident_layers']}, slots, hot sets) | slots {s['slot_bytes'] / MiB:.2f} "
-                 f"MiB | peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
-    if s.get('reads'):
-        r, u = s['reads'], s['reads']['usage_fill']
-        how = 'past the page cache' if r['direct'] else 'through the page cache'
-        ahead = f" | {r['stage_ahead']} planned layers read at once" if s.get('mode', 'off') != 'off' else ''
-        lines.append(f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy "
-                     f"{r['policy']}"
-                     + (f" | filled from the usage profile: {u['bundles']} experts, "
-                        f"{u['bytes'] / MiB:.1f} MiB in {u['seconds']:.2f} s"
-                        if u['bundles'] else ''))
-    if 'decoder' in s:
-        d = s['decoder']
-        lines.append(f"mode {s['mode']} K={s['k']}: {d['steps']} steps, "
-                     f"{s['syncs_per_step']:.1f} host syncs/step, "
-                     f"{d['planned']} planned layer-steps, "
-                     f"{d['experts_computed']}/{d['experts_planned']} planned experts "
-                     f"computed, {d['dropped']} dropped, {d['background_loads']} background loads")
-        if d.get('exact_staged'):
-            staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}" for r, n in enumerate(d['exact_staged']))
-            lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged "
-                         f"({staged}); {d['exact_read']} of {d['exact_checked']} read at once")
-        if d.get('low_asked'):
-            t = s['total']
-            asked = d['steps'] * len(s['layers']) * s['k']
-            lines.append(f"lower-bit copies: {d['low_asked']} of {asked} experts asked as a copy, "
-                         f"{t['low_upgraded']} of them served by their int4 expert already pooled; "
-                         f"{t['low_loads']} of {t['loads']} loads read a copy")
-    if s.get('torch_step'):
-        t, n = s['torch_step'], max(s['torch_step']['steps'], 1)
-        lines.append(f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to "
-                     f"MLX/step, {t['kernel_calls'] / n:.0f} int4 expert products/step")
+    return (f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, "
+            f"{p['evictions']} evictions | budget {budget}, of it "
+            f"{p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
+            f"{p['resident_layers']}, slots, hot sets) | slots {s['slot_bytes'] / MiB:.2f} "
+            f"MiB | peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
+
+# %% ../nbs/07a_session.ipynb #c0029c
+def _reads_line(s:dict) -> str:
+    "How experts were read: the reader, reads in flight, the pool's policy and its profile fill"
+    r, u = s['reads'], s['reads']['usage_fill']
+    how = 'past the page cache' if r['direct'] else 'through the page cache'
+    ahead = (f" | {r['stage_ahead']} planned layers read at once"
+             if s.get('mode', 'off') != 'off' else '')
+    return (f"reads: {r['reader']} ({how}), {r['depth']} in flight{ahead} | pool policy "
+            f"{r['policy']}"
+            + (f" | filled from the usage profile: {u['bundles']} experts, "
+               f"{u['bytes'] / MiB:.1f} MiB in {u['seconds']:.2f} s"
+               if u['bundles'] else ''))
+
+def _torch_step_line(s:dict) -> str:
+    "The torch step's counts per step"
+    t, n = s['torch_step'], max(s['torch_step']['steps'], 1)
+    return (f"torch step: {t['steps']} steps, {t['crossings'] / n:.1f} crossings to "
+            f"MLX/step, {t['kernel_calls'] / n:.0f} int4 expert products/step")
+
+# %% ../nbs/07a_session.ipynb #c0029f
+def _decoder_lines(s:dict) -> list:
+    "The prerouted decoder's counters: plan and drops, exact top-M, lower-bit copies"
+    d = s['decoder']
+    lines = [f"mode {s['mode']} K={s['k']}: {d['steps']} steps, "
+             f"{s['syncs_per_step']:.1f} host syncs/step, "
+             f"{d['planned']} planned layer-steps, "
+             f"{d['experts_computed']}/{d['experts_planned']} planned experts "
+             f"computed, {d['dropped']} dropped, {d['background_loads']} background loads"]
+    if d.get('exact_staged'):
+        staged = ', '.join(f"#{r + 1} {n / max(d['planned'], 1):.0%}"
+                           for r, n in enumerate(d['exact_staged']))
+        lines.append(f"exact top-{len(d['exact_staged'])}: the own heaviest already staged "
+                     f"({staged}); {d['exact_read']} of {d['exact_checked']} read at once")
+    if d.get('low_asked'):
+        t = s['total']
+        asked = d['steps'] * len(s['layers']) * s['k']
+        lines.append(f"lower-bit copies: {d['low_asked']} of {asked} experts asked as a copy, "
+                     f"{t['low_upgraded']} of them served by their int4 expert already pooled; "
+                     f"{t['low_loads']} of {t['loads']} loads read a copy")
+    return lines
+
+# %% ../nbs/07a_session.ipynb #c0030
+def format_stats(s:dict) -> str:
+    "The streaming counters as a table (MiB = 2**20 bytes)"
+    lines = _layer_lines(s) + [_pool_line(s)]
+    if s.get('reads'): lines.append(_reads_line(s))
+    if 'decoder' in s: lines += _decoder_lines(s)
+    if s.get('torch_step'): lines.append(_torch_step_line(s))
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)
