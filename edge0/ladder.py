@@ -128,8 +128,8 @@ def _adapter_rungs(r:_Rungs, model, base:Path, spec, heads:Path, work, adapters:
                                                           adapter=str(path))
     m = exact[0] if exact else 0
     trained = exact_adapters if exact_adapters is not None else {
-        p: stage_file(work, name, k,
-                      m) for p in (2, 3) if m and stage_file(work, name, k, p, m).exists()}
+        p: stage_file(work, name, k, p, m) for p in (2, 3)
+        if m and stage_file(work, name, k, p, m).exists()}
     for phase, path in trained.items():  # adapters trained on the path they serve: exact top-m
         with load_adapter(model, base, spec, k, heads, path):
             r.exact_top(f'+ phase-{phase} LoRA@top-{m}, exact-top-{m}', m, adapter=str(path))
