@@ -17,10 +17,9 @@ from .store import ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH
 from .experts import torch_quant, expert_mlp, per_expert_mlp
 from .pool import POLICIES, LayerStats, ExpertPool
 from . import lowbit
-from fastcore.basics import patch
+from fastcore.basics import patch, patch_to
 
 _log = logging.getLogger('edge0')
-
 
 # %% auto #0
 __all__ = ['PATHS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage', 'StreamingSwitchGLU',
@@ -33,59 +32,37 @@ PATHS = ('exact', 'staged', 'hot', 'whole_layer', 'auto')
 @dataclass
 class StreamOptions:
     "How the streaming layers read and compute experts"
-    decode_path:str = 'exact'
-    prefill_path:str = 'auto'
+    decode_path:str = 'exact'                 # a call with one token per sequence
+    prefill_path:str = 'auto'                 # any longer call
     paths:dict = field(default_factory=dict)  # {layer: {'decode'|'prefill': path}}
-    # budget of all expert memory (pool, slots, resident layers): bytes, 'auto' (from the memory
-    # this process may use) or None (unbounded)
-    pool_bytes:int|str|None = 'auto'
-    # tokens the KV cache is budgeted for (None: the context, to 4096)
-    kv_tokens:int|None = None
-    pool_bundles:int|None = None
-    # staged slots per layer (default 2K; prerouted decoding: K)
-    slots:int|None = None
-    # staged stacks per layer: 2 double-buffers, 1 halves the memory
-    buffers:int = 2
-    hot:int|None = None                        # hot experts per layer (default 2K)
-    hot_refresh:int = 16                       # decode steps between hot-set refreshes
-    # 'pread' | 'direct' (past the page cache) | 'mmap' | 'auto': direct where the expert budget
-    # cannot hold every expert, else pread
-    reader:str = 'auto'
-    # reads in flight (None: DIRECT_DEPTH for 'direct', else 2)
-    threads:int|None = None
-    # which bundle the pool drops first (POLICIES; chosen by measurement)
-    pool_policy:str = 'lfu'
-    # fill the pool at load with the experts this model's runs used most
-    usage_profile:bool = False
-    residency:bool = True                      # measure cold fractions with mincore
-    # WILLNEED hints (posix_fadvise / madvise) ahead of whole-layer reads
-    readahead:bool = False
-    # 'auto', until read costs are measured: whole layer above this share
-    whole_layer_share:float = 0.5
-    # 'mlx' | 'torch' (None: torch on a CPU with torch, mlx on Metal)
-    kernels:str|None = None
-    # with torch's kernels, a session runs each step in torch where `torchstep.check_torch_step`
-    # allows (False: the MLX graph)
-    torch_step:bool = True
-    # decode reads the experts that matter least as their copy at these bits (`edge0 convert
-    # --low-bits`): in 'routing' with exact top-M the K-M predicted slots, in 'off' those weighing
-    # below `low_below`
-    low_bits:int|None = None
-    # 'off' with `low_bits`: the routing weight below which an expert is read as its lower-bit copy
-    low_below:float|None = None
-    # a copy asked for is served by its int4 expert where the pool holds it: more exact, nothing
-    # read (False: always the copy, so the numbers served do not depend on what the pool holds)
-    low_upgrade:bool = True
-    # planned layers whose reads run at once, so the disk's queue stays full between layers (None: 2
-    # where the experts are packed for torch, whose stacks a background thread fills without MLX;
-    # else 1)
-    stage_ahead:int|None = None
+    pool_bytes:int|str|None = 'auto'          # all expert memory: bytes, 'auto' or None (unbounded)
+    kv_tokens:int|None = None                 # tokens the KV cache is budgeted for
+    pool_bundles:int|None = None              # a cap in bundles beside pool_bytes
+    slots:int|None = None                     # staged slots per layer (2K; prerouted decoding: K)
+    buffers:int = 2                           # staged stacks per layer: 2 (double), or 1
+    hot:int|None = None                       # hot experts per layer (default 2K)
+    hot_refresh:int = 16                      # decode steps between hot-set refreshes
+    reader:str = 'auto'                       # 'pread' | 'direct' | 'mmap' | 'auto'
+    threads:int|None = None                   # reads in flight (None: by reader)
+    pool_policy:str = 'lfu'                   # which bundle the pool drops first (POLICIES)
+    usage_profile:bool = False                # fill the pool at load with the most used experts
+    residency:bool = True                     # measure cold fractions with mincore
+    readahead:bool = False                    # WILLNEED hints ahead of whole-layer reads
+    whole_layer_share:float = 0.5             # 'auto': read whole above this share, until measured
+    kernels:str|None = None                   # 'mlx' | 'torch' (None: torch on a CPU with torch)
+    torch_step:bool = True                    # with torch's kernels: steps in torch
+    low_bits:int|None = None                  # read the experts that matter least at these bits
+    low_below:float|None = None               # 'off': copies below this routing weight
+    low_upgrade:bool = True                   # a copy is served by its int4 expert where pooled
+    stage_ahead:int|None = None               # planned layers whose reads run at once
     def __post_init__(self): self.check()
-    @staticmethod
-    def auto_reader(pool:int|None, experts:int) -> str:
-        """What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every
-        expert, else `pread`"""
-        return 'direct' if pool is not None and pool < experts else 'pread'
+
+# %% ../nbs/01b3_engine.ipynb #e1b3a003
+@patch_to(StreamOptions, static_method=True)
+def auto_reader(pool:int|None, experts:int) -> str:
+    """What `reader='auto'` reads with: `direct` where a pool of `pool` bytes cannot hold every
+    expert, else `pread`"""
+    return 'direct' if pool is not None and pool < experts else 'pread'
 
 # %% ../nbs/01b3_engine.ipynb #x1b30031
 @patch
@@ -110,6 +87,12 @@ def check(self:StreamOptions):
     if not (s is None or (whole(s) and s > 0)):
         raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
                          "read at once, or None")
+    self._check_low()
+
+# %% ../nbs/01b3_engine.ipynb #e1b3a007
+@patch
+def _check_low(self:StreamOptions):
+    "Refuse `low_below` without `low_bits`, or lower-bit copies on another decode path than 'exact'"
     w = self.low_below
     if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0):
         raise InputError(f"low_below {w!r}: expected a positive routing weight")
@@ -166,49 +149,67 @@ class StreamEngine:
                              "experts")
         paths = {layer: {self.options.path(layer, 'decode'), self.options.path(layer, 'prefill')}
                  for layer in self.spec.moe_layers}
-        # unbounded until `load` has measured what is left (`budget_for`)
-        auto = self.options.pool_bytes == 'auto'
-        self.pool = ExpertPool(store, None if auto else self.options.pool_bytes,
-                               self.options.pool_bundles, self.k,
-                               # 8 tokens
-                               self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),
-                               count=self.options.usage_profile, upgrade=self.options.low_upgrade)
-        # dry: experts give zeros, nothing is read (`kv_growth`)
-        self.budget, self.dry = None, False
-        # tokens past the first MoE layer since load (the KV cache holds at most these), and whether
-        # the last step decoded (`lend`)
-        self.seen, self.decoding = 0, None
-        # what `fill_from_usage` read
-        self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)
-        self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
-        self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
-        # prerouted slots and resident layers (see "Serving a decoder")
-        self.planned, self.resident = {}, {}
-        # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
-        self.read_costs = {}
-        self.next_layer = self.spec.next_moe
-        self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
-        n_slots = self.options.slots or 2 * self.k
+        self.pool = self._make_pool()
+        self._init_state()
         # the slots and hot sets the paths hold: out of the budget now, not mid-run
-        for layer, used in paths.items():
-            if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers,
-                                               'staged slots')
-            if 'hot' in used: self.hot_set(layer)
+        self._hold_paths(paths)
 
-    def __call__(self, layer:int, x, indices):
-        one = x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1)
-        phase = 'decode' if one else 'prefill'
-        if self.dry: return B.zeros((*x.shape[:-1], indices.shape[-1], x.shape[-1]), x.dtype)
-        if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
-        self.stats[layer].calls += 1
-        if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer],
-                                                  self.quant[layer])
-        else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
-        B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
-        s = self.stats[layer]
-        s.peak_active = max(s.peak_active, B.memory_stats().active)
-        return y
+# %% ../nbs/01b3_engine.ipynb #e1b3b004
+@patch
+def _make_pool(self:StreamEngine) -> ExpertPool:
+    "The pool for `k` experts a token, bounded as the options say (`auto`: unbounded for now)"
+    # unbounded until `load` has measured what is left (`budget_for`)
+    auto = self.options.pool_bytes == 'auto'
+    return ExpertPool(self.store, None if auto else self.options.pool_bytes,
+                      self.options.pool_bundles, self.k,
+                      # 8 tokens
+                      self.options.pool_policy, half_life=8 * len(self.spec.moe_layers),
+                      count=self.options.usage_profile, upgrade=self.options.low_upgrade)
 
+@patch
+def _hold_paths(self:StreamEngine, paths:dict):
+    "Reserve the staged slots and hot sets of the layers whose `paths` ({layer: {path}}) use them"
+    n_slots = self.options.slots or 2 * self.k
+    for layer, used in paths.items():
+        if 'staged' in used: self.slots_of(self.staged, layer, n_slots, self.options.buffers,
+                                           'staged slots')
+        if 'hot' in used: self.hot_set(layer)
+
+# %% ../nbs/01b3_engine.ipynb #e1b3b006
+@patch
+def _init_state(self:StreamEngine):
+    "Counters, budget, each path's per-layer state and the whole-layer reader, all empty"
+    # dry: experts give zeros, nothing is read (`kv_growth`)
+    self.budget, self.dry = None, False
+    # tokens past the first MoE layer since load (the KV cache holds at most these), and whether
+    # the last step decoded (`lend`)
+    self.seen, self.decoding = 0, None
+    # what `fill_from_usage` read
+    self.usage_fill = dict(bundles=0, bytes=0, seconds=0.0, profiled=0)
+    self.stats = {layer: LayerStats() for layer in self.spec.moe_layers}
+    self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
+    # prerouted slots and resident layers (see "Serving a decoder")
+    self.planned, self.resident = {}, {}
+    # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
+    self.read_costs = {}
+    self.next_layer = self.spec.next_moe
+    self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
+
+# %% ../nbs/01b3_engine.ipynb #e1b3b010
+@patch
+def __call__(self:StreamEngine, layer:int, x, indices):
+    one = x.size // x.shape[-1] == 1 or (x.ndim >= 2 and x.shape[-2] == 1)
+    phase = 'decode' if one else 'prefill'
+    if self.dry: return B.zeros((*x.shape[:-1], indices.shape[-1], x.shape[-1]), x.dtype)
+    if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
+    self.stats[layer].calls += 1
+    if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer],
+                                              self.quant[layer])
+    else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
+    B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
+    s = self.stats[layer]
+    s.peak_active = max(s.peak_active, B.memory_stats().active)
+    return y
 
 # %% ../nbs/01b3_engine.ipynb #8f7abd40
 def _stack(bundles:list) -> dict:

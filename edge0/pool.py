@@ -41,15 +41,17 @@ class LayerStats:
                     max(self.peak_active, v) if name == 'peak_active' else getattr(self, name) + v)
     @property
     def cold_fraction(self) -> float: return self.cold_pages / self.pages if self.pages else 0.0
-    def load(self, cost:LoadStats, bundles:int=1):
-        "Count a read of `bundles` bundles that cost `cost`"
-        self.loads += bundles
-        self.low_loads += cost.low
-        self.bytes_read += cost.nbytes
-        self.cold_pages += cost.cold
-        self.pages += cost.pages
-        self.read_s += cost.seconds
 
+# %% ../nbs/01b2_pool.ipynb #p1b2a002
+@patch
+def load(self:LayerStats, cost:LoadStats, bundles:int=1):
+    "Count a read of `bundles` bundles that cost `cost`"
+    self.loads += bundles
+    self.low_loads += cost.low
+    self.bytes_read += cost.nbytes
+    self.cold_pages += cost.cold
+    self.pages += cost.pages
+    self.read_s += cost.seconds
 
 # %% ../nbs/01b2_pool.ipynb #70b4bd03
 POLICIES = ('lfu', 'lru')
@@ -78,27 +80,33 @@ class ExpertPool:
         # requests per (layer, expert) since load: a usage profile's counts
         self.uses = Counter() if count else None
         self.upgrade, self.E = upgrade, store.spec.num_experts if upgrade else None
-        bundle = store.expert_nbytes
-        self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * bundle
-        caps = [b for b in (budget_bytes, in_bundles) if b is not None]
-        self.budget_bytes = min(caps) if caps else None  # None: unbounded
-        # in bundles
-        self.budget = None if self.budget_bytes is None else self.budget_bytes // bundle
-        # bundles' worth held outside the LRU (slots, resident layers)
-        self.reserved = 0
-        self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
-        if self.max_bundles < self.k:
-            raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} "
-                             f"MiB) is smaller than one token's working set: {self.k} experts x "
-                             f"{store.expert_nbytes} bytes")
+        self._init_budget(budget_bytes, budget_bundles)
 
-    @property
-    def max_bundles(self) -> int:
-        return 1 << 62 if self.budget is None else self.budget - self.reserved
-    @property
-    def bytes_held(self) -> int: return len(self.lru) * self.store.expert_nbytes
-    @property
-    def bytes_reserved(self) -> int: return self.reserved * self.store.expert_nbytes
+# %% ../nbs/01b2_pool.ipynb #p1b2a007
+@patch
+def _init_budget(self:ExpertPool, budget_bytes:int|None, budget_bundles:int|None):
+    "The budget in bytes and in bundles (the smaller cap); refused below one token's K experts"
+    bundle = self.store.expert_nbytes
+    self.in_bundles = in_bundles = None if budget_bundles is None else budget_bundles * bundle
+    caps = [b for b in (budget_bytes, in_bundles) if b is not None]
+    self.budget_bytes = min(caps) if caps else None  # None: unbounded
+    # in bundles
+    self.budget = None if self.budget_bytes is None else self.budget_bytes // bundle
+    # bundles' worth held outside the LRU (slots, resident layers)
+    self.reserved = 0
+    self.evictions, self.lock = 0, threading.RLock()  # a background reader may fill the pool
+    if self.max_bundles < self.k:
+        raise StoreError(f"pool budget of {self.budget} bundles ({self.budget_bytes / MiB:.2f} "
+                         f"MiB) is smaller than one token's working set: {self.k} experts x "
+                         f"{self.store.expert_nbytes} bytes")
+
+@patch(as_prop=True)
+def max_bundles(self:ExpertPool) -> int:
+    return 1 << 62 if self.budget is None else self.budget - self.reserved
+@patch(as_prop=True)
+def bytes_held(self:ExpertPool) -> int: return len(self.lru) * self.store.expert_nbytes
+@patch(as_prop=True)
+def bytes_reserved(self:ExpertPool) -> int: return self.reserved * self.store.expert_nbytes
 
 # %% ../nbs/01b2_pool.ipynb #x1b20031
 @patch

@@ -107,6 +107,17 @@ def _check_disjoint(path:Path, tensors:dict, base:int):
 # __metadata__ key of a file holding a layer's experts expert by expert
 EXPERTS_META = 'edge0_experts'
 
+# %% ../nbs/01a_store.ipynb #a1a0a010
+def _experts_meta(path:Path, meta:dict) -> list:
+    "`[(tensor, [(name, dtype, shape, offset), ...]), ...]` of `meta[EXPERTS_META]`, checked"
+    try:
+        blobs = json.loads(meta[EXPERTS_META])
+        return [(blob, [(str(n), dt, tuple(s),
+                         int(o)) for n, dt, s, o in parts]) for blob, parts in blobs.items()]
+    except (ValueError, TypeError, AttributeError):
+        raise StoreError(f"{path}: __metadata__ {EXPERTS_META} is {meta[EXPERTS_META]!r:.60}, "
+                         "expected JSON of tensor: [[name, dtype, shape, offset], ...]") from None
+
 # %% ../nbs/01a_store.ipynb #97ed1925-2
 def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
     """A layer's experts stored expert by expert (`edge0 convert --layout torch-cpu`) are one U8
@@ -114,13 +125,7 @@ def _expand_experts(path:Path, out:dict, meta:dict) -> dict:
     `{tensor: [[name, dtype, shape of one expert's slice, offset in the row], ...]}`. Each part
     becomes a `TensorInfo` of its own, strided"""
     if EXPERTS_META not in meta: return out
-    try:
-        blobs = json.loads(meta[EXPERTS_META])
-        items = [(blob, [(str(n), dt, tuple(s),
-                          int(o)) for n, dt, s, o in parts]) for blob, parts in blobs.items()]
-    except (ValueError, TypeError, AttributeError):
-        raise StoreError(f"{path}: __metadata__ {EXPERTS_META} is {meta[EXPERTS_META]!r:.60}, "
-                         "expected JSON of tensor: [[name, dtype, shape, offset], ...]") from None
+    items = _experts_meta(path, meta)
     for blob, parts in items:
         b = out.pop(blob, None)
         if b is None or b.dtype != 'U8' or len(b.shape) != 2:
@@ -294,6 +299,22 @@ def _offsets(sizes:list, size:int, n:int, pattern:str, rng) -> list:
     f = np.searchsorted(first, picks, side='right') - 1
     return [(int(i), int((p - first[i]) * size)) for i, p in zip(f, picks)]
 
+# %% ../nbs/01a_store.ipynb #a2a0a006
+def _read_plan(fds:list, plan:list, buf, seconds:float, min_mb:float, drop) -> tuple:
+    """`(bytes, reads, seconds)` of reading `plan` `[(file index, offset)]` into `buf`, from cold
+    pages (`drop()` first and before each pass again), until `seconds` and `min_mb` are done"""
+    drop()
+    got, reads, t0 = 0, 0, time.perf_counter()
+    done = lambda: reads >= 3 and time.perf_counter() - t0 >= seconds and got >= min_mb * 1e6
+    while True:
+        for i, off in plan:
+            got += os.preadv(fds[i], [buf], off)
+            reads += 1
+            if done(): break
+        if not min_mb or done(): break
+        drop()  # and again, timed: the rate is of cold reads
+    return got, reads, time.perf_counter() - t0
+
 # %% ../nbs/01a_store.ipynb #c0006-1
 def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:float=256,
               seed:int=0,
@@ -312,17 +333,7 @@ def read_rate(src, size:int, pattern:str='scattered', seconds:float=1.0, max_mb:
     fds = [os.open(f, os.O_RDONLY) for f in files]
     try:
         drop = lambda: [drop_cache(f) for f in files] if cold else None
-        drop()
-        got, reads, t0 = 0, 0, time.perf_counter()
-        done = lambda: reads >= 3 and time.perf_counter() - t0 >= seconds and got >= min_mb * 1e6
-        while True:
-            for i, off in plan:
-                got += os.preadv(fds[i], [buf], off)
-                reads += 1
-                if done(): break
-            if not min_mb or done(): break
-            drop()  # and again, timed: the rate is of cold reads
-        dt = time.perf_counter() - t0
+        got, reads, dt = _read_plan(fds, plan, buf, seconds, min_mb, drop)
     finally:
         for fd in fds: os.close(fd)
     return dict(size=size, pattern=pattern, reads=reads, mb=got / 1e6, seconds=dt,
@@ -417,6 +428,20 @@ def _fill(fd:int, path, mv, at:int, need:int):
 # bytes between two ranges that one read takes along (the padding between an expert's parts)
 GAP = 64
 
+# %% ../nbs/01a_store.ipynb #a3a0a004
+def _runs(spans:list, a:int) -> list:
+    """`[[path, start, end, [(start, n), ...]], ...]`: the byte ranges `spans` `[(path, start, n)]`
+    joined into reads, each rounded out to a multiple of `a`"""
+    runs = []
+    for p, s, n in spans:
+        b, e = s // a * a, -(-(s + n) // a) * a
+        r = runs[-1] if runs else None
+        # it starts at (or just past) its end
+        if r and r[0] == p and r[1] <= b <= r[2] + GAP: r[2] = max(r[2], e)
+        else: runs.append([p, b, e, []])
+        runs[-1][3].append((s, n))
+    return runs
+
 # %% ../nbs/01a_store.ipynb #b9c6ff3f-2
 class PreadReader:
     "`os.preadv` through the page cache, into `Slabs`"
@@ -427,14 +452,7 @@ class PreadReader:
         """`(views, reads)` for the byte ranges `[(path, start, n)]`: views of them in one new
         buffer, and the reads (callables, one a range, to run on any threads) that fill it"""
         # one read a run of neighbouring ranges: [path, start, end, [(start, n), ...]]
-        a, runs = self.align, []
-        for p, s, n in spans:
-            b, e = s // a * a, -(-(s + n) // a) * a
-            r = runs[-1] if runs else None
-            # it starts at (or just past) its end
-            if r and r[0] == p and r[1] <= b <= r[2] + GAP: r[2] = max(r[2], e)
-            else: runs.append([p, b, e, []])
-            runs[-1][3].append((s, n))
+        runs = _runs(spans, self.align)
         buf, at, views, reads = self.slabs.take(sum(e - b for _, b, e, _ in runs)), 0, [], []
         mv = memoryview(buf)
         for p, b, e, got in runs:
@@ -563,32 +581,19 @@ class ExpertStore:
         self.spec, self.tensors = spec, index_checkpoint(self.dir)
         self.quant = {l: layer_quant(spec, self.tensors, l) for l in spec.moe_layers}
         self.layers = {l: self._check_layer(l) for l in spec.moe_layers}
-        self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values() for q in qs.values())
+        self.torch_packed = any(q and q.mode == 'torch' for qs in self.quant.values()
+                                for q in qs.values())
         self.low_bits = None if low_bits is None else lowbit.check_low_bits(low_bits)
         # a copy's codes tensor -> (int4 key, dtype, per-expert shape and bytes) it expands to
         self.low_target = {}
         self.low = {l: self._low_layer(l) for l in spec.moe_layers} if low_bits else {}
         self.ids = spec.num_experts * (2 if low_bits else 1)  # expert ids the store serves
-        # experts packed for torch are read straight into torch tensors that view the read buffers:
-        # no copy, no MLX
-        self.torch_out = self.torch_packed and bq.torch_available()
-        # experts packed for another CPU's torch: re-packed as they are read
-        self.repack, self.notes = None, []
-        if self.torch_out:
-            self.repack, note = check_packing(self.dir)
-            self.notes += [note] if note else []
+        self._torch_out()
         # the largest expert of any layer: with per-tensor quantization layers differ, and budgets
         # must hold any of them
-        self.expert_nbytes = max(sum(t.nbytes for t in ts.values()) for ts in self.layers.values()) // spec.num_experts
-        paths = sorted({t.path for ts in (*self.layers.values(),
-                                          *self.low.values()) for t in ts.values()})
-        self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
-        # kept free: K experts' buffers
-        self.slabs, self.reader = Slabs(keep=spec.k * self.expert_nbytes), None
-        self.use_reader(reader)
-        self.res = {p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()} if residency else {}
-        self.threads, self.pool = threads, None  # reads in flight
-        self.use_threads(threads)
+        self.expert_nbytes = max(sum(t.nbytes for t in ts.values())
+                                 for ts in self.layers.values()) // spec.num_experts
+        self._open_files(reader, threads, residency)
 
 # %% ../nbs/01a_store.ipynb #d7067642
 def _packing_desc(p:dict) -> str:
@@ -652,6 +657,63 @@ def _check_layer(self:ExpertStore, layer:int) -> dict:
         out[key] = t
     return out
 
+# %% ../nbs/01a_store.ipynb #a4a0a010
+@patch
+def _torch_out(self:ExpertStore):
+    "Whether experts are read into torch tensors (`torch_out`), and how they are re-packed"
+    # experts packed for torch are read straight into torch tensors that view the read buffers:
+    # no copy, no MLX
+    self.torch_out = self.torch_packed and bq.torch_available()
+    # experts packed for another CPU's torch: re-packed as they are read
+    self.repack, self.notes = None, []
+    if self.torch_out:
+        self.repack, note = check_packing(self.dir)
+        self.notes += [note] if note else []
+
+# %% ../nbs/01a_store.ipynb #a4a0a012
+@patch
+def _open_files(self:ExpertStore, reader:str, threads:int, residency:bool):
+    "Open the shards that hold experts, with the reader, residency maps and read threads asked for"
+    paths = sorted({t.path for ts in (*self.layers.values(),
+                                      *self.low.values()) for t in ts.values()})
+    self.fds = {p: os.open(p, os.O_RDONLY) for p in paths}
+    # kept free: K experts' buffers
+    self.slabs, self.reader = Slabs(keep=self.spec.k * self.expert_nbytes), None
+    self.use_reader(reader)
+    self.res = ({p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()}
+                if residency else {})
+    self.threads, self.pool = threads, None  # reads in flight
+    self.use_threads(threads)
+
+# %% ../nbs/01a_store.ipynb #768faaae-3
+@patch
+def use_reader(self:ExpertStore, reader:str, note:bool=True):
+    """Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass
+    the page cache)"""
+    if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got "
+                                               f"{reader!r}")
+    if self.reader is not None: self.reader.close()
+    paths = sorted(self.fds)
+    self.reader = (DirectReader(paths, self.slabs) if reader == 'direct' else
+                   PreadReader(self.fds, self.slabs) if reader == 'pread' else MmapReader(self.fds))
+    if reader == 'direct' and not self.reader.direct and note:
+        self.notes.append(f"the file system of {self.dir} refuses reads past the page cache "
+                          "(O_DIRECT): the experts are read through it (as --reader pread)")
+
+@patch
+def use_threads(self:ExpertStore, threads:int):
+    "Keep `threads` reads in flight from now on"
+    if self.pool: self.pool.shutdown(wait=True)
+    self.threads = threads
+    self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
+
+@patch
+def close(self:ExpertStore):
+    if self.pool: self.pool.shutdown(wait=True)
+    self.reader.close()
+    for r in self.res.values(): r.close()
+    for fd in self.fds.values(): os.close(fd)
+    self.fds = {}
 
 # %% ../nbs/01a_store.ipynb #b1e0c001
 @patch
@@ -664,19 +726,7 @@ def _low_layer(self:ExpertStore, layer:int) -> dict:
     path = self.dir / lowbit.low_file(layer, bits)
     fix = ("write a checkpoint that has them with `edge0 convert INT4_MLX_CHECKPOINT DST "
            f"--low-bits {bits}` (--layout {'torch-cpu' if self.torch_packed else 'mlx'})")
-    if not path.exists():
-        raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its "
-                         f"experts; {fix}")
-    tensors, meta = read_header(path)
-    try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
-    except ValueError: rec = None
-    if not (isinstance(rec, dict) and rec.get('bits') == bits and rec.get('of') == src.name):
-        raise StoreError(f"{path}: __metadata__ {lowbit.LOW_META} is "
-                         f"{meta.get(lowbit.LOW_META)!r:.80}, expected a {bits}-bit copy of "
-                         f"{src.name}; {fix}")
-    if rec.get('stamp') != lowbit.stamp(src):
-        raise StoreError(f"{path} copies other weights than {src.name} holds now (their stamps "
-                         f"differ): it would serve wrong numbers; {fix}")
+    tensors = self._low_tensors(path, src, fix)
     blk, out = self.spec.block_path.format(layer=layer), {}
     for (p, part), t in int4.items():
         low_part = 'codes' if part in ('weight', 'packed') else part
@@ -691,6 +741,27 @@ def _low_layer(self:ExpertStore, layer:int) -> dict:
         out[p, low_part] = lt
         if low_part == 'codes': self.low_target[lt.name] = ((p, part), t.dtype, t.shape[1:], per)
     return out
+
+# %% ../nbs/01a_store.ipynb #a4a0a017
+@patch
+def _low_tensors(self:ExpertStore, path:Path, src:Path, fix:str) -> dict:
+    """The tensors of the copy file `path`, refused where it is missing, damaged or copies other
+    weights than `src` holds now (`fix`: how to write good ones)"""
+    bits = self.low_bits
+    if not path.exists():
+        raise StoreError(f"{path} is missing: {self.dir.name} has no {bits}-bit copies of its "
+                         f"experts; {fix}")
+    tensors, meta = read_header(path)
+    try: rec = json.loads(meta.get(lowbit.LOW_META, 'null'))
+    except ValueError: rec = None
+    if not (isinstance(rec, dict) and rec.get('bits') == bits and rec.get('of') == src.name):
+        raise StoreError(f"{path}: __metadata__ {lowbit.LOW_META} is "
+                         f"{meta.get(lowbit.LOW_META)!r:.80}, expected a {bits}-bit copy of "
+                         f"{src.name}; {fix}")
+    if rec.get('stamp') != lowbit.stamp(src):
+        raise StoreError(f"{path} copies other weights than {src.name} holds now (their stamps "
+                         f"differ): it would serve wrong numbers; {fix}")
+    return tensors
 
 # %% ../nbs/01a_store.ipynb #95075d0b
 @patch
@@ -828,33 +899,3 @@ def hint(self:ExpertStore, layer:int, experts):
 def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
     for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.end - t.start)
-
-# %% ../nbs/01a_store.ipynb #768faaae-3
-@patch
-def use_reader(self:ExpertStore, reader:str, note:bool=True):
-    """Read with `reader` from now on (one of `READERS`; `note`: say where 'direct' cannot bypass
-    the page cache)"""
-    if reader not in READERS: raise StoreError(f"reader must be one of {', '.join(READERS)}, got "
-                                               f"{reader!r}")
-    if self.reader is not None: self.reader.close()
-    paths = sorted(self.fds)
-    self.reader = (DirectReader(paths, self.slabs) if reader == 'direct' else
-                   PreadReader(self.fds, self.slabs) if reader == 'pread' else MmapReader(self.fds))
-    if reader == 'direct' and not self.reader.direct and note:
-        self.notes.append(f"the file system of {self.dir} refuses reads past the page cache "
-                          "(O_DIRECT): the experts are read through it (as --reader pread)")
-
-@patch
-def use_threads(self:ExpertStore, threads:int):
-    "Keep `threads` reads in flight from now on"
-    if self.pool: self.pool.shutdown(wait=True)
-    self.threads = threads
-    self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
-
-@patch
-def close(self:ExpertStore):
-    if self.pool: self.pool.shutdown(wait=True)
-    self.reader.close()
-    for r in self.res.values(): r.close()
-    for fd in self.fds.values(): os.close(fd)
-    self.fds = {}

@@ -184,14 +184,7 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions,
     fits = lambda n: pool_budget(h.bytes, kv_bytes(growth, n), step, room, experts, minimum)
     if options.kv_tokens is None and options.pool_bytes == 'auto' and fits(tokens) < 2 * minimum:
         # nothing asked for this many tokens: budget the cache for fewer, down to 256, and say so
-        n = tokens
-        while n > 256 and fits(n) < 2 * minimum: n //= 2
-        n = max(n, 256)
-        if n < tokens:
-            notes.append(f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the "
-                         "default: a longer conversation may pass what this process may use "
-                         "(--max-kv-size bounds it)")
-            tokens = n
+        tokens, notes = _fewer_kv_tokens(fits, tokens, minimum)
     asked = options.pool_bytes
     return Budget(fits(tokens) if asked == 'auto' else asked,
                   asked if asked == 'auto' else 'unbounded' if asked is None
@@ -199,6 +192,18 @@ def budget_for(engine:StreamEngine, model, options:StreamOptions,
                   h.bytes, h.binds, h.limits, h.rss.rss, kv_bytes(growth, tokens), tokens, step,
                   room, experts,
                   minimum, notes, [list(g) for g in growth])
+
+# %% ../nbs/01b_streaming.ipynb #s1b0b002
+def _fewer_kv_tokens(fits, tokens:int, minimum:int) -> tuple:
+    """`(tokens, notes)`: the KV cache's tokens halved (down to 256) until the pool `fits(n)` leaves
+    holds two tokens' experts (`minimum` each); a note where they are fewer than `tokens`"""
+    n = tokens
+    while n > 256 and fits(n) < 2 * minimum: n //= 2
+    n = max(n, 256)
+    if n >= tokens: return tokens, []
+    return n, [f"the KV cache is budgeted for {n:,} tokens, not the {tokens:,} of the "
+               "default: a longer conversation may pass what this process may use "
+               "(--max-kv-size bounds it)"]
 
 # %% ../nbs/01b_streaming.ipynb #00a92d7c
 def apply_budget(engine:StreamEngine, where):
@@ -268,6 +273,60 @@ def _kernel_notes(d:Path, kernels:str, packed:bool) -> list:
     return []
 
 # %% ../nbs/01b_streaming.ipynb #48b7501c
+def _open_engine(d:Path, spec:MoESpec, options:StreamOptions, k:int|None) -> StreamEngine:
+    "The store and engine of the checkpoint in `d`; the store is closed if the engine is refused"
+    # auto: decided once the budget is known
+    reader = 'pread' if options.reader == 'auto' else options.reader
+    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader),
+                        residency=options.residency,
+                        low_bits=options.low_bits)
+    try: return StreamEngine(store, options, k)
+    except BaseException:
+        store.close()
+        raise
+
+# %% ../nbs/01b_streaming.ipynb #s1b0c002
+def _stream_model(handle:Handle, d:Path, kernels:str|None, dtype=None):
+    "`handle`'s model and tokenizer, built lazily, every routed `SwitchGLU` streamed by its engine"
+    spec, engine, store = handle.spec, handle.engine, handle.engine.store
+    try: handle.kernels = bq.check_kernels(kernels)
+    except ValueError as e: raise InputError(str(e)) from None
+    packed = store.torch_packed
+    # + experts re-packed for this CPU
+    handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes
+    handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
+    for layer in spec.moe_layers:
+        blk = block(spec, handle.model, layer)
+        handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
+        blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
+    cast_params(handle.model, spec, dtype)
+    # MLX's copies of the swapped weights are freed (read back only by close)
+    if handle.kernels == 'torch':
+        # the store's index of the checkpoint
+        shards = sorted({t.path for t in store.tensors.values()})
+        handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(shards))
+        B.clear_cache()
+
+# %% ../nbs/01b_streaming.ipynb #s1b0c004
+def _size_budget(engine:StreamEngine, model, options:StreamOptions, d:Path):
+    "Measure and apply `engine`'s budget; `reader='auto'` reads direct where the pool is short"
+    # measured now that the model is in memory
+    engine.budget = budget_for(engine, model, options)
+    apply_budget(engine, d)
+    b, store = engine.budget, engine.store
+    # streamed
+    if options.reader == 'auto' and options.auto_reader(b.pool, b.experts) == 'direct':
+        store.use_reader('direct', note=False)
+        # else it reads through the page cache, as pread: what auto means there
+        if store.reader.direct:
+            store.use_threads(options.read_threads('direct'))
+            # its page-cache room is smaller (an asked budget stays as asked)
+            if b.asked == 'auto':
+                # no second dry token
+                engine.budget = budget_for(engine, model, options, b.growth)
+                apply_budget(engine, d)
+
+# %% ../nbs/01b_streaming.ipynb #s1b0c006
 def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:int|None=None,
          dtype=None,
          **kw) -> Handle:
@@ -277,49 +336,11 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     spec = spec or model_spec(d)
     options = options or StreamOptions(**kw)
     check_tokenizer(d)
-    # auto: decided once the budget is known
-    reader = 'pread' if options.reader == 'auto' else options.reader
-    store = ExpertStore(d, spec, reader=reader, threads=options.read_threads(reader),
-                        residency=options.residency,
-                        low_bits=options.low_bits)
-    try: engine = StreamEngine(store, options, k)
-    except BaseException:
-        store.close()
-        raise
+    engine = _open_engine(d, spec, options, k)
     handle = Handle(None, None, spec, engine)
     try:
-        try: handle.kernels = bq.check_kernels(options.kernels)
-        except ValueError as e: raise InputError(str(e)) from None
-        packed = store.torch_packed
-        # + experts re-packed for this CPU
-        handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes
-        handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
-        for layer in spec.moe_layers:
-            blk = block(spec, handle.model, layer)
-            handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
-            blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
-        cast_params(handle.model, spec, dtype)
-        # MLX's copies of the swapped weights are freed (read back only by close)
-        if handle.kernels == 'torch':
-            # the store's index of the checkpoint
-            shards = sorted({t.path for t in store.tensors.values()})
-            handle.originals += bq.use_torch_kernels(handle.model, B.lazy_arrays(shards))
-            B.clear_cache()
-        # measured now that the model is in memory
-        engine.budget = budget_for(engine, handle.model, options)
-        apply_budget(engine, d)
-        b = engine.budget
-        # streamed
-        if options.reader == 'auto' and options.auto_reader(b.pool, b.experts) == 'direct':
-            store.use_reader('direct', note=False)
-            # else it reads through the page cache, as pread: what auto means there
-            if store.reader.direct:
-                store.use_threads(options.read_threads('direct'))
-                # its page-cache room is smaller (an asked budget stays as asked)
-                if b.asked == 'auto':
-                    # no second dry token
-                    engine.budget = budget_for(engine, handle.model, options, b.growth)
-                    apply_budget(engine, d)
+        _stream_model(handle, d, options.kernels, dtype)
+        _size_budget(engine, handle.model, options, d)
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
     except BaseException:
