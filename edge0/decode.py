@@ -197,103 +197,139 @@ class Decoder:
                  # routing mode: keep the layers no head predicts resident where the budget allows
                  # (False: read on demand)
                  hold:bool=True):
-        check_mode(mode)
-        if mode in ('routing', 'prefetch') and prerouter is None:
-            raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
-        if mode == 'oracle' and trace is None:
-            raise InputError("mode 'oracle' needs a routing trace recorded by an 'off' run")
+        _check_needs(mode, prerouter, trace)
         self.model, self.spec, self.engine, self.mode, self.prerouter = model, spec, engine, mode, prerouter
-        self.k = k or (prerouter.k if prerouter is not None else engine.k if engine is not None else spec.k)
-        if prerouter is not None and prerouter.k != self.k:
-            raise InputError(f"the heads were trained for K={prerouter.k}, this run serves "
-                             f"K={self.k}")
-        if engine is not None and engine.k != self.k:
-            raise InputError(f"the engine serves K={engine.k}, the decoder K={self.k}: build both "
-                             "with the same k")
+        self.k = _served_k(k, spec, engine, prerouter)
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
-        low = engine.low_bits if engine is not None else None
-        below = engine.low_below if engine is not None else None
-        if low and mode not in ('off', 'routing'):
-            raise InputError("low_bits is served in modes 'off' (with low_below) and 'routing' "
-                             f"(with exact top-M), not {mode!r}")
-        if low and mode == 'off' and below is None:
-            raise InputError(f"low_bits {low} in mode 'off' needs low_below: the routing weight "
-                             f"below which an expert is read as its {low}-bit copy")
-        if low and mode == 'routing' and (not exact_top or below is not None):
-            raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots "
-                             "beside the own M heaviest: set exact_top (M >= 1), without low_below")
-        # 'off': experts weighing less are read as their lower-bit copy
-        self.low_below = below if low else None
-        # 'routing': the K-M predicted slots are read as copies
-        self.low_slots = bool(low) and mode == 'routing'
+        # 'off': experts weighing less are read as their lower-bit copy; 'routing': the K-M
+        # predicted slots are read as copies
+        self.low_below, self.low_slots = _low_rule(mode, engine, exact_top)
         self.owners = dict(prerouter.next_layer) if mode in ('routing', 'prefetch') else {}
         self.head_dtype = heads_dtype(spec)
         if self.owners: prerouter.set_dtype(self.head_dtype)
         self.planned = {'routing': set(self.owners.values()),
                         'oracle': set(spec.moe_layers)}.get(mode, set())
-        self.trace_in = None if trace is None else check_trace(trace, spec, self.k,
-                                                               "the oracle's trace")
-        # own routing, one `{layer: ids}` a step: `trace` gives it by layer
-        self.recorded = [] if record else None
-        self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        # exact top-M: the flush's ranking; layers whose task was waited on
-        self.pred_w, self.prewaited = {}, set()
-        self.bias = {layer: router_bias(spec, block(spec, model,
-                                                    layer)) for layer in spec.moe_layers}
-        self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * exact_top), -1, False
-        # callables run around each flush: what a measurement adds
-        self.before_flush, self.after_flush = [], []
-        self.notes = []  # what the user should know about how this decoder serves
-        if engine is not None and mode == 'routing' and hold:
-            unplanned = [layer for layer in spec.moe_layers if layer not in self.planned]
-            # with the planned layers' slots
-            need, room = engine.resident_room(unplanned, len(self.planned) * self.k)
-            if need <= room:
-                for layer in unplanned: engine.keep_resident(layer)
-            else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on "
-                                    f"demand: the expert budget has {room / MiB:,.0f} MiB beside "
-                                    "one token's experts, and keeping them resident takes "
-                                    f"{need / MiB:,.0f} MiB with the planned slots")
-        for layer in self.planned if engine is not None else ():
-            # their bytes come out of the pool's budget now: a pool too small fails here
-            engine.plan_slots(layer)
-        # planned layers whose reads run at once: what the budget has room for beside the slots
-        ahead = 1
-        if engine is not None:
-            asked = engine.stage_ahead
-            ahead = engine.hold_stage_ahead() if self.planned else asked
-            if ahead < asked:
-                self.notes.append("planned layers are staged one at a time: beside the slots, the "
-                                  f"expert budget has no room for the {(asked - 1) * self.k} "
-                                  f"experts staging {asked} at once holds")
-        self.reader = ThreadPoolExecutor(ahead, thread_name_prefix='edge0-prerouter')
+        self._start_state(trace, record)
+        if engine is not None and mode == 'routing' and hold: self._hold_unplanned()
+        self.reader = ThreadPoolExecutor(self._plan_slots(), thread_name_prefix='edge0-prerouter')
         # the MLX graph computes the policy; the torch step brings its own executor
         self.graph = GraphExecutor(self)
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
-    def reset(self):
-        """Start a new sequence: wait for the reads in flight, forget the plan, restart the step
-        count (and the trace)"""
-        for f in self.pending.values(): f.result()
-        self.plan, self.preds, self.prev, self.pending, self.own_routed, self.warm = {}, {}, {}, {}, {}, {}
-        self.pred_w, self.prewaited, self.step, self.beyond = {}, set(), -1, False
-        if self.recorded is not None: self.recorded = []
+# %% ../nbs/02b_decode.ipynb #da14e472-b
+def _check_needs(mode:str, prerouter, trace):
+    "Refuse an unknown mode, and a mode without the heads or the trace it decodes with"
+    check_mode(mode)
+    if mode in ('routing', 'prefetch') and prerouter is None:
+        raise InputError(f"mode {mode!r} needs prerouter heads (edge0.prerouter.load_prerouter)")
+    if mode == 'oracle' and trace is None:
+        raise InputError("mode 'oracle' needs a routing trace recorded by an 'off' run")
 
-    @property
-    def trace(self) -> dict|None:
-        "The own routing recorded so far, `{layer: (steps, K) ids}` (None unless recording)"
-        if self.recorded is None: return None
-        return {layer: np.array([np.asarray(s[layer]).reshape(-1) for s in self.recorded],
-                                np.int64).reshape(-1, self.k)
-                for layer in self.spec.moe_layers}
+def _served_k(k:int|None, spec:MoESpec, engine, prerouter) -> int:
+    "The decoder's K: `k`, else the heads', the engine's or the model's; refused where they differ"
+    k = k or (prerouter.k if prerouter is not None else engine.k if engine is not None else spec.k)
+    if prerouter is not None and prerouter.k != k:
+        raise InputError(f"the heads were trained for K={prerouter.k}, this run serves K={k}")
+    if engine is not None and engine.k != k:
+        raise InputError(f"the engine serves K={engine.k}, the decoder K={k}: build both "
+                         "with the same k")
+    return k
 
-    def close(self):
-        "Give the model its own blocks back and stop the background reader"
-        unshadow(self.installed)
-        self.reader.shutdown(wait=True)
-        self.pending.clear()
+# %% ../nbs/02b_decode.ipynb #da14e472-c
+def _low_rule(mode:str, engine, exact_top:int) -> tuple:
+    "`(low_below, low_slots)`: how `mode` serves the engine's lower-bit copies, where it can"
+    low = engine.low_bits if engine is not None else None
+    below = engine.low_below if engine is not None else None
+    if low and mode not in ('off', 'routing'):
+        raise InputError("low_bits is served in modes 'off' (with low_below) and 'routing' "
+                         f"(with exact top-M), not {mode!r}")
+    if low and mode == 'off' and below is None:
+        raise InputError(f"low_bits {low} in mode 'off' needs low_below: the routing weight "
+                         f"below which an expert is read as its {low}-bit copy")
+    if low and mode == 'routing' and (not exact_top or below is not None):
+        raise InputError(f"low_bits {low} in mode 'routing' reads the K-M predicted slots "
+                         "beside the own M heaviest: set exact_top (M >= 1), without low_below")
+    return (below if low else None), bool(low) and mode == 'routing'
 
+# %% ../nbs/02b_decode.ipynb #da14e472-d
+from fastcore.basics import patch
+
+@patch
+def _start_state(self:Decoder, trace, record:bool):
+    "The state a new decoder starts from: no plan, no predictions, nothing read, counters at zero"
+    self.trace_in = None if trace is None else check_trace(trace, self.spec, self.k,
+                                                           "the oracle's trace")
+    # own routing, one `{layer: ids}` a step: `trace` gives it by layer
+    self.recorded = [] if record else None
+    self.plan, self.preds, self.prev, self.pending = {}, {}, {}, {}
+    self.own_routed, self.warm = {}, {}
+    # exact top-M: the flush's ranking; layers whose task was waited on
+    self.pred_w, self.prewaited = {}, set()
+    self.bias = {layer: router_bias(self.spec, block(self.spec, self.model,
+                                                     layer)) for layer in self.spec.moe_layers}
+    self.stats, self.step, self.beyond = DecodeStats(exact_staged=[0] * self.exact_top), -1, False
+    # callables run around each flush: what a measurement adds
+    self.before_flush, self.after_flush = [], []
+    self.notes = []  # what the user should know about how this decoder serves
+
+@patch
+def reset(self:Decoder):
+    """Start a new sequence: wait for the reads in flight, forget the plan, restart the step
+    count (and the trace)"""
+    for f in self.pending.values(): f.result()
+    self.plan, self.preds, self.prev, self.pending = {}, {}, {}, {}
+    self.own_routed, self.warm = {}, {}
+    self.pred_w, self.prewaited, self.step, self.beyond = {}, set(), -1, False
+    if self.recorded is not None: self.recorded = []
+
+# %% ../nbs/02b_decode.ipynb #da14e472-e
+@patch
+def _hold_unplanned(self:Decoder):
+    "Keep the layers no head predicts resident where the budget has room; else note they are read"
+    unplanned = [layer for layer in self.spec.moe_layers if layer not in self.planned]
+    # with the planned layers' slots
+    need, room = self.engine.resident_room(unplanned, len(self.planned) * self.k)
+    if need <= room:
+        for layer in unplanned: self.engine.keep_resident(layer)
+    else: self.notes.append(f"layers {unplanned}, which no head predicts, are read on "
+                            f"demand: the expert budget has {room / MiB:,.0f} MiB beside "
+                            "one token's experts, and keeping them resident takes "
+                            f"{need / MiB:,.0f} MiB with the planned slots")
+
+@patch
+def _plan_slots(self:Decoder) -> int:
+    "Reserve the planned layers' slots; how many layers' reads run at once beside them"
+    engine = self.engine
+    for layer in self.planned if engine is not None else ():
+        # their bytes come out of the pool's budget now: a pool too small fails here
+        engine.plan_slots(layer)
+    # planned layers whose reads run at once: what the budget has room for beside the slots
+    ahead = 1
+    if engine is not None:
+        asked = engine.stage_ahead
+        ahead = engine.hold_stage_ahead() if self.planned else asked
+        if ahead < asked:
+            self.notes.append("planned layers are staged one at a time: beside the slots, the "
+                              f"expert budget has no room for the {(asked - 1) * self.k} "
+                              f"experts staging {asked} at once holds")
+    return ahead
+
+# %% ../nbs/02b_decode.ipynb #da14e472-f
+@patch(as_prop=True)
+def trace(self:Decoder) -> dict|None:
+    "The own routing recorded so far, `{layer: (steps, K) ids}` (None unless recording)"
+    if self.recorded is None: return None
+    return {layer: np.array([np.asarray(s[layer]).reshape(-1) for s in self.recorded],
+                            np.int64).reshape(-1, self.k)
+            for layer in self.spec.moe_layers}
+
+@patch
+def close(self:Decoder):
+    "Give the model its own blocks back and stop the background reader"
+    unshadow(self.installed)
+    self.reader.shutdown(wait=True)
+    self.pending.clear()
 
 # %% ../nbs/02b_decode.ipynb #d0000014
 class Executor:
@@ -333,8 +369,6 @@ class GraphExecutor(Executor):
     def finish(self, *arrays): B.eval(*arrays)
 
 # %% ../nbs/02b_decode.ipynb #d0000014b
-from fastcore.basics import patch
-
 @patch
 def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
     """Block `layer` (`blk`) on `x` (..., L, D) under this decoder's mode, computed by the executor
@@ -569,41 +603,49 @@ class Sampling:
     seed:int|None = None
 
     def __post_init__(self):
-        checks = [('temp', self.temp, 0 <= self.temp < math.inf, 'a number >= 0'),
-                  ('top_p', self.top_p, 0 < self.top_p <= 1, 'in (0, 1]'),
-                  ('top_k', self.top_k, self.top_k >= 0, 'an integer >= 0'),
-                  ('min_p', self.min_p, 0 <= self.min_p <= 1, 'in [0, 1]'),
-                  ('min_tokens_to_keep', self.min_tokens_to_keep, self.min_tokens_to_keep >= 1,
-                   'at least 1'),
-                  ('repetition_penalty', self.repetition_penalty,
-                   self.repetition_penalty is None or 0 < self.repetition_penalty < math.inf,
-                   'a number > 0'),
-                  ('repetition_context_size', self.repetition_context_size,
-                   self.repetition_context_size >= 1,
-                   'at least 1')]
-        for name, value, ok, want in checks:
+        for name, value, ok, want in _sampling_checks(self):
             if not ok: raise InputError(f"{name} must be {want}, got {value!r}")
 
-    def sampler(self):
-        "mlx-lm's sampler of log-probabilities for these settings"
-        from mlx_lm.sample_utils import make_sampler
-        return make_sampler(self.temp, self.top_p, self.min_p, self.min_tokens_to_keep, self.top_k)
+# %% ../nbs/02b_decode.ipynb #d0000020b-b
+def _sampling_checks(s:Sampling) -> list:
+    "`(name, value, ok, want)` of every setting of `s` that has a range"
+    return [('temp', s.temp, 0 <= s.temp < math.inf, 'a number >= 0'),
+            ('top_p', s.top_p, 0 < s.top_p <= 1, 'in (0, 1]'),
+            ('top_k', s.top_k, s.top_k >= 0, 'an integer >= 0'),
+            ('min_p', s.min_p, 0 <= s.min_p <= 1, 'in [0, 1]'),
+            ('min_tokens_to_keep', s.min_tokens_to_keep, s.min_tokens_to_keep >= 1,
+             'at least 1'),
+            ('repetition_penalty', s.repetition_penalty,
+             s.repetition_penalty is None or 0 < s.repetition_penalty < math.inf,
+             'a number > 0'),
+            ('repetition_context_size', s.repetition_context_size,
+             s.repetition_context_size >= 1,
+             'at least 1')]
 
-    def processors(self) -> list:
-        "mlx-lm's logits processors for these settings"
-        from mlx_lm.sample_utils import make_logits_processors
-        return make_logits_processors(self.logit_bias, self.repetition_penalty,
-                                      self.repetition_context_size)
+# %% ../nbs/02b_decode.ipynb #d0000020b-c
+@patch
+def sampler(self:Sampling):
+    "mlx-lm's sampler of log-probabilities for these settings"
+    from mlx_lm.sample_utils import make_sampler
+    return make_sampler(self.temp, self.top_p, self.min_p, self.min_tokens_to_keep, self.top_k)
 
-    def draw(self, logits):
-        """Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0,
-        else mlx-lm's sampler)"""
-        if self.repetition_penalty is not None or self.logit_bias:
-            raise InputError("a batched draw takes no repetition_penalty or logit_bias (they "
-                             "follow one sequence)")
-        logits = logits.astype(B.float32)
-        if self.temp == 0: return B.argmax(logits, axis=-1)
-        return self.sampler()(logits - B.logsumexp(logits, axis=-1, keepdims=True))
+@patch
+def processors(self:Sampling) -> list:
+    "mlx-lm's logits processors for these settings"
+    from mlx_lm.sample_utils import make_logits_processors
+    return make_logits_processors(self.logit_bias, self.repetition_penalty,
+                                  self.repetition_context_size)
+
+@patch
+def draw(self:Sampling, logits):
+    """Next tokens (B,) from last-position `logits` (B, V), a batch at once (greedy at temp 0,
+    else mlx-lm's sampler)"""
+    if self.repetition_penalty is not None or self.logit_bias:
+        raise InputError("a batched draw takes no repetition_penalty or logit_bias (they "
+                         "follow one sequence)")
+    logits = logits.astype(B.float32)
+    if self.temp == 0: return B.argmax(logits, axis=-1)
+    return self.sampler()(logits - B.logsumexp(logits, axis=-1, keepdims=True))
 
 # %% ../nbs/02b_decode.ipynb #a26279d8
 def generate_batch(forward, cache, prompts:np.ndarray, n:int,
@@ -707,60 +749,85 @@ def token_loop(next_token,
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f
 def load(model_dir, mode:str='off', k:int|None=None, prerouter_path=None, trace=None,
-         record_trace:bool=False,
-         options:StreamOptions|None=None, spec:MoESpec|None=None, exact_top:int=0, hold:bool=True,
+         record_trace:bool=False, options:StreamOptions|None=None, spec:MoESpec|None=None,
+         exact_top:int=0, hold:bool=True,
          # every expert in memory (`load_resident`): the decoder computes, nothing is read
          resident:bool=False,
          # False: the heads are loaded (`handle.prerouter`), the model routes itself
-         decoder:bool=True,
-         dtype=None,
+         decoder:bool=True, dtype=None,
          # mode 'auto': `choose(handle, heads or None, k, exact_top) -> (mode, why)`, asked after
          # the load
-         choose=None,
-         **kw) -> Handle:
+         choose=None, **kw) -> Handle:
     """A `Handle` on the model in `model_dir`, its heads (`prerouter_path`, else `find_heads`) and
     its `Decoder`"""
-    auto = mode == AUTO
-    if auto and choose is None:
-        raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
-                         "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass "
-                         "it)")
-    if not auto: check_mode(mode)  # before anything is loaded
+    auto = _is_auto(mode, choose)  # before anything is loaded
     spec = spec or model_spec(model_dir)
     # exact top-M is checked by the decoder (and by `serving.Serving` before anything is loaded)
     k = k or spec.k
-    path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
-            (auto and prerouter_path is not None) else find_heads(model_dir, spec,
-                                                                  k) if auto else None)
-    heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
-    # as the decoder runs them, installed or not
-    if heads is not None: heads.set_dtype(heads_dtype(spec))
-    replay = None
-    if mode == 'oracle' and trace is not None: replay = trace if isinstance(trace, dict) else load_trace(trace, spec, k)
-    if resident and (options is not None or kw): raise InputError("a resident model takes no streaming options")
-    handle = (load_resident(model_dir, spec, dtype) if resident else
-              stream_load(model_dir, options, spec=spec, k=k, dtype=dtype, **kw))
-    if auto:
-        try: mode, why = choose(handle, path, k, exact_top)
-        except BaseException:
-            handle.close()
-            raise
-        handle.notes.append(why)
-        # off: the own routing, every expert exact
-        if mode != 'routing': path, heads, exact_top = None, None, 0
+    path, heads = _load_heads(model_dir, spec, k, mode, auto, prerouter_path)
+    replay = _replay(mode, trace, spec, k)
+    handle = _open_model(model_dir, spec, k, options, resident, dtype, kw)
+    if auto: mode, path, heads, exact_top = _auto_mode(handle, choose, path, heads, k, exact_top)
     handle.k, handle.heads, handle.prerouter = k, path, heads
     # once, whichever command serves it
     if path is not None: handle.notes.append(f"prerouter heads: {path}")
     if not decoder: return handle
     # resident: every expert at hand (torch-packed ones too)
     engine = None if resident else handle.engine
-    try: handle.decoder = Decoder(handle.model, spec, engine, mode, k, heads, replay, record_trace,
-                                  exact_top, hold)
+    handle.decoder = _or_close(handle, lambda: Decoder(handle.model, spec, engine, mode, k, heads,
+                                                       replay, record_trace, exact_top, hold))
+    handle.notes += handle.decoder.notes
+    return handle
+
+# %% ../nbs/02b_decode.ipynb #eb7ac55f-b
+def _load_heads(model_dir, spec:MoESpec, k:int, mode:str, auto:bool, prerouter_path) -> tuple:
+    "`(path, heads)`: needed in routing and prefetch, found if there in auto (None: none served)"
+    path = (heads_file(model_dir, spec, k, prerouter_path) if mode in ('routing', 'prefetch') or
+            (auto and prerouter_path is not None) else find_heads(model_dir, spec,
+                                                                  k) if auto else None)
+    heads = load_prerouter(model_dir, spec, k, path) if path is not None else None
+    # as the decoder runs them, installed or not
+    if heads is not None: heads.set_dtype(heads_dtype(spec))
+    return path, heads
+
+def _replay(mode:str, trace, spec:MoESpec, k:int) -> dict|None:
+    "The trace `oracle` replays (a file read and checked against the model and K), else None"
+    if mode == 'oracle' and trace is not None:
+        return trace if isinstance(trace, dict) else load_trace(trace, spec, k)
+    return None
+
+def _open_model(model_dir, spec:MoESpec, k:int, options, resident:bool, dtype, kw:dict) -> Handle:
+    "A handle on the model: every expert in memory (`resident`), else streamed with `options`"
+    if resident and (options is not None or kw):
+        raise InputError("a resident model takes no streaming options")
+    return (load_resident(model_dir, spec, dtype) if resident else
+            stream_load(model_dir, options, spec=spec, k=k, dtype=dtype, **kw))
+
+# %% ../nbs/02b_decode.ipynb #eb7ac55f-c
+def _is_auto(mode:str, choose) -> bool:
+    "Whether `mode` is 'auto' (refused without a planner `choose`); any other mode checked"
+    auto = mode == AUTO
+    if auto and choose is None:
+        raise InputError("prerouter mode 'auto' needs a planner to choose between off and routing "
+                         "(edge0.plan_verdict.auto_mode; the session and the edge0 command pass "
+                         "it)")
+    if not auto: check_mode(mode)
+    return auto
+
+def _or_close(handle, make):
+    "`make()`, with `handle` closed if it raises (a refused load leaves nothing open)"
+    try: return make()
     except BaseException:
         handle.close()
         raise
-    handle.notes += handle.decoder.notes
-    return handle
+
+def _auto_mode(handle, choose, path, heads, k:int, exact_top:int) -> tuple:
+    "`(mode, path, heads, exact_top)` as the planner `choose` decides for the loaded `handle`"
+    mode, why = _or_close(handle, lambda: choose(handle, path, k, exact_top))
+    handle.notes.append(why)
+    # off: the own routing, every expert exact
+    if mode != 'routing': path, heads, exact_top = None, None, 0
+    return mode, path, heads, exact_top
 
 # %% ../nbs/02b_decode.ipynb #eb7ac55f-1
 def decode_stats(handle:Handle) -> dict:

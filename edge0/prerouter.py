@@ -169,6 +169,31 @@ def head_batch(n:int, step:int, seed:int, positions:np.ndarray, batch:int) -> np
     return positions[np.random.default_rng([seed, n, step]).integers(0, len(positions), batch)]
 
 # %% ../nbs/02a_prerouter.ipynb #f54c03a3
+def _head_loss(spec:MoESpec, weighted:float):
+    "`loss_fn(head, f, target, routed_next) -> (loss, kl)`: KL to the next router (+ weighted NLL)"
+    def loss_fn(head, f, target, routed_next):
+        p, q = score_probs(spec, target), score_probs(spec, head(f))
+        kl = (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
+        if not weighted: return kl, kl
+        return kl + weighted * weighted_nll(spec, q, target, routed_next), kl
+    return loss_fn
+
+# %% ../nbs/02a_prerouter.ipynb #f54c03a3-b
+def _head_inputs(spec:MoESpec, h, routed, target_logits, target_routed, t):
+    "A batch at pair positions `t`: features, the next layer's logits at t+1 and its routed ids"
+    f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
+    routed_next = (B.array(np.asarray(target_routed[t + 1]).astype(np.int32))
+                   if target_routed is not None else None)
+    return f, B.array(target_logits[t + 1]), routed_next
+
+def _head_step(head, opt, loss_and_grad, *inputs) -> float:
+    "One optimizer step of `head` on a batch of `_head_inputs`; its KL"
+    (_, kl), grads = loss_and_grad(head, *inputs)
+    opt.update(head, grads)
+    B.eval(head.parameters(), opt.state)
+    return kl.item()
+
+# %% ../nbs/02a_prerouter.ipynb #f54c03a3-c
 def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
                # captures of layer n (h, routed) and of `next_layer[n]` (logits): any row-indexable
                # arrays, memory-mapped files included
@@ -186,22 +211,13 @@ def train_head(pr:Prerouter, n:int, # the owner layer whose head is trained
                                                             "next layer's routed ids")
     opt, log = opt or bnn.optim.Adam(lr), log if log is not None else []
     positions = pair_positions(len(h), seq)
-    def loss_fn(head, f, target, routed_next):
-        p, q = score_probs(spec, target), score_probs(spec, head(f))
-        kl = (p * (B.log(p + 1e-9) - B.log(q + 1e-9))).sum(axis=-1).mean()
-        if not weighted: return kl, kl
-        return kl + weighted * weighted_nll(spec, q, target, routed_next), kl
-    loss_and_grad = bnn.value_and_grad(head, loss_fn)
+    loss_and_grad = bnn.value_and_grad(head, _head_loss(spec, weighted))
     bar = tqdm(total=steps, initial=start, desc=f'head {n}->{pr.next_layer[n]}', unit='step',
                disable=not show)
     for step in range(start, steps):
         t = head_batch(n, step, seed, positions, batch)
-        f = features(B.array(h[t]), B.array(routed[t]), B.array(routed[t - 1]), spec.num_experts)
-        routed_next = B.array(np.asarray(target_routed[t + 1]).astype(np.int32)) if weighted else None
-        (_, kl), grads = loss_and_grad(head, f, B.array(target_logits[t + 1]), routed_next)
-        opt.update(head, grads)
-        B.eval(head.parameters(), opt.state)
-        log.append(kl.item())
+        log.append(_head_step(head, opt, loss_and_grad, *_head_inputs(
+            spec, h, routed, target_logits, target_routed if weighted else None, t)))
         bar.update(1)
         if (step + 1) % 10 == 0: bar.set_postfix(head=f"{n}->{pr.next_layer[n]}",
                                                  kl=f"{np.mean(log[-50:]):.4f}")

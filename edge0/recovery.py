@@ -51,40 +51,48 @@ class StudentPath:
         self.bias = {layer: router_bias(spec, block(spec, model,
                                                     layer)) for layer in spec.moe_layers}
         self.prefill, self.pos, self.carry, self.preds = 1, 0, {}, {}
-        # lower-bit copies, as `StreamOptions.low_bits` serves them: `{layer: {proj: (weight,
-        # scales, biases)}}`
-        # (`low_experts`); `low_below` None: exact top-`keep`'s K - keep slots, else every expert
-        # weighing less
-        # positions from `low_from` on are decode steps
+        # lower-bit copies as `StreamOptions.low_bits` serves them (`low_experts`): `{layer: {proj:
+        # (weight, scales, biases)}}`; `low_below` None: exact top-`keep`'s K - keep slots, else
+        # every expert weighing less; positions from `low_from` on are decode steps
         self.low, self.low_below, self.low_from = None, None, 1
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
-    def reset(self, prefill:int, low_from:int=1):
-        """Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first
-        decode step's)"""
-        self.prefill, self.pos, self.carry, self.preds, self.low_from = prefill, 0, {}, {}, low_from
-
-    def __call__(self, tokens, cache=None):
-        "Logits (B, L, V) of `tokens` (B, L), continuing the sequences at position `self.pos`"
-        out = self.model(tokens, cache=cache)
-        self.pos += tokens.shape[1]
-        return out
-
-    def from_start(self, tokens, prefill:int=1, low_from:int=1):
-        """Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill`
-        positions a prompt"""
-        self.reset(prefill, low_from)
-        return self(tokens)
-
-    def close(self):
-        "Give the model its own blocks back"
-        unshadow(self.installed)
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
-
-# %% ../nbs/04d_recovery.ipynb #e0b6175d
+# %% ../nbs/04d_recovery.ipynb #9a48b87b-b
 from fastcore.basics import patch
 
+@patch
+def reset(self:StudentPath, prefill:int, low_from:int=1):
+    """Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first
+    decode step's)"""
+    self.prefill, self.pos, self.carry, self.preds, self.low_from = prefill, 0, {}, {}, low_from
+
+@patch
+def __call__(self:StudentPath, tokens, cache=None):
+    "Logits (B, L, V) of `tokens` (B, L), continuing the sequences at position `self.pos`"
+    out = self.model(tokens, cache=cache)
+    self.pos += tokens.shape[1]
+    return out
+
+@patch
+def from_start(self:StudentPath, tokens, prefill:int=1, low_from:int=1):
+    """Logits (B, L, V) of whole sequences `tokens` (B, L), teacher-forced, the first `prefill`
+    positions a prompt"""
+    self.reset(prefill, low_from)
+    return self(tokens)
+
+# %% ../nbs/04d_recovery.ipynb #9a48b87b-c
+@patch
+def close(self:StudentPath):
+    "Give the model its own blocks back"
+    unshadow(self.installed)
+
+@patch
+def __enter__(self:StudentPath): return self
+
+@patch
+def __exit__(self:StudentPath, *exc): self.close()
+
+# %% ../nbs/04d_recovery.ipynb #e0b6175d
 def copies_of(switch, copies:dict, x, inds):
     """`switch(x, inds)` (an mlx-lm int4 `SwitchGLU`) computed with `copies` `{proj: (weight,
     scales, biases)}` instead"""
@@ -138,40 +146,57 @@ def moe_block(self:StudentPath, layer:int, blk, x):
                                                    self.bias[layer])[0]
     low = None  # which slots are served as lower-bit copies
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
-        after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
-        pred = self.preds.pop(layer)
-        if self.keep:
-            copies = self.low is not None and self.low_below is None
-            pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep,
-                                        spec.num_experts,
-                                        copies)
-            if copies: low = after_prompt & B.array(slots)
-        inds = B.where(after_prompt, pred, inds)
+        inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
     y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)
     w = weigh(spec.routing, logits, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
-    if low is not None and layer in self.low:
-        # a prompt is read at int4
-        low = low & (B.arange(self.pos, self.pos + n) >= self.low_from)[None, :, None]
-        y = B.where(low[..., None], copies_of(blk['switch_mlp'], self.low[layer], x, inds), y)
+    if low is not None and layer in self.low: y = self._with_copies(layer, blk, x, inds, y, low)
     out = combine(spec, blk, x, y, w)
-    if layer in self.owners and not forced:
-        nxt = self.owners[layer]
-        prev = B.concatenate([self.carry.get(('used', layer), inds[:, :1]), inds[:, :-1]], axis=1)
-        f = features(x.astype(self.head_dtype), inds, prev, spec.num_experts)
-        # for t + 1
-        predicted, pw = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])
-        # best first, as the decoder's flush ranks a prediction: exact top-M fills K - M from the
-        # front
-        if self.ranked:
-            predicted = B.take_along_axis(predicted, B.argsort(-pw.astype(B.float32), axis=-1),
-                                          axis=-1)
-        self.preds[nxt] = B.concatenate([self.carry.get(('predicted', nxt), predicted[:, :1]),
-                                         predicted[:, :-1]], 1)
-        self.carry[('used', layer)], self.carry[('predicted',
-                                                 nxt)] = inds[:, -1:], predicted[:, -1:]
+    if layer in self.owners and not forced: self._predict(layer, x, inds)
     return out
+
+# %% ../nbs/04d_recovery.ipynb #e0b6175d-3
+@patch
+def _predicted(self:StudentPath, layer:int, logits, inds, n:int) -> tuple:
+    """`(inds, low)` of planned `layer` over `n` positions: the prediction after the prompt, and
+    which slots are copies"""
+    spec, low = self.spec, None
+    after_prompt = (B.arange(self.pos, self.pos + n) >= self.prefill)[None, :, None]
+    pred = self.preds.pop(layer)
+    if self.keep:
+        copies = self.low is not None and self.low_below is None
+        pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep,
+                                    spec.num_experts,
+                                    copies)
+        if copies: low = after_prompt & B.array(slots)
+    return B.where(after_prompt, pred, inds), low
+
+@patch
+def _with_copies(self:StudentPath, layer:int, blk, x, inds, y, low):
+    "`y` with the slots `low` from position `low_from` on computed from `layer`'s lower-bit copies"
+    # a prompt is read at int4
+    low = low & (B.arange(self.pos, self.pos + x.shape[1]) >= self.low_from)[None, :, None]
+    return B.where(low[..., None], copies_of(blk['switch_mlp'], self.low[layer], x, inds), y)
+
+# %% ../nbs/04d_recovery.ipynb #e0b6175d-4
+@patch
+def _predict(self:StudentPath, layer:int, x, inds):
+    "Owner `layer`'s head predicts the next MoE layer's sets, each for the position after its own"
+    spec, nxt = self.spec, self.owners[layer]
+    prev = B.concatenate([self.carry.get(('used', layer), inds[:, :1]), inds[:, :-1]], axis=1)
+    f = features(x.astype(self.head_dtype), inds, prev, spec.num_experts)
+    # for t + 1
+    predicted, pw = route(spec.routing, self.prerouter(layer, f), self.k, self.bias[nxt])
+    # best first, as the decoder's flush ranks a prediction: exact top-M fills K - M from the
+    # front
+    if self.ranked:
+        predicted = B.take_along_axis(predicted, B.argsort(-pw.astype(B.float32), axis=-1),
+                                      axis=-1)
+    self.preds[nxt] = B.concatenate([self.carry.get(('predicted', nxt), predicted[:, :1]),
+                                     predicted[:, :-1]], 1)
+    self.carry[('used', layer)], self.carry[('predicted',
+                                             nxt)] = inds[:, -1:], predicted[:, -1:]
 
 # %% ../nbs/04d_recovery.ipynb #58823f7b
 def student_generate(student:StudentPath, prompts:np.ndarray, n:int, sampling:Sampling|None=None,
@@ -368,24 +393,18 @@ class Recovery:
         m = self.exact_top = s.exact_top  # trained on the path exact top-M serves
         self.recipe = dict(recipe_for(name, phase), **overrides)
         if m: self.recipe['exact_top'] = m  # in the recipe, as before: the same checkpoints resume
-        self.base = Path(base_dir or teacher_path(name))
-        self.spec = spec = model_spec(self.base)
-        self.k = s.k or spec.k
-        if not 0 <= m <= self.k: raise InputError(f"exact_top {m}: expected 0 to K={self.k}")
-        self.heads = heads_file(self.base, spec, self.k, s.heads)
-        self.serving = replace(s, k=self.k, heads=self.heads)  # what is trained for, whole
-        prerouter = load_prerouter(self.base, spec, self.k, self.heads)
+        self._base_for(s, base_dir)
+        prerouter = load_prerouter(self.base, self.spec, self.k, self.heads)
         self.tokens = teacher_tokens(name, corpus_dir, work, show)
         self.model, self.tokenizer = dequantized_base(self.base)
         self.adapter = self._adapter()
         for mod in self.adapter.modules.values():
             mod.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
-        self.student = StudentPath(self.model, spec, prerouter, self.k, grouped=True, keep=m,
+        self.student = StudentPath(self.model, self.spec, prerouter, self.k, grouped=True, keep=m,
                                    ranked=bool(m))
         self.teacher = load_teacher(name) if phase == 3 else None
-        if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work,
-                                                            *(self.recipe[key] for key in (
-            'rows', 'prompt', 'gen', 'temp', 'seed')), show=show)
+        if phase == 2: self.rows, self.rows_meta = rows_for(name, self.tokens, work, *(
+            self.recipe[key] for key in ('rows', 'prompt', 'gen', 'temp', 'seed')), show=show)
         r = self.recipe
         self.opt = bnn.optim.Adam(lr_schedule(r['lr'], r['warmup'], r['steps']))
         self.step, self.log = 0, []
@@ -393,24 +412,38 @@ class Recovery:
         self.out = self.work / f"{name}-k{self.k}{f'-top{m}' if m else ''}-phase{phase}-ckpt"
         self._loss_and_grad = bnn.value_and_grad(self.model, self._loss)
 
-    def _adapter(self) -> Adapter:
-        r = self.recipe
-        if self.phase == 2:
-            return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'],
-                          B.float32)
-        p = stage_file(self.work, self.name, self.k, 2, self.exact_top)
-        if not p.exists():
-            raise InputError(f"distil starts from sft's adapter {p}: run --phase sft at K={self.k}"
-                             f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} "
-                             "first")
-        weights, meta = read_adapter(p)
-        if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
-            raise InputError(f"{p} was trained with other heads than {self.heads}; run --phase sft "
-                             "again")
-        self.recipe.update(rank=meta['rank'], alpha=meta['alpha'], targets=list(meta['targets']))
-        return attach(self.model, self.spec, meta['rank'], meta['alpha'], meta['targets'],
-                      dtype=B.float32,
-                      weights=weights)
+# %% ../nbs/04d_recovery.ipynb #ccfbc687-b
+@patch
+def _base_for(self:Recovery, s:Serving, base_dir):
+    "The base trained on, its spec and K, exact top-M checked against K, its heads and the serving"
+    self.base = Path(base_dir or teacher_path(self.name))
+    self.spec = spec = model_spec(self.base)
+    self.k = s.k or spec.k
+    m = self.exact_top
+    if not 0 <= m <= self.k: raise InputError(f"exact_top {m}: expected 0 to K={self.k}")
+    self.heads = heads_file(self.base, spec, self.k, s.heads)
+    self.serving = replace(s, k=self.k, heads=self.heads)  # what is trained for, whole
+
+# %% ../nbs/04d_recovery.ipynb #ccfbc687-c
+@patch
+def _adapter(self:Recovery) -> Adapter:
+    r = self.recipe
+    if self.phase == 2:
+        return attach(self.model, self.spec, r['rank'], r['alpha'], r['targets'], r['seed'],
+                      B.float32)
+    p = stage_file(self.work, self.name, self.k, 2, self.exact_top)
+    if not p.exists():
+        raise InputError(f"distil starts from sft's adapter {p}: run --phase sft at K={self.k}"
+                         f"{f' with exact top-{self.exact_top}' if self.exact_top else ''} "
+                         "first")
+    weights, meta = read_adapter(p)
+    if meta.get('heads_fingerprint') != heads_fingerprint(self.heads):
+        raise InputError(f"{p} was trained with other heads than {self.heads}; run --phase sft "
+                         "again")
+    self.recipe.update(rank=meta['rank'], alpha=meta['alpha'], targets=list(meta['targets']))
+    return attach(self.model, self.spec, meta['rank'], meta['alpha'], meta['targets'],
+                  dtype=B.float32,
+                  weights=weights)
 
 # %% ../nbs/04d_recovery.ipynb #b590cfd4
 @patch

@@ -72,20 +72,25 @@ class Proj:
         else: raise TypeError(f"not a projection: {type(m).__name__}")
         self.out_features = self.sz.shape[1] if self.packed is not None else self.w.shape[0]
 
-    def __call__(self, x):
-        "`x @ W.T (+ bias)` for float32 rows `x` (M, in)"
-        if self.packed is None: y = x @ self.w.T
-        else: y = _INT4(x.to(torch.bfloat16), self.packed, self.group, self.sz).float()
-        if self.refine: self._exact_top(x, y)
-        if self.lora is not None: y = y + self.lora[2] * ((x @ self.lora[0].T) @ self.lora[1].T)
-        return y if self.bias is None else y + self.bias
+# %% ../nbs/02c_torch_step.ipynb #b737141f-b
+from fastcore.basics import patch
 
-    def _exact_top(self, x, y):
-        """Each row's `refine` largest outputs recomputed in float32 from the int4 weight (the
-        kernel's are bfloat16)"""
-        top = torch.topk(y, min(self.refine, y.shape[-1]), dim=-1).indices
-        for i in range(len(x)):
-            y[i, top[i]] = self.exact(top[i]) @ x[i]
+@patch
+def __call__(self:Proj, x):
+    "`x @ W.T (+ bias)` for float32 rows `x` (M, in)"
+    if self.packed is None: y = x @ self.w.T
+    else: y = _INT4(x.to(torch.bfloat16), self.packed, self.group, self.sz).float()
+    if self.refine: self._exact_top(x, y)
+    if self.lora is not None: y = y + self.lora[2] * ((x @ self.lora[0].T) @ self.lora[1].T)
+    return y if self.bias is None else y + self.bias
+
+@patch
+def _exact_top(self:Proj, x, y):
+    """Each row's `refine` largest outputs recomputed in float32 from the int4 weight (the
+    kernel's are bfloat16)"""
+    top = torch.topk(y, min(self.refine, y.shape[-1]), dim=-1).indices
+    for i in range(len(x)):
+        y[i, top[i]] = self.exact(top[i]) @ x[i]
 
 # %% ../nbs/02c_torch_step.ipynb #11e9e4fa
 def fuse(projs:list) -> Proj|None:
@@ -189,26 +194,28 @@ class Attention:
             self.qk_w = torch.cat([self.q_norm.w.expand(self.heads, 1, -1),
                                    self.k_norm.w.expand(self.kv_heads, 1, -1)])
 
-    def __call__(self, x, cache:KV):
-        "`x` (L, D) at positions cache.n.. -> (L, D)"
-        L = x.shape[0]
-        q, k, v = self.qkv(x).split(self.sizes,
-                                    -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
-        if self.q_norm is not None and not self.per_head: q, k = self.q_norm(q), self.k_norm(k)
-        qk = torch.cat([q.view(L, self.heads, self.head_dim),
-                        k.view(L, self.kv_heads, self.head_dim)], 1)
-        qk = qk.transpose(0, 1)
-        if self.per_head: qk = F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * self.qk_w
-        q, k = self.rope(qk, cache.n).split([self.heads, self.kv_heads])  # one rotation for both
-        v = v.view(L, self.kv_heads, self.head_dim).transpose(0, 1)
-        start = cache.n
-        keys, values = cache.add(k, v)
-        mask = None
-        if L > 1: mask = torch.arange(keys.shape[1])[None] <= torch.arange(start, start + L)[:, None]
-        out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                             scale=self.scale,
-                                             enable_gqa=self.heads != self.kv_heads)[0]
-        return self.o(out.transpose(0, 1).reshape(L, -1))
+# %% ../nbs/02c_torch_step.ipynb #6c3660d9-b
+@patch
+def __call__(self:Attention, x, cache:KV):
+    "`x` (L, D) at positions cache.n.. -> (L, D)"
+    L = x.shape[0]
+    q, k, v = self.qkv(x).split(self.sizes,
+                                -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
+    if self.q_norm is not None and not self.per_head: q, k = self.q_norm(q), self.k_norm(k)
+    qk = torch.cat([q.view(L, self.heads, self.head_dim),
+                    k.view(L, self.kv_heads, self.head_dim)], 1)
+    qk = qk.transpose(0, 1)
+    if self.per_head: qk = F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * self.qk_w
+    q, k = self.rope(qk, cache.n).split([self.heads, self.kv_heads])  # one rotation for both
+    v = v.view(L, self.kv_heads, self.head_dim).transpose(0, 1)
+    start = cache.n
+    keys, values = cache.add(k, v)
+    mask = None
+    if L > 1: mask = torch.arange(keys.shape[1])[None] <= torch.arange(start, start + L)[:, None]
+    out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                         scale=self.scale,
+                                         enable_gqa=self.heads != self.kv_heads)[0]
+    return self.o(out.transpose(0, 1).reshape(L, -1))
 
 # %% ../nbs/02c_torch_step.ipynb #6c3660d9-1
 def _attention(lyr):
@@ -254,39 +261,44 @@ class Experts:
         got = eng.pool.get(layer, experts, eng.stats[layer])
         return {e: {key: bq.torch_view(a) for key, a in b.items()} for e, b in zip(experts, got)}
 
-    def mm(self, h, w:dict, proj:str):
-        self.calls += 1
-        y = _INT4(h, w[proj, 'packed'], self.group, w[proj, 'sz'])
-        return y if (proj, 'bias') not in w else y + w[proj, 'bias'].to(y.dtype)
+# %% ../nbs/02c_torch_step.ipynb #ca5f1d02-b
+@patch
+def mm(self:Experts, h, w:dict, proj:str):
+    self.calls += 1
+    y = _INT4(h, w[proj, 'packed'], self.group, w[proj, 'sz'])
+    return y if (proj, 'bias') not in w else y + w[proj, 'bias'].to(y.dtype)
 
-    def __call__(self, x, inds:np.ndarray, bundles:dict|None=None):
-        """`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in
-        one product"""
-        # what the step leaves unused
-        if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))
-        self.engine.stats[self.layer].calls += 1
-        if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
-        uniq = np.unique(inds).tolist()
-        bundles = bundles or self.bundles(uniq)
-        xb = x.to(torch.bfloat16)
-        out = torch.empty(*inds.shape, x.shape[-1])
-        for e in uniq:
-            rows, cols = (torch.from_numpy(a) for a in np.nonzero(inds == e))
-            w, h = bundles[e], xb[rows]
-            act = F.silu(self.mm(h, w, 'gate_proj').float()) * self.mm(h, w, 'up_proj').float()
-            out[rows, cols] = self.mm(act.to(torch.bfloat16), w, 'down_proj').float()
-        return out
+@patch
+def __call__(self:Experts, x, inds:np.ndarray, bundles:dict|None=None):
+    """`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in
+    one product"""
+    # what the step leaves unused
+    if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))
+    self.engine.stats[self.layer].calls += 1
+    if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
+    uniq = np.unique(inds).tolist()
+    bundles = bundles or self.bundles(uniq)
+    xb = x.to(torch.bfloat16)
+    out = torch.empty(*inds.shape, x.shape[-1])
+    for e in uniq:
+        rows, cols = (torch.from_numpy(a) for a in np.nonzero(inds == e))
+        w, h = bundles[e], xb[rows]
+        act = F.silu(self.mm(h, w, 'gate_proj').float()) * self.mm(h, w, 'up_proj').float()
+        out[rows, cols] = self.mm(act.to(torch.bfloat16), w, 'down_proj').float()
+    return out
 
-    def one(self, x, ids:list, bundles:dict|None=None):
-        """`(K, D)`: the experts `ids` on the one token `x` (1, D); the elementwise work done once
-        for all K"""
-        bundles = bundles or self.bundles(list(dict.fromkeys(ids)))
-        ws = [bundles[e] for e in ids]
-        xb = x.to(torch.bfloat16)
-        g = torch.cat([self.mm(xb, w, 'gate_proj') for w in ws]).float()
-        u = torch.cat([self.mm(xb, w, 'up_proj') for w in ws]).float()
-        act = (F.silu(g) * u).to(torch.bfloat16)
-        return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
+# %% ../nbs/02c_torch_step.ipynb #ca5f1d02-c
+@patch
+def one(self:Experts, x, ids:list, bundles:dict|None=None):
+    """`(K, D)`: the experts `ids` on the one token `x` (1, D); the elementwise work done once
+    for all K"""
+    bundles = bundles or self.bundles(list(dict.fromkeys(ids)))
+    ws = [bundles[e] for e in ids]
+    xb = x.to(torch.bfloat16)
+    g = torch.cat([self.mm(xb, w, 'gate_proj') for w in ws]).float()
+    u = torch.cat([self.mm(xb, w, 'up_proj') for w in ws]).float()
+    act = (F.silu(g) * u).to(torch.bfloat16)
+    return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
 def _router(m) -> Proj:
@@ -415,35 +427,39 @@ class TorchStep(Step):
         self.ex = TorchExecutor(self)  # what the decoder's policy asks of this step
         self.reset()
 
-    def reset(self):
-        "Start a new sequence: an empty KV cache, and the decoder's plan forgotten"
-        self.caches = [KV(L.attn.kv_heads, L.attn.head_dim) for L in self.layers]
-        if self.dec is not None: self.dec.reset()
+# %% ../nbs/02c_torch_step.ipynb #e32e6b71-2
+@patch
+def reset(self:TorchStep):
+    "Start a new sequence: an empty KV cache, and the decoder's plan forgotten"
+    self.caches = [KV(L.attn.kv_heads, L.attn.head_dim) for L in self.layers]
+    if self.dec is not None: self.dec.reset()
 
-    @property
-    def offset(self) -> int: return self.caches[0].n
+@patch(as_prop=True)
+def offset(self:TorchStep) -> int: return self.caches[0].n
 
-    def trim(self, n:int):
-        "Keep the KV cache of the first `n` tokens (a prompt that shares them continues from there)"
-        for c in self.caches: c.trim(n)
+@patch
+def trim(self:TorchStep, n:int):
+    "Keep the KV cache of the first `n` tokens (a prompt that shares them continues from there)"
+    for c in self.caches: c.trim(n)
 
-    def __call__(self, ids, every:bool=False) -> torch.Tensor:
-        """Float32 logits (V,) of the last of token ids `ids` (a prompt, or a decode step's one
-        token); `every`: (L, V)"""
-        h = self.embed(torch.as_tensor(ids, dtype=torch.long))
-        for L, cache in zip(self.layers, self.caches):
-            h = h + L.attn(L.norm1(h), cache)
-            x = L.norm2(h)
-            h = h + (self._moe(L.moe, x) if L.moe is not None else L.mlp(x))
-        return self.lm_head(self.norm(h if every else h[-1:]))[slice(None) if every else 0]
+# %% ../nbs/02c_torch_step.ipynb #e32e6b71-3
+@patch
+def __call__(self:TorchStep, ids, every:bool=False) -> torch.Tensor:
+    """Float32 logits (V,) of the last of token ids `ids` (a prompt, or a decode step's one
+    token); `every`: (L, V)"""
+    h = self.embed(torch.as_tensor(ids, dtype=torch.long))
+    for L, cache in zip(self.layers, self.caches):
+        h = h + L.attn(L.norm1(h), cache)
+        x = L.norm2(h)
+        h = h + (self._moe(L.moe, x) if L.moe is not None else L.mlp(x))
+    return self.lm_head(self.norm(h if every else h[-1:]))[slice(None) if every else 0]
 
-    def kernel_calls(self) -> int:
-        "Int4 products of routed experts so far"
-        return sum(L.moe.experts.calls for L in self.layers if L.moe is not None)
+@patch
+def kernel_calls(self:TorchStep) -> int:
+    "Int4 products of routed experts so far"
+    return sum(L.moe.experts.calls for L in self.layers if L.moe is not None)
 
 # %% ../nbs/02c_torch_step.ipynb #49095552
-from fastcore.basics import patch
-
 class TorchExecutor(Executor):
     """The torch step computes what its decoder decides (`decode.Executor`): a block is the step's
     `MoE` of that layer"""
