@@ -10,6 +10,7 @@ from dataclasses import dataclass, asdict, field
 from functools import partial
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError, read_json
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
@@ -18,7 +19,6 @@ from .engine import StreamEngine, StreamOptions, stats as stream_stats
 from .streaming import Handle, load as stream_load, load_resident
 from .prerouter import Prerouter, features, find_heads, heads_file, load_prerouter
 from .memory import MiB
-
 
 # %% auto #0
 __all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
@@ -253,8 +253,6 @@ def _low_rule(mode:str, engine, exact_top:int) -> tuple:
     return (below if low else None), bool(low) and mode == 'routing'
 
 # %% ../nbs/02b_decode.ipynb #da14e472-d
-from fastcore.basics import patch
-
 @patch
 def _start_state(self:Decoder, trace, record:bool):
     "The state a new decoder starts from: no plan, no predictions, nothing read, counters at zero"

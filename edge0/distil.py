@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from .backend import core as B, nn as bnn
 from .calib import calibration, default_documents, read_documents
 from .decode import Sampling, generate_ids, held_bytes
@@ -172,8 +173,6 @@ class Distiller:
     def __exit__(self, *exc): self.close()
 
 # %% ../nbs/04g_distil.ipynb #c8febadd
-from fastcore.basics import patch
-
 @patch
 def _layer_grad(self:Distiller, layer:int, ids, x, cotangent, target):
     """`(value, parameter gradients, input gradient)` of decoder layer `layer` at input `x` (None:

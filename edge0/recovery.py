@@ -14,6 +14,7 @@ from .files import InputError, atomic_file, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
 from .decode import Sampling, combine, exact_top_sets, generate_batch, shadow_blocks, unshadow
 from mlx_lm.models.cache import make_prompt_cache
+from fastcore.basics import patch
 from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_prerouter
 from .lora import (TARGETS, Adapter, attach, adapter_file, load_checkpoint, save_adapter,
                         save_checkpoint, read_adapter)
@@ -58,8 +59,6 @@ class StudentPath:
         self.installed = shadow_blocks(spec, model, self.moe_block)
 
 # %% ../nbs/04d_recovery.ipynb #9a48b87b-b
-from fastcore.basics import patch
-
 @patch
 def reset(self:StudentPath, prefill:int, low_from:int=1):
     """Start new sequences whose first `prefill` positions are the prompt (`low_from`: the first

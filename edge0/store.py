@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
+from fastcore.basics import patch
 from .backend import io as bio, quant as bq
 from .routing import spec_for, expert_keys, expert_projs, MoESpec, QuantSpec
 from .files import InputError, read_json
 from . import lowbit
 from .memory import MiB
-
 
 # %% auto #0
 __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS', 'DIRECT_DEPTH', 'StoreError', 'TensorInfo',
@@ -628,8 +628,6 @@ def check_packing(model_dir) -> tuple:
         f"stores them re-packed for this machine)")
 
 # %% ../nbs/01a_store.ipynb #722de1ed
-from fastcore.basics import patch
-
 def _describe(q) -> str: return f"int{q.bits} g{q.group_size} {q.mode}" if q else 'not quantized'
 
 @patch

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .backend import core as B, quant as bq
 from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from .files import InputError
@@ -73,8 +74,6 @@ class Proj:
         self.out_features = self.sz.shape[1] if self.packed is not None else self.w.shape[0]
 
 # %% ../nbs/02c_torch_step.ipynb #b737141f-b
-from fastcore.basics import patch
-
 @patch
 def __call__(self:Proj, x):
     "`x @ W.T (+ bias)` for float32 rows `x` (M, in)"
