@@ -42,9 +42,11 @@ _GZIP_FAULTS = (EOFError, zlib.error, gzip.BadGzipFile)  # a stream cut short, d
 def _gzip_fault(p:Path, e:Exception, magic:bytes) -> InputError:
     """The one line for a `.gz` file `p` that does not decompress whole (`magic`: its first two
     bytes)"""
-    why = ('the file is empty' if not magic else 'not gzip data: it does not start with 1f 8b' if magic != b'\x1f\x8b'
+    why = ('the file is empty' if not magic else 'not gzip data: it does not start with 1f 8b'
+           if magic != b'\x1f\x8b'
            else 'it ends before the end of the stream' if isinstance(e, EOFError)
-           else 'bytes that are not gzip follow the stream' if str(e).startswith('Not a gzipped file') else str(e))
+           else 'bytes that are not gzip follow the stream'
+           if str(e).startswith('Not a gzipped file') else str(e))
     return InputError(f"{p}: the gzip stream is truncated or corrupt ({why}); expected a complete "
                       ".gz file")
 
@@ -73,7 +75,8 @@ def _is_binary(p:Path) -> bool:
     """A NUL byte in the first 8 KiB (of the decompressed data for `.gz`); unreadable files are left
     to `_read_text`"""
     try:
-        with (gzip.open if p.name.endswith('.gz') else open)(p, 'rb') as f: return b'\0' in f.read(8192)
+        with (gzip.open if p.name.endswith('.gz') else open)(p, 'rb') as f:
+            return b'\0' in f.read(8192)
     except _GZIP_FAULTS as e:
         with open(p, 'rb') as f: raise _gzip_fault(p, e, f.read(2)) from None
     except OSError: return False
@@ -129,7 +132,8 @@ def _walk(folder:Path, say) -> list:
     return [d for f in files if f not in skipped for d in _read_file(f)]
 
 def _empty(d:Document) -> bool:
-    return not (d.text.strip() if d.text is not None else any(m['content'].strip() for m in d.messages))
+    return not (d.text.strip() if d.text is not None
+                else any(m['content'].strip() for m in d.messages))
 
 def _names_of(items, most:int=3) -> str:
     "The first `most` of `items`, for a message"
@@ -205,7 +209,8 @@ def split_documents(docs:list, heldout:float=0.05) -> tuple[list, list]:
     out = {i for i, s in enumerate(scores) if s < heldout}
     if len(docs) >= 2 and not out: out = {int(np.argmin(scores))}
     if len(docs) >= 2 and len(out) == len(docs): out -= {int(np.argmax(scores))}
-    return [d for i, d in enumerate(docs) if i not in out], [d for i, d in enumerate(docs) if i in out]
+    return [d for i, d in enumerate(docs) if i not in out], [d for i, d in enumerate(docs)
+                                                             if i in out]
 
 # %% ../nbs/00_calib.ipynb #ae94cf11
 def _joined(parts:list, eos:int) -> np.ndarray:
@@ -238,7 +243,8 @@ class Calibration:
     # JSON-able provenance: sources, documents, tokens, seq, seed, sha256 of the ids
     record:dict
 
-def _sha256(a:np.ndarray) -> str: return hashlib.sha256(np.ascontiguousarray(a, '<i4').tobytes()).hexdigest()
+def _sha256(a:np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, '<i4').tobytes()).hexdigest()
 
 def _listed(names:list):
     "The names themselves, or their count and a sha256 over them when there are many"
@@ -394,7 +400,8 @@ def code_split(corpus_dir, heldout:float=HELDOUT) -> tuple[list, list]:
                                                 f"{', '.join(CODE_CORPUS)})")
         text = _corpus_text(path)
         files, cut = source_files(text), heldout_cut(text, heldout)
-        first_held = max(i for i, (p, src) in enumerate(files) if text.index(f"# ==== {p}\n") <= cut) if files else 0
+        first_held = max(i for i, (p, src) in enumerate(files)
+                         if text.index(f"# ==== {p}\n") <= cut) if files else 0
         for i, f in enumerate(files): (held if i >= first_held else train).append(f)
     return train, held
 
@@ -477,5 +484,6 @@ def self_prompts(docs:list, n:int, chars:int=200, seed:int=0) -> list:
         lines = [0] + [m.end() for m in re.finditer('\n', d.text) if m.end() < len(d.text)]
         start = lines[rng.integers(len(lines))]
         passage = d.text[start:start + chars]
-        prompts.append(passage if len(passage) < chars or ' ' not in passage else passage[:passage.rfind(' ')])
+        prompts.append(passage if len(passage) < chars or ' ' not in passage
+                       else passage[:passage.rfind(' ')])
     return prompts

@@ -71,7 +71,8 @@ def repl(session:Session, max_tokens:int=256, sampling:Sampling|None=None,
             out.write("(the conversation and its cache are forgotten)\n")
         elif text == '/stats': out.write(_stats(session) + '\n')
         elif text == '/help': out.write(HELP + '\n')
-        elif text.startswith('/') and ' ' not in text: out.write(f"unknown command {text}; /help lists them\n")
+        elif text.startswith('/') and ' ' not in text:
+            out.write(f"unknown command {text}; /help lists them\n")
         else:
             messages.append(dict(role='user', content=line))
             messages.append(dict(role='assistant',

@@ -41,7 +41,8 @@ def describe(spec:MoESpec) -> str:
     q = f"int{s.quant.bits} g{s.quant.group_size} {s.quant.mode}" if s.quant else "not quantized"
     keys = expert_keys(s, s.moe_layers[0])
     routing = (f"{r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
-               + (", correction bias" if r.bias else "") + (f", scale {r.scale}" if r.scale != 1 else ""))
+               + (", correction bias" if r.bias else "")
+               + (f", scale {r.scale}" if r.scale != 1 else ""))
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
                                                f"({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
@@ -666,7 +667,8 @@ def _exact_top_arms(arms:list, ms:list) -> list:
     from dataclasses import replace
     from edge0.decode import check_exact_top
     from edge0.store import model_spec
-    if not any(x.mode == 'routing' for x in arms): raise CLIError("--exact-top needs the routing mode in --modes")
+    if not any(x.mode == 'routing' for x in arms):
+        raise CLIError("--exact-top needs the routing mode in --modes")
     out = []
     for x in arms:
         if x.mode != 'routing':
@@ -698,7 +700,8 @@ def _cmd_plan(a):
     from edge0.plan import plan_table
     from edge0.plan_verdict import plan_for
     if a.tier: tier_rate(a.tier)  # a bad tier fails before anything is measured
-    if a.recall is not None and not 0 <= a.recall <= 1: raise CLIError(f"--recall {a.recall}: expected 0 to 1")
+    if a.recall is not None and not 0 <= a.recall <= 1:
+        raise CLIError(f"--recall {a.recall}: expected 0 to 1")
     p = plan_for(a.model, a.device, a.k, a.pool_mib, a.strategies, a.tier, a.cap_mb, a.ram_mb,
                  a.storage_mb_s,
                  a.mem_gb_s, a.recall, reuse=a.reuse, exact_top=a.exact_top, skew=a.skew,
@@ -811,7 +814,8 @@ def _run(a):
     elif a.cmd == 'plan': _cmd_plan(a)
     elif a.cmd == 'zoo':
         from edge0.zoo import build_tiny
-        if Path(a.dst).exists() and not a.overwrite: raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
+        if Path(a.dst).exists() and not a.overwrite:
+            raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
         print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite))
 
 # %% ../nbs/09_cli.ipynb #f74fc30b-1

@@ -41,7 +41,8 @@ class RMSNorm(nn.Module):
     def __init__(self, d:int, eps:float):
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
-    def forward(self, x): return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 def rope_tables(seq:int, head_dim:int, base:float) -> tuple:
     "cos and sin (seq, head_dim / 2) of the rotation angles"
@@ -83,7 +84,8 @@ class SparseMoE(nn.Module):
         d, i, e = c['hidden_size'], c['moe_intermediate_size'], c['num_experts']
         self.k, self.e, self.norm = c['num_experts_per_tok'], e, c['norm_topk_prob']
         self.gate = nn.Linear(d, e, bias=False)
-        self.gate_proj, self.up_proj = nn.Parameter(torch.empty(e, i, d)), nn.Parameter(torch.empty(e, i, d))
+        self.gate_proj, self.up_proj = (nn.Parameter(torch.empty(e, i, d)),
+                                        nn.Parameter(torch.empty(e, i, d)))
         self.down_proj = nn.Parameter(torch.empty(e, d, i))
         self.balance = None
 
@@ -97,7 +99,8 @@ class SparseMoE(nn.Module):
         order = flat.argsort(stable=True)
         counts = torch.bincount(flat, minlength=self.e).tolist()
         tok = order // self.k
-        gates, ups, downs = self.gate_proj.unbind(0), self.up_proj.unbind(0), self.down_proj.unbind(0)
+        gates, ups, downs = (self.gate_proj.unbind(0), self.up_proj.unbind(0),
+                             self.down_proj.unbind(0))
         outs = [(F.silu(xs @ gates[e].T) * (xs @ ups[e].T)) @ downs[e].T
                 for e, xs in enumerate(x[tok].split(counts)) if counts[e]]
         y = torch.cat(outs) * w.reshape(-1)[order, None]
@@ -237,7 +240,8 @@ def save(self:CodeTrainer):
     state = dict(model=self.model.state_dict(), opt=self.opt.state_dict(), step=self.step,
                  log=self.log,
                  config=self.recipe.config,
-                 recipe={k: v for k, v in asdict(self.recipe).items() if k not in ('name', 'config')})
+                 recipe={k: v for k, v in asdict(self.recipe).items()
+                         if k not in ('name', 'config')})
     replace_whole(self.out, lambda tmp: torch.save(state, tmp))
 
 # %% ../nbs/04f_code_teacher.ipynb #c4f0024-1

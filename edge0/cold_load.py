@@ -30,7 +30,8 @@ class ColdLoad:
         `plan.replay`'s"""
         if (bundles, cache) not in self._replays:
             r = replay(self.trace, bundles, cache)
-            self._replays[bundles, cache] = float(r['misses'].sum(1).mean()), float(r['cold'].sum(1).mean())
+            self._replays[bundles, cache] = (float(r['misses'].sum(1).mean()),
+                                             float(r['cold'].sum(1).mean()))
         return self._replays[bundles, cache]
 
 # %% ../nbs/06e_cold_load.ipynb #5c290087-1
@@ -82,7 +83,8 @@ def plot_tps(ax, cl:ColdLoad, pool_mib:float, recall:float, cache_mb:float=0.0, 
     for mode in ('off', 'routing', 'prefetch'):
         c, mk = STYLE[mode]
         ax.plot(bws, [p['tps'][mode] for p in preds], color=c, label=mode)
-        near = [p for p in points if p['mode'] == mode and abs(p['pool_mib'] - pool_mib) <= 0.25 * pool_mib]
+        near = [p for p in points if p['mode'] == mode
+                and abs(p['pool_mib'] - pool_mib) <= 0.25 * pool_mib]
         ax.scatter([p['mb_s'] for p in near], [p['tps'] for p in near], color=c, marker=mk,
                    edgecolor='k', zorder=3)
     if mark: ax.axvline(mark, color='gray', ls=':')

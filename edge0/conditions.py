@@ -68,7 +68,8 @@ class Cgroup:
                               f"{sys.platform}")
         self.paths, own, tag = [], _own_cgroups(), uuid.uuid4().hex[:6]
         if all(c in own for c in limits): groups = [(own[c], v1) for c, (v1, _) in limits.items()]
-        elif '' in own: groups = [(own[''], {k: v for _, v2 in limits.values() for k, v in v2.items()})]
+        elif '' in own:
+            groups = [(own[''], {k: v for _, v2 in limits.values() for k, v in v2.items()})]
         else: raise CgroupError(f"no {' or '.join(limits)} cgroup controller is mounted under "
                                 "/sys/fs/cgroup")
         try:
@@ -122,7 +123,8 @@ def io_bytes(self:Cgroup, dev:str|None=None) -> dict:
         # cgroup v1: 'MAJ:MIN Read n' lines, and a Total
         if (f := p / 'blkio.throttle.io_service_bytes').exists():
             for x in map(str.split, f.read_text().splitlines()):
-                if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]): out[x[1].lower()] += int(x[2])
+                if len(x) == 3 and x[1] in ('Read', 'Write') and dev in (None, x[0]):
+                    out[x[1].lower()] += int(x[2])
             return out
         if (f := p / 'io.stat').exists():  # cgroup v2: 'MAJ:MIN rbytes=n wbytes=n ...'
             for x in map(str.split, f.read_text().splitlines()):
@@ -241,7 +243,8 @@ def _why_failed(r:dict, cgroup:Cgroup|None=None) -> str:
         for events, cap in (('memory.events', 'memory.max'),
                             ('memory.oom_control', 'memory.limit_in_bytes')):
             try:
-                kills = int(dict(l.split()[:2] for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
+                kills = int(dict(l.split()[:2]
+                                 for l in (p / events).read_text().splitlines()).get('oom_kill', 0))
                 limit = int((p / cap).read_text())
             except (OSError, ValueError): continue
             if kills: return f"killed: out of memory under the memory cap of {limit / MiB:.0f} MiB"

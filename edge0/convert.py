@@ -182,7 +182,8 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
         w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
         if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases "
                                                 f"{b.dtype}")
-        E, raw = w.shape[0], lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape)
+        E, raw = (w.shape[0],
+                  lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape))
         words, scales, biases = lowbit.low_copy(raw(w), raw(s), raw(b), q.group_size, bits, s.dtype)
         if layout == 'torch-cpu':
             packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, s.dtype),
@@ -214,7 +215,8 @@ def _repacked_low(st:ExpertStore, layer:int, int4_path:Path):
     `low_bits`: it checks them, and expands and re-packs each as it reads it) written again beside `int4_path`"""
     E, parts = st.spec.num_experts, st.low[layer]
     copies = [b for b, _ in st.read_experts(layer, list(range(E, 2 * E)))]
-    data = {t.name: lowbit.compress(np.stack([c[p, 'packed'].numpy() for c in copies]).reshape(E, -1), st.low_bits)
+    data = {t.name: lowbit.compress(np.stack([c[p, 'packed'].numpy()
+                                              for c in copies]).reshape(E, -1), st.low_bits)
             for (p, part), t in parts.items() if part == 'codes'}
     _write_low(list(parts.values()), data, layer, st.low_bits, int4_path)
 
@@ -411,7 +413,8 @@ def conversion_of(src, dst) -> tuple:
                       f"{was.get('source', '?')}); name the checkpoint it was converted from")
     layout = was.get('experts', 'mlx')
     if layout == 'torch-cpu' and (not bq.torch_available() or
-                                  (was.get('packing') or {}).get('probe') != bq.torch_packing()['probe']):
+                                  (was.get('packing')
+                                   or {}).get('probe') != bq.torch_packing()['probe']):
         return None, (f"{dst}: its experts were packed by another CPU's torch; convert {src} into "
                       "it again (--layout torch-cpu --overwrite)")
     return layout, None

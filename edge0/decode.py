@@ -198,7 +198,8 @@ class Decoder:
                  # (False: read on demand)
                  hold:bool=True):
         _check_needs(mode, prerouter, trace)
-        self.model, self.spec, self.engine, self.mode, self.prerouter = model, spec, engine, mode, prerouter
+        self.model, self.spec, self.engine, self.mode, self.prerouter = (model, spec, engine, mode,
+                                                                         prerouter)
         self.k = _served_k(k, spec, engine, prerouter)
         check_exact_top(mode, exact_top, self.k)
         self.exact_top = exact_top
@@ -575,7 +576,8 @@ def plan_next(self:Decoder, preds:dict, own_routed:dict, pred_w:dict):
         self.beyond = self.step >= trace_len(self.trace_in)  # an error only if that step is run
         ids = {} if self.beyond else {layer: v[self.step] for layer, v in self.trace_in.items()}
     self.plan = ids if self.mode in ('routing', 'oracle') else {}
-    self.warm = {layer: set(v.tolist()) for layer, v in ids.items()} if self.mode == 'prefetch' else {}
+    self.warm = {layer: set(v.tolist())
+                 for layer, v in ids.items()} if self.mode == 'prefetch' else {}
     if self.engine is not None and self.mode != 'off':
         task = self.engine.warm if self.mode == 'prefetch' else self.engine.stage
         for layer in self.spec.moe_layers:
@@ -675,7 +677,8 @@ class Step:
         """Start a generation after `history`, the tokens the cache holds (None or empty: a new
         sequence)"""
     def logits(self, ids:list): "The logits (1, V) after feeding `ids`"
-    def argmax(self, logits): "The most likely token where this step picks it itself (None: the sampler picks it)"
+    def argmax(self, logits):
+        "The most likely token where this step picks it itself (None: the sampler picks it)"
     def to_sampler(self, logits): "`logits` as an MLX array for mlx-lm's sampler"
     def flush(self, tok): "End the step: its decoder plans the next"
 
@@ -848,6 +851,8 @@ def held_bytes(model, mode:str, k:int|None=None, heads=None, hold:bool=True) -> 
         owners = json.loads(read_header(heads_file(model, spec, k, heads))[1]['owners'])
         predicted = {spec.next_moe[n] for n in owners}
     store = ExpertStore(model, spec, residency=False)
-    try: return (hold * sum(t.nbytes for layer in moe if layer not in predicted for t in store.layers[layer].values())
+    try:
+        return (hold * sum(t.nbytes for layer in moe if layer not in predicted
+                           for t in store.layers[layer].values())
                  + len(predicted) * k * store.expert_nbytes)
     finally: store.close()

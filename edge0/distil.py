@@ -233,7 +233,8 @@ def step(self:Distiller, windows:np.ndarray, targets:dict) -> dict:
     st.forced = dict(st.used)  # the backward pass recomputes each layer with the sets it served
     grads, loss = self._backward(ids, xs, target)
     st.forced = None
-    full = {key: grads.get(key, B.zeros_like(v)) for key, v in B.tree_flatten(self.model.trainable_parameters())}
+    full = {key: grads.get(key, B.zeros_like(v))
+            for key, v in B.tree_flatten(self.model.trainable_parameters())}
     self.opt.update(self.model, B.tree_unflatten(list(full.items())))
     B.eval(self.model.trainable_parameters(), self.opt.state)
     self.step_no += 1

@@ -31,7 +31,8 @@ REPO = 'https://github.com/edge0-ai/edge0'
 
 def teachers() -> list:
     "Names of the committed teachers (from their int4 bases, which every installation ships)"
-    return sorted(d.name[:-len('-int4')] for d in MODELS.glob('*-int4') if (d / 'config.json').is_file())
+    return sorted(d.name[:-len('-int4')] for d in MODELS.glob('*-int4')
+                  if (d / 'config.json').is_file())
 
 def _bf16_roots() -> list:
     return [MODELS] + ([Path(os.environ['EDGE0_MODELS'])] if os.environ.get('EDGE0_MODELS') else [])
@@ -202,7 +203,8 @@ def _settle(t:Path, dst:Path):
     """Remove the temporary `t` of `dst`; a `dst` set aside and not yet replaced is put back first
     (`t`: whole by then)"""
     old = _aside(t, dst)
-    if os.path.lexists(old) and not os.path.lexists(dst): os.replace(t if os.path.lexists(t) else old, dst)
+    if os.path.lexists(old) and not os.path.lexists(dst):
+        os.replace(t if os.path.lexists(t) else old, dst)
     for p in (t, old):
         if os.path.lexists(p): _remove(p)
 
@@ -211,7 +213,8 @@ def _clear(t:Path, dst:Path) -> bool:
     "Settle the temporary `t` of `dst` if its writer is gone; whether it was"
     try: fd = os.open(t.with_name(t.name + LOCK), os.O_RDWR)
     except FileNotFoundError:
-        if not (os.path.lexists(t) or os.path.lexists(_aside(t, dst))) or not _pid_gone(t): return False
+        if not (os.path.lexists(t) or os.path.lexists(_aside(t, dst))) or not _pid_gone(t):
+            return False
         _settle(t, dst)
         return True
     except OSError: return False  # a lock we may not open: another user's

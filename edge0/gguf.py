@@ -76,7 +76,8 @@ def dequantize_affine(wq:np.ndarray, scales:np.ndarray, biases:np.ndarray, bits:
 def _floats(buf, dtype:str) -> np.ndarray:
     "float32 values of the safetensors bytes `buf` holding `dtype` (BF16, F16 or F32)"
     if dtype == 'BF16': return (np.frombuffer(buf, '<u2').astype(np.uint32) << 16).view(np.float32)
-    if dtype in ('F16', 'F32'): return np.frombuffer(buf, '<f2' if dtype == 'F16' else '<f4').astype(np.float32)
+    if dtype in ('F16', 'F32'):
+        return np.frombuffer(buf, '<f2' if dtype == 'F16' else '<f4').astype(np.float32)
     raise StoreError(f"a {dtype} tensor where float weights were expected (BF16, F16 or F32)")
 
 # %% ../nbs/01d_gguf.ipynb #81d8e25b
@@ -127,7 +128,8 @@ class TensorPlan:
 
 def _needed(config:dict) -> set:
     "The tensors llama.cpp's qwen3moe loads (`output` only where the embeddings are not tied)"
-    out = {f"blk.{i}.{n}.weight" for i in range(config['num_hidden_layers']) for n in LAYER_NAMES.values()}
+    out = {f"blk.{i}.{n}.weight" for i in range(config['num_hidden_layers'])
+           for n in LAYER_NAMES.values()}
     out |= {'token_embd.weight', 'output_norm.weight'}
     return out if config.get('tie_word_embeddings') else out | {'output.weight'}
 
@@ -190,7 +192,8 @@ def _check(src:Path) -> dict:
     """The config of `src`, an int4 mlx-lm qwen3_moe checkpoint llama.cpp's qwen3moe computes as
     mlx-lm does"""
     if not (src / 'config.json').is_file():
-        raise InputError(f"{src} is not an mlx-lm model directory: {src / 'config.json'} is missing")
+        raise (InputError(f"{src} is not an mlx-lm model directory: {src / 'config.json'} is "
+                          "missing"))
     config = read_json(src / 'config.json', 'model config')
     if (mt := config.get('model_type')) != 'qwen3_moe':
         raise InputError(f"{src}: model_type {mt!r}; write_q4_0 writes qwen3_moe checkpoints "
@@ -204,7 +207,8 @@ def _check(src:Path) -> dict:
         raise InputError(f"{src} is {_describe(q)}; write_q4_0 reads affine 4-bit mlx-lm "
                          "checkpoints (mlx_lm.convert -q, or edge0 convert --quantize)")
     step, only = config.get('decoder_sparse_step') or 1, set(config.get('mlp_only_layers') or [])
-    if dense := [i for i in range(_count(config, 'num_hidden_layers')) if i in only or (i + 1) % step]:
+    if dense := [i for i in range(_count(config, 'num_hidden_layers')) if i in only
+                 or (i + 1) % step]:
         raise InputError(f"{src}: layers {dense} are dense (mlp_only_layers, decoder_sparse_step); "
                          f"llama.cpp's {ARCH} makes every layer MoE")
     if not config.get('norm_topk_prob'):
@@ -257,7 +261,8 @@ def pre_tokenizer(tok:dict) -> str|None:
                                                   True) and not pre.get('add_prefix_space', True):
         return 'gpt-2'
     parts = pre.get('pretokenizers', []) if pre.get('type') == 'Sequence' else []
-    if ([p.get('type') for p in parts] == ['Split', 'ByteLevel'] and parts[0].get('pattern') == {'Regex': QWEN2_SPLIT}
+    if ([p.get('type') for p in parts] == ['Split', 'ByteLevel']
+        and parts[0].get('pattern') == {'Regex': QWEN2_SPLIT}
             and not parts[1].get('use_regex', True)): return 'qwen2'
     return None
 
@@ -281,10 +286,12 @@ def _special_tokens(src:Path, config:dict, added:dict, n:int) -> dict:
         content = entry.get('content') if isinstance(entry, dict) else entry
         tid = ids.get(content) if isinstance(content, str) else None
         tid = config.get(f'{typ}_token_id') if tid is None else tid
-        if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n: out[f'tokenizer.ggml.{key}'] = tid
+        if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n:
+            out[f'tokenizer.ggml.{key}'] = tid
     out['tokenizer.ggml.add_bos_token'] = tc.get('add_bos_token') is True
     jinja = src / 'chat_template.jinja'
-    template = tc.get('chat_template') or (jinja.read_text(encoding='utf-8') if jinja.exists() else None)
+    template = tc.get('chat_template') or (jinja.read_text(encoding='utf-8') if jinja.exists()
+                                           else None)
     if isinstance(template, str): out['tokenizer.chat_template'] = template
     return out
 
@@ -302,11 +309,13 @@ def gguf_vocab(src, config:dict) -> dict:
         raise InputError(f"{path}: pre-tokenizer {str(tok.get('pre_tokenizer'))[:60]} is neither "
                          "GPT-2's nor Qwen2's split; llama.cpp would cut text elsewhere")
     added = {t['id']: t for t in tok.get('added_tokens', [])}
-    text = {i: s for s, i in model.get('vocab', {}).items()} | {i: t['content'] for i, t in added.items()}
+    text = {i: s for s, i in model.get('vocab', {}).items()} | {i: t['content']
+                                                                for i, t in added.items()}
     if max(text) >= n: raise InputError(f"{path}: token id {max(text)} is past config.json's "
                                         f"vocab_size {n}")
     pairs = model.get('merges', [])  # 'a b', or [a, b] with spaces as U+0120 (gguf-py's way)
-    merges = [m if isinstance(m, str) else ' '.join(s.replace(' ', '\u0120') for s in m) for m in pairs]
+    merges = [m if isinstance(m, str) else ' '.join(s.replace(' ', '\u0120') for s in m)
+              for m in pairs]
     return {'tokenizer.ggml.model': 'gpt2', 'tokenizer.ggml.pre': pre,
             'tokenizer.ggml.tokens': [text.get(i, f'[PAD{i}]') for i in range(n)],
             'tokenizer.ggml.token_type': [TOKEN_TYPES[_kind(i, text, added)] for i in range(n)],
@@ -466,8 +475,10 @@ class GGUF:
         t = self.tensors[name]
         n = tensor_nbytes(t.shape, t.ggml_type)
         with open(self.path, 'rb') as f: buf = os.pread(f.fileno(), n, t.offset)
-        if t.ggml_type == Q4_0: return dequantize_q4_0(np.frombuffer(buf, np.uint8).reshape(*t.shape[:-1], -1))
-        return np.frombuffer(buf, '<f4' if t.ggml_type == F32 else '<f2').astype(np.float32).reshape(t.shape)
+        if t.ggml_type == Q4_0:
+            return dequantize_q4_0(np.frombuffer(buf, np.uint8).reshape(*t.shape[:-1], -1))
+        return np.frombuffer(buf, '<f4' if t.ggml_type == F32
+                             else '<f2').astype(np.float32).reshape(t.shape)
 
 # %% ../nbs/01d_gguf.ipynb #cd5da61b
 def read_gguf(path) -> GGUF:

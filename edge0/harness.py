@@ -250,8 +250,10 @@ def _checked(arms:list, tokens:int, prompt:int, rounds:int, cache:str) -> list:
     "`arms` as `Arm`s, after refusing what a run cannot do"
     arms = [a if isinstance(a, Arm) else Arm(**a) for a in arms]
     if not arms: raise InputError("no arms to run")
-    if len({a.name for a in arms}) < len(arms): raise InputError(f"arm names repeat: {[a.name for a in arms]}")
-    if cache not in ('cold', 'warm'): raise InputError(f"cache {cache!r}: expected 'cold' or 'warm'")
+    if len({a.name for a in arms}) < len(arms):
+        raise InputError(f"arm names repeat: {[a.name for a in arms]}")
+    if cache not in ('cold', 'warm'):
+        raise InputError(f"cache {cache!r}: expected 'cold' or 'warm'")
     for what, v in (('tokens', tokens), ('prompt', prompt), ('rounds', rounds)):
         if v < 1: raise InputError(f"{what} must be at least 1, got {v}")
     return arms
@@ -290,7 +292,8 @@ def _rounds(arms:list, rounds:int, job, traces:dict, cgroup, timeout:float, prog
     for rnd, order in enumerate(rotations(arms, rounds)):
         for a in order:
             bar.set_postfix_str(f"round {rnd + 1}: {a.name}")
-            runs[a.name].append(_spawn(job(a, trace=traces.get((a.model, a.k)) if a.mode == 'oracle' else None),
+            runs[a.name].append(_spawn(job(a, trace=traces.get((a.model, a.k))
+                                           if a.mode == 'oracle' else None),
                                        cgroup, timeout))
             bar.update()
     bar.close()
@@ -362,13 +365,15 @@ def summarize(report:dict) -> dict:
     out = {}
     for name, rs in report['runs'].items():
         ok = [r for r in rs if not r.get('failed')]
-        row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok and ok[0].get(m) is not None}
+        row = {m: statistics.median(r[m] for r in ok) for m in METRICS if ok
+               and ok[0].get(m) is not None}
         # an 'auto' arm's budget and its parts
         if ok and ok[0].get('budget'): row['budget'] = ok[0]['budget']
         row.update(rounds=len(ok),
                    failed=[dict(returncode=r['returncode'], killed=r['killed'], stderr=r['stderr'])
                                            for r in rs if r.get('failed')])
-        if ok and 'per_step' in ok[0]: row['load_cost'] = fit_load_cost([s for r in ok for s in r['per_step']])
+        if ok and 'per_step' in ok[0]:
+            row['load_cost'] = fit_load_cost([s for r in ok for s in r['per_step']])
         if report.get('cap_mb') and report['platform'] == 'darwin' and ok:
             row['over_cap'] = row['rss_mb'] > report['cap_mb']
         out[name] = row
@@ -403,12 +408,14 @@ def _row(name:str, r:dict) -> str:
          f"{r['peak_active_mb']:>9.0f}{r['rss_mb']:>8.0f}")
     if 'mb_per_step' in r:
         c = r['load_cost']
-        fit = (f"{c['a_ms']:.2f}" + (f"+{c['b_ms']:.2f}*c" if c['b_ms'] == c['b_ms'] else ' (b n/a)')
+        fit = (f"{c['a_ms']:.2f}"
+               + (f"+{c['b_ms']:.2f}*c" if c['b_ms'] == c['b_ms'] else ' (b n/a)')
                + f" ({c['residual_ms']:.2f})")
         s += (f"{r['mb_per_step']:>9.2f}{r['mb_per_token']:>8.2f}{r['loads_per_step']:>6.1f}"
               f"{r['cold_fraction']:>5.2f}{r['blocked_ms_per_step']:>8.1f}{fit:>26}")
     notes = []
-    if r['failed']: notes.append(f"{len(r['failed'])} failed" + (' (OOM)' if r['failed'][0]['killed'] else ''))
+    if r['failed']:
+        notes.append(f"{len(r['failed'])} failed" + (' (OOM)' if r['failed'][0]['killed'] else ''))
     if r.get('same_tokens') is False: notes.append(f"tokens differ from {r['tokens_of']}")
     if r.get('over_cap'): notes.append('over the cap (not enforced)')
     return s + ('  ' + '; '.join(notes) if notes else '')
@@ -417,7 +424,8 @@ def _row(name:str, r:dict) -> str:
 def table(report:dict) -> str:
     "The report as a table (MiB = 2**20 bytes; medians over rounds)"
     cond = [f"cache {report['cache']}", f"tier {report['tier']}"]
-    cond.append((f"asked {report['asked_mb_s']:.0f} MB/s, " if report.get('asked_mb_s') else 'not throttled, ')
+    cond.append((f"asked {report['asked_mb_s']:.0f} MB/s, " if report.get('asked_mb_s')
+                 else 'not throttled, ')
                 + f"measured {report['measured_mb_s']:.0f} MB/s cold")
     if report.get('cap_mb'): cond.append(f"memory cap {report['cap_mb']:.0f} MiB")
     lines = ['; '.join(cond) + f"; {report['rounds']} rounds of {report['tokens']} forced decode "
@@ -491,11 +499,13 @@ def plot_tiers(rows:dict, title:str='', ax=None):
 def speedup_table(tiers:dict, ks, compute:dict) -> str:
     "`speedups` of every K as a table; `compute` is `{k: compute-only step ms}`"
     modes = ('routing', 'prefetch', 'oracle')
-    lines = [f"{'tier':10}{'MB/s':>7}{'K':>3}" + ''.join(f"{m + ' x off (bound)':>24}" for m in modes)]
+    lines = [f"{'tier':10}{'MB/s':>7}{'K':>3}"
+             + ''.join(f"{m + ' x off (bound)':>24}" for m in modes)]
     nvme = tiers.get('nvme', next(iter(tiers.values())))['measured_mb_s']
     for k in ks:
         for name, row in speedups(tiers, k, compute[k], nvme).items():
-            cells = ''.join(f"{row[m]['speedup']:>15.2f} ({row[m]['bound']:>5.2f})" if m in row else f"{'-':>24}"
+            cells = ''.join(f"{row[m]['speedup']:>15.2f} ({row[m]['bound']:>5.2f})" if m in row
+                            else f"{'-':>24}"
                             for m in modes)
             lines.append(f"{name:10}{row['mb_s']:>7.0f}{k:>3}{cells}")
     return '\n'.join(lines)

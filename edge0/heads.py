@@ -301,7 +301,8 @@ def _load_head(path:Path, head, lr:float):
 def _caps(scratch:Scratch, layer:int, rows:slice) -> dict:
     "The captures of `layer` kept in `scratch`, restricted to `rows`"
     return {key: scratch.get(f"cap{layer}.{key}")[rows] for key in ('h', 'routed', 'logits')
-            if (scratch.dir / f"cap{layer}.{key}.npy").exists() or f"cap{layer}.{key}" in scratch.held}
+            if (scratch.dir / f"cap{layer}.{key}.npy").exists()
+            or f"cap{layer}.{key}" in scratch.held}
 
 # %% ../nbs/04c_heads.ipynb #863cec1e-1
 def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, show:bool) -> dict:

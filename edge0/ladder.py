@@ -49,7 +49,8 @@ def low_copy_of(base, dst, bits:tuple, layout:str='mlx') -> Path:
     dst, spec = Path(dst), model_spec(base)
     if conversion_of(base, dst)[0] != layout: return convert(base, dst, low_bits=bits,
                                                              overwrite=True, layout=layout)
-    missing = sorted({b for b in bits for layer in spec.moe_layers if not (dst / low_file(layer, b)).exists()})
+    missing = sorted({b for b in bits for layer in spec.moe_layers
+                      if not (dst / low_file(layer, b)).exists()})
     return add_low_bits(base, dst, missing, layout) if missing else dst
 
 # %% ../nbs/05d_ladder.ipynb #fld-x03

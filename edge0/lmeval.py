@@ -51,7 +51,8 @@ def score(served:Served, pairs:list, max_length:int, batch:int=8, show:bool=Fals
     out = [None] * len(rows)
     for idx in tqdm(_batches(rows, batch), disable=not show, desc='edge0 scoring'):
         width = max(len(rows[i][0]) for i in idx)
-        logits = served.logits(np.array([rows[i][0] + [0] * (width - len(rows[i][0])) for i in idx]), rows[idx[0]][1])
+        logits = served.logits(np.array([rows[i][0] + [0] * (width - len(rows[i][0]))
+                                         for i in idx]), rows[idx[0]][1])
         for r, i in enumerate(idx):
             inp, prefill, cont = rows[i]
             lp = log_softmax(logits[r, prefill - 1:len(inp)].astype(B.float32))
@@ -98,7 +99,8 @@ def _renamed(old:dict, heads, pool_mib) -> tuple:
             warnings.warn(f"model_args {was}= is now {now}=", FutureWarning, stacklevel=3)
             if now == 'heads': heads = old.pop(was)
             else: pool_mib = old.pop(was)
-    if old: raise InputError(f"model_args {', '.join(old)}: not an argument of the edge0 model type")
+    if old:
+        raise InputError(f"model_args {', '.join(old)}: not an argument of the edge0 model type")
     return heads, pool_mib
 
 # %% ../nbs/05c_lmeval.ipynb #94bb550f-1
@@ -163,13 +165,15 @@ class Edge0LM(_Tokens, _Scores, _Generates, TemplateLM):
                  **old):
         super().__init__()
         heads, pool = _renamed(old, heads, pool_mib)
-        pool = pool if pool in (None, 'auto') else None if str(pool).lower() == 'none' else float(pool)
+        pool = (pool if pool in (None, 'auto') else None if str(pool).lower() == 'none'
+                else float(pool))
         # one Serving, made and checked where Served makes it from a mode and its fields
         self.served = Served(model, mode, k, pool_mib=pool, heads=heads, adapter=adapter)
         self.tokenizer = self.served.tokenizer
         config = read_json(self.served.model_dir / 'config.json', 'model config')
         self.max_length = int(max_length or config.get('max_position_embeddings') or 2048)
-        self.max_gen_toks, self.batch_size = int(max_gen_toks), int(batch_size) if str(batch_size).isdigit() else 8
+        self.max_gen_toks, self.batch_size = (int(max_gen_toks),
+                                              int(batch_size) if str(batch_size).isdigit() else 8)
 
 # %% ../nbs/05c_lmeval.ipynb #367428da
 def main(argv:list|None=None):

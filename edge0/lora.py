@@ -48,7 +48,8 @@ PROJECTIONS = (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear)
 def _kind(spec:MoESpec, layer:int, rest:str) -> str|None:
     "The target kind of the module at `rest` (a path inside layer `layer`), or None"
     mlp = spec.block_path.rsplit('.', 1)[1]
-    if not rest.startswith(mlp + '.'): return 'linear_attention' if 'linear_attn' in rest.split('.') else 'attention'
+    if not rest.startswith(mlp + '.'):
+        return 'linear_attention' if 'linear_attn' in rest.split('.') else 'attention'
     inner = rest[len(mlp) + 1:]
     if layer not in spec.moe_layers: return 'dense'
     if spec.shared and inner.startswith(spec.shared + '.'): return 'shared'
@@ -83,7 +84,8 @@ class Adapter:
     path:Path|None = None                                 # the file it was read from or written to
     def weights(self) -> dict:
         "`{'<path>.lora_a': A, '<path>.lora_b': B}` of every wrapped projection"
-        return {f"{p}.{n}": getattr(m, n) for p, m in self.modules.items() for n in ('lora_a', 'lora_b')}
+        return {f"{p}.{n}": getattr(m, n) for p, m in self.modules.items()
+                for n in ('lora_a', 'lora_b')}
     def detach(self):
         "Put the model's own projections back (detaching twice is harmless)"
         for parent, name, module in reversed(self.originals): parent[name] = module
@@ -107,7 +109,8 @@ def attach(model, spec:MoESpec, rank:int=8, alpha:float=16.0, targets=TARGETS, s
         adapter.originals.append((parent, name, parent[name]))
         wrapped = adapter.modules[path] = LoRALinear(parent[name], rank, alpha, dtype)
         if weights is not None:
-            wrapped.lora_a, wrapped.lora_b = (weights[f"{path}.{n}"].astype(dtype) for n in ('lora_a', 'lora_b'))
+            wrapped.lora_a, wrapped.lora_b = (weights[f"{path}.{n}"].astype(dtype)
+                                              for n in ('lora_a', 'lora_b'))
         parent[name] = wrapped
     return adapter
 

@@ -34,7 +34,8 @@ def floats(raw, dtype:str) -> np.ndarray:
     "float32 values of `raw` stored as safetensors `dtype` (BF16 as its uint16 bits, F16, F32)"
     a = np.asarray(raw)
     if dtype == 'BF16': return (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    if dtype in ('F16', 'F32'): return a.view(np.float16 if dtype == 'F16' else np.float32).astype(np.float32)
+    if dtype in ('F16', 'F32'):
+        return a.view(np.float16 if dtype == 'F16' else np.float32).astype(np.float32)
     raise ValueError(f"scales stored as {dtype}: expected BF16, F16 or F32")
 
 def stored(x, dtype:str) -> np.ndarray:
@@ -83,13 +84,15 @@ def quantize(w, group:int, bits:int, dtype:str='BF16') -> tuple:
     squared error"""
     g = np.asarray(w, np.float32).reshape(*np.shape(w)[:-1], -1, group)
     s, b = _affine(g, bits, dtype)
-    return _codes(g, s, b, bits).reshape(np.shape(w)), stored(s[..., 0], dtype), stored(b[..., 0], dtype)
+    return (_codes(g, s, b, bits).reshape(np.shape(w)), stored(s[..., 0], dtype),
+            stored(b[..., 0], dtype))
 
 def dequantize(codes, scales, biases, group:int, dtype:str='BF16') -> np.ndarray:
     "float32 weights of `quantize`'s output"
     q = np.asarray(codes, np.float32)
     g = q.reshape(*q.shape[:-1], -1, group)
-    return (g * floats(scales, dtype)[..., None] + floats(biases, dtype)[..., None]).reshape(q.shape)
+    return (g * floats(scales, dtype)[..., None]
+            + floats(biases, dtype)[..., None]).reshape(q.shape)
 
 # %% ../nbs/00_lowbit.ipynb #a0000014
 def code_bytes(nbytes:int, bits:int) -> int:

@@ -102,7 +102,8 @@ def cached(kind:str, key:dict, make, refresh:bool=False) -> dict:
     """The JSON result of `make()` for `key` (with this host and this code), measured once, kept in
     `cache_dir()/kind/`"""
     full = dict(key, host=host_id(), edge0=code_version())
-    p = cache_dir() / kind / (hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16] + '.json')
+    p = (cache_dir() / kind
+         / (hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16] + '.json'))
     if p.exists() and not refresh:
         try: return json.loads(p.read_text())['result']
         except (ValueError, KeyError): pass  # a damaged entry is measured again
@@ -398,4 +399,5 @@ def cold_misses(model_dir, k:int|None=None, tier=None, cap_mb:float|None=None, m
     per = lambda ms: ms / max(r['loads'], 1e-9)
     miss, wait = per(r['cold_ms'] - r['warm_ms']), per(r['blocked_ms'] - r['warm_blocked_ms'])
     return dict(r, miss_ms=miss, wait_ms=wait, cpu_ms=miss - wait,
-                warm_miss_ms=per(r['warm_ms'] - r['plain_ms']) if r['plain_ms'] is not None else None)
+                warm_miss_ms=per(r['warm_ms'] - r['plain_ms']) if r['plain_ms'] is not None
+                else None)

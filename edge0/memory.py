@@ -25,7 +25,9 @@ def _read_int(p:Path) -> int|None:
     return None if t == 'max' or not t.lstrip('-').isdigit() or int(t) >= _UNLIMITED else int(t)
 
 def _stat(p:Path) -> dict:
-    try: return {k: int(v) for k, v in (l.split() for l in p.read_text().splitlines() if len(l.split()) == 2)}
+    try:
+        return {k: int(v) for k, v in (l.split() for l in p.read_text().splitlines()
+                                       if len(l.split()) == 2)}
     except (OSError, ValueError): return {}
 
 def _cgroup_dirs(root:Path=Path('/sys/fs/cgroup'), proc:Path=Path('/proc/self/cgroup')) -> tuple:
@@ -80,7 +82,9 @@ def cgroup_memory(root:Path=Path('/sys/fs/cgroup'),
 
 # %% ../nbs/00_memory.ipynb #67b6acd8
 def _meminfo() -> dict:
-    try: return {k: int(v.split()[0]) * 1024 for k, v in (l.split(':', 1) for l in open('/proc/meminfo'))}
+    try:
+        return {k: int(v.split()[0]) * 1024
+                for k, v in (l.split(':', 1) for l in open('/proc/meminfo'))}
     except (OSError, ValueError): return {}
 
 def _sysctl(name:str) -> int|None:
@@ -94,7 +98,8 @@ def _vm_stat(out:str|None=None) -> dict:
         try: out = subprocess.run(['vm_stat'], capture_output=True, text=True, timeout=5).stdout
         except (OSError, subprocess.SubprocessError): return {}
     size = re.search(r'page size of (\d+) bytes', out)
-    pages = {k.strip().lower(): int(v.strip().rstrip('.')) for k, v in re.findall(r'^([^:]+):\s+(\d+)\.?$', out, re.M)}
+    pages = {k.strip().lower(): int(v.strip().rstrip('.'))
+             for k, v in re.findall(r'^([^:]+):\s+(\d+)\.?$', out, re.M)}
     return dict(pages, page_size=int(size.group(1)) if size else 4096)
 
 @dataclass
@@ -254,7 +259,8 @@ def fits(self:Budget) -> int:
 # %% ../nbs/00_memory.ipynb #x00m0011
 def kv_bytes(growth:list, tokens:int) -> int:
     "Bytes of the prompt cache at `tokens` tokens"
-    return int(sum(f + per * (tokens if cap is None else min(tokens, cap)) for per, f, cap in growth))
+    return int(sum(f + per * (tokens if cap is None else min(tokens, cap))
+                   for per, f, cap in growth))
 
 
 # %% ../nbs/00_memory.ipynb #c62d41ee
@@ -290,6 +296,7 @@ class ThrashWatch:
         if (extra or 0) / n <= self.read_limit and (f - f0) / n <= self.fault_limit: return None
         what = [] if extra is None else [f"read {extra / 1e6:,.0f} MB from storage beyond the "
                                          f"experts ({extra / n / 1e6:,.1f} MB a token)"]
-        self.fired = (f"the last {n} tokens " + ' and '.join(what + [f"waited on {f - f0:,} page faults "
+        self.fired = (f"the last {n} tokens "
+                      + ' and '.join(what + [f"waited on {f - f0:,} page faults "
                                                                        f"({(f - f0) / n:,.0f} a token)"]))
         return self.fired

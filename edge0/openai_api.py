@@ -92,7 +92,8 @@ def check_fields(body:dict, kind:str) -> dict: # kind: 'chat' or 'text'
     for name, v in body.items():
         if name in neutral:
             if any(_same(v, x) for x in neutral[name]): continue
-            only = f" (only {' or '.join(json.dumps(x) for x in neutral[name])})" if neutral[name] else ''
+            only = (f" (only {' or '.join(json.dumps(x) for x in neutral[name])})" if neutral[name]
+                    else '')
             raise ApiError(400, f"{name} {reprlib.repr(v)} is not supported by edge0 serve{only}",
                            name,
                            'unsupported_parameter')
@@ -357,7 +358,8 @@ class Reply:
         self.created = int(time.time())
 
     def _obj(self, choices:list, chunk:bool, **kw) -> dict:
-        what = 'text_completion' if self.kind == 'text' else 'chat.completion.chunk' if chunk else 'chat.completion'
+        what = ('text_completion' if self.kind == 'text' else 'chat.completion.chunk' if chunk
+                else 'chat.completion')
         return dict(id=self.id, object=what, created=self.created, model=self.model,
                     choices=choices, **kw)
 

@@ -78,7 +78,8 @@ DEVICES = {
 def _source(model) -> tuple:
     """`(spec, groups function, directory or None)` of a model directory or a config.json / config
     dict"""
-    if isinstance(model, dict): return spec_for(model), lambda **kw: config_groups(model, **kw), None
+    if isinstance(model, dict):
+        return spec_for(model), lambda **kw: config_groups(model, **kw), None
     p = Path(model)
     if (p / 'config.json').is_file() and list(p.glob('*.safetensors')):
         return model_spec(p), lambda **kw: checkpoint_groups(p, **kw), p
@@ -100,7 +101,8 @@ def model_bytes(model, k:int|None=None, predicted=()) -> dict:
     spec, groups_of, d = _source(model)
     k = k or spec.k
     groups = groups_of(k=k, predicted=predicted)
-    experts = {g.layer: g.nbytes for g in groups if g.layer in spec.moe_layers and g.cls in (AddressClass.A1,
+    experts = {g.layer: g.nbytes for g in groups if g.layer in spec.moe_layers
+               and g.cls in (AddressClass.A1,
                                                                                             AddressClass.A2)}
     resident = sum(g.nbytes for g in groups if g.cls in (AddressClass.A0, AddressClass.A3))
     bundle = max(experts.values()) / spec.num_experts
@@ -171,7 +173,8 @@ def _used(trace:dict, layer:int, t:int, held:ExpertPool, low_from:int|None) -> l
     ids = list(dict.fromkeys(np.asarray(trace[layer][t]).ravel().tolist()))
     # a copy whose int4 expert the pool holds is served by it, as a run's pool does
     if low_from is not None:
-        ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from) else e
+        ids = list(dict.fromkeys(e - low_from if e >= low_from and held.has(layer, e - low_from)
+                                 else e
                                  for e in ids))
     return ids
 
@@ -240,7 +243,8 @@ def synthetic_trace(spec, k:int, tokens:int=256, reuse:float=0.3, skew:float=SKE
 
 def reuse_of(trace:dict) -> float:
     "Mean share of a layer's experts that the previous token also used"
-    return float(np.mean([len(set(a) & set(b)) / len(a) for ids in trace.values() for a, b in zip(ids[1:], ids[:-1])]))
+    return float(np.mean([len(set(a) & set(b)) / len(a) for ids in trace.values()
+                          for a, b in zip(ids[1:], ids[:-1])]))
 
 # %% ../nbs/06c_plan.ipynb #c0018-1
 def trace_stats(trace:dict, num_experts:int) -> dict:
@@ -265,7 +269,8 @@ def served_trace(trace:dict, planned, recall, num_experts:int, seed:int=0) -> di
             keep = [e for e in own if rng.random() < r]
             wrong = [e for e in prev if e not in own and e not in keep]
             pick = keep + wrong[:len(own) - len(keep)]
-            rest = [e for e in rng.permutation(num_experts).tolist() if e not in own and e not in pick]
+            rest = [e for e in rng.permutation(num_experts).tolist() if e not in own
+                    and e not in pick]
             prev = pick + rest[:len(own) - len(pick)]
             rows.append(prev)
         out[layer] = np.array(rows)
@@ -328,7 +333,8 @@ def fault_windows(mb:dict, trace:dict, ra:float) -> dict:
     proj = mb['bundle'] / 3
     per = math.ceil(mb['spec'].num_experts * proj / ra)  # windows in one projection tensor
     span = lambda e: range(int(e * proj // ra), int(((e + 1) * proj - 1) // ra) + 1)
-    return {l: [sorted({p * per + w for e in np.asarray(row).ravel().tolist() for p in range(3) for w in span(e)})
+    return {l: [sorted({p * per + w for e in np.asarray(row).ravel().tolist() for p in range(3)
+                        for w in span(e)})
                 for row in rows] for l, rows in trace.items()}
 
 # %% ../nbs/06c_plan.ipynb #28e547e2
@@ -392,7 +398,9 @@ def _in_place_ms(dev:Device, r:dict, c:Compute, mode:str, direct:bool) -> np.nda
     """Per step, what the background reader's work for replay `r` adds to the compute on the same
     cores: through the page cache, each miss's measured in-place cost and each cold one's extra;
     past it, the direct reads' CPU time"""
-    if direct: return (r['misses'] * np.vectorize(lambda n: direct_cpu_ms(dev, max(int(n), 1)))(r['misses'])).sum(1)
+    if direct:
+        return (r['misses']
+                * np.vectorize(lambda n: direct_cpu_ms(dev, max(int(n), 1)))(r['misses'])).sum(1)
     warm = r['misses'].sum(1) * c.miss_ms if c.miss_ms is not None else 0.0
     return warm + r['cold'].sum(1) * _cold_cpu(dev, mode)
 
@@ -402,7 +410,8 @@ def _routing_memory(mb:dict, dev:Device, planned:set, pool_mib:float, within:boo
     """`(pool MiB, peak MiB)` of `routing`: resident unplanned layers, K slots a planned layer, K
     experts a further layer staged at once, beside the pool (`within`: inside it)"""
     spec, k = mb['spec'], mb['k']
-    held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned) + len(planned) * k * mb['bundle']
+    held = (sum(mb['experts'][l] for l in spec.moe_layers if l not in planned)
+            + len(planned) * k * mb['bundle']
             + (stage_ahead - 1) * k * mb['bundle'])
     # 'auto': one budget holds all
     if within: pool_mib = max(pool_mib - held / MiB, k * mb['bundle'] / MiB)
@@ -416,7 +425,8 @@ def _slot_misses(mb:dict, dev:Device, served:dict, planned:set, prompt:int, pool
     E, k = mb['spec'].num_experts, mb['k']
     # a copy's bytes, in bundles
     share = copy_bytes(mb, low_bits) / mb['bundle'] if low_bits else 1.0
-    slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]] for row in np.asarray(served[l]).tolist()]
+    slots = {l: [row[:exact_top] + [e + E for e in row[exact_top:]]
+                 for row in np.asarray(served[l]).tolist()]
              # as `Decoder.plan_next`: a copy is `E + e`
              if low_bits else served[l] for l in sorted(planned)}
     read = {l: _new_in_slots(rows, prompt) for l, rows in slots.items()}
@@ -490,7 +500,8 @@ def kv_per_token(config:dict, itemsize:int) -> float:
     if c.get('full_attention_interval'): layers //= c['full_attention_interval']
     # multi-head latent attention, as mlx-lm caches it: every head's keys and values
     if c.get('kv_lora_rank'):
-        per = c['num_attention_heads'] * (c['qk_nope_head_dim'] + c['qk_rope_head_dim'] + c['v_head_dim'])
+        per = c['num_attention_heads'] * (c['qk_nope_head_dim'] + c['qk_rope_head_dim']
+                                          + c['v_head_dim'])
     else: per = 2 * heads * (c.get('head_dim') or c['hidden_size'] // c['num_attention_heads'])
     return float(layers * per * itemsize)
 
@@ -668,9 +679,11 @@ def plan_table(p:dict) -> str:
              *([f"the trace replayed: previous-token reuse {p['routing']['reuse']:.2f}, an LRU of "
                 f"a quarter of a layer's experts hits {p['routing']['lru_quarter']:.0%}"]
                if p.get('routing') else []),
-             *([f"edge0 reads experts {how[p['reader']]}; pool policy {p['policy']}"] if p.get('reader') else []),
+             *([f"edge0 reads experts {how[p['reader']]}; pool policy {p['policy']}"]
+               if p.get('reader') else []),
              f"MiB a token by address class ({per})",
-             *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from') and 'routing' in p['rows'] else []),
+             *([f"routing's recall: {p['recall_from']}"] if p.get('recall_from')
+               and 'routing' in p['rows'] else []),
              *p.get('notes', []),
              *_plan_notes(p),
              f"{'strategy':10}{'tok/s':>8}{'step ms':>10}{'compute':>9}{'waits':>9}{'MiB/tok':>9}"
@@ -760,6 +773,7 @@ def window_table(rows:list) -> str:
     lines = [f"{'layer':>5}{'s_l KiB':>9}{'attn ms':>8}{'recall':>7}{head}"]
     for r in rows:
         cells = ''.join(f"  {v['window'] / 1024:>10.1f} {'hides' if v['hides'] else 'short':>5} "
-                        f"{v['with_probe_ms']:>5.2f}/{v['without_ms']:<5.2f}" for v in r['tiers'].values())
+                        f"{v['with_probe_ms']:>5.2f}/{v['without_ms']:<5.2f}"
+                        for v in r['tiers'].values())
         lines.append(f"{r['layer']:>5}{r['s_bytes'] / 1024:>9.1f}{r['attention_ms']:>8.3f}{r['recall']:>7.2f}{cells}")
     return '\n'.join(lines)

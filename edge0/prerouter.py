@@ -112,7 +112,8 @@ def pairs(cap:dict, n:int, n_next:int, seq:int=256):
     a capture"""
     t = pair_positions(len(cap[n]['h']), seq)
     a, b = cap[n], cap[n_next]
-    return a['h'][t], a['routed'][t], a['routed'][t - 1], b['logits'][t + 1], b['routed'][t + 1], b['routed'][t]
+    return (a['h'][t], a['routed'][t], a['routed'][t - 1], b['logits'][t + 1], b['routed'][t + 1],
+            b['routed'][t])
 
 # %% ../nbs/02a_prerouter.ipynb #491018bd
 def recall(pred, true) -> float:
@@ -260,7 +261,8 @@ def _in_hf_cache(d:Path) -> bool:
     really is"""
     from huggingface_hub.constants import HF_HUB_CACHE
     for p in (Path(d).absolute(), Path(d).resolve()):
-        if any(a.startswith('models--') and b == 'snapshots' for a, b in zip(p.parts, p.parts[1:])): return True
+        if any(a.startswith('models--') and b == 'snapshots' for a, b in zip(p.parts, p.parts[1:])):
+            return True
         if p.is_relative_to(Path(HF_HUB_CACHE).resolve()): return True
     return False
 
@@ -268,7 +270,8 @@ def heads_dir_for(model_dir) -> Path:
     """The folder new heads of the model in `model_dir` go to: the model's own, else
     `edge0_home()/heads/<fingerprint>`"""
     d = Path(model_dir)
-    why = 'is in the Hugging Face cache' if _in_hf_cache(d) else None if is_writable(d) else 'is not writable'
+    why = ('is in the Hugging Face cache' if _in_hf_cache(d) else None if is_writable(d)
+           else 'is not writable')
     if why is None: return d
     home = edge0_home() / 'heads' / fingerprint(d)
     if is_writable(home): return home
@@ -281,7 +284,8 @@ def heads_places(model_dir, spec:MoESpec|None=None, k:int|None=None) -> list:
     under `edge0_home()`"""
     d = Path(model_dir)
     name, own = prerouter_file(spec or model_spec(d), k), fingerprint(d)
-    return [d / name] + [edge0_home() / 'heads' / fp / name for fp in [own, *sorted(base_fingerprints(d) - {own})]]
+    return [d / name] + [edge0_home() / 'heads' / fp / name
+                         for fp in [own, *sorted(base_fingerprints(d) - {own})]]
 
 def find_heads(model_dir, spec:MoESpec|None=None, k:int|None=None) -> Path|None:
     "The first of `heads_places` that holds a heads file, or None"

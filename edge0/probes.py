@@ -56,7 +56,8 @@ def capture_pre(spec:MoESpec, model, tokens:np.ndarray, k:int, seq:int=256) -> d
     same tokens"""
     with PreAttnTap(spec, model) as tap: cap = capture(spec, model, tokens, k, seq)
     for l, states in tap.seen.items():
-        cap[l]['pre'] = np.concatenate([B.to_numpy(s.reshape(-1, s.shape[-1]).astype(B.float32)) for s in states])
+        cap[l]['pre'] = np.concatenate([B.to_numpy(s.reshape(-1, s.shape[-1]).astype(B.float32))
+                                        for s in states])
     return cap
 
 # %% ../nbs/06d_probes.ipynb #45964746
@@ -103,7 +104,8 @@ def train_probes(probes:Probes, cap:dict, # a `capture_pre` of the base's own fo
     loss_and_grad = bnn.value_and_grad(probes, loss_fn)
     for step in range(steps):
         i = rng.integers(0, len(cap[probes.layers[0]]['pre']), batch)
-        xs, targets = ({l: B.array(cap[l][key][i]) for l in probes.layers} for key in ('pre', 'logits'))
+        xs, targets = ({l: B.array(cap[l][key][i]) for l in probes.layers}
+                       for key in ('pre', 'logits'))
         loss, grads = loss_and_grad(probes, xs, targets)
         opt.update(probes, grads)
         B.eval(probes.parameters(), opt.state)
@@ -179,7 +181,8 @@ def load_probes(base_dir, spec:MoESpec|None=None, k:int|None=None, path=None) ->
     if meta.get('num_layers') != str(spec.num_layers):
         raise InputError(f"{p} was made for {meta.get('num_layers')} layers, the base has "
                          f"{spec.num_layers}")
-    if k is not None and meta.get('k') != str(k): raise InputError(f"{p} serves K={meta.get('k')}, asked for K={k}")
+    if k is not None and meta.get('k') != str(k):
+        raise InputError(f"{p} serves K={meta.get('k')}, asked for K={k}")
     try:
         probes = Probes(spec, json.loads(meta['layers']), int(meta['hidden']), int(meta['k']))
         probes.load_weights(list(B.load_arrays(p).items()))

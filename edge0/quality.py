@@ -92,7 +92,8 @@ class Served:
         # decodes with them
         self.serving, self.resident = serving, serving.resident
         self.handle = h = open_served(model_dir, serving, decoder=False)
-        self.model_dir, self.spec, self.mode, self.k = find_model(model_dir), h.spec, serving.mode or 'off', h.k
+        self.model_dir, self.spec, self.mode, self.k = (find_model(model_dir), h.spec,
+                                                        serving.mode or 'off', h.k)
         # in the dtype the decoder runs them in (`decode.load`)
         self.heads_path, self.heads = h.heads, h.prerouter
         self.model, self.tokenizer, self.adapter = h.model, h.tokenizer, h.adapter

@@ -40,7 +40,8 @@ class StudentPath:
                  keep:int=0,
                  # the rest of a kept set: the best predicted (decode's exact top-M), not the first
                  ranked:bool=False):
-        self.model, self.spec, self.prerouter, self.k, self.keep = model, spec, prerouter, k or prerouter.k, keep
+        self.model, self.spec, self.prerouter, self.k, self.keep = (model, spec, prerouter,
+                                                                    k or prerouter.k, keep)
         self.ranked = ranked
         # the sets each layer served last; sets to serve instead ({layer: (B, L, K)})
         self.used, self.forced = {}, None
@@ -100,7 +101,8 @@ def copies_of(switch, copies:dict, x, inds):
     try:
         for p, (w, s, b) in copies.items():
             lin = getattr(switch, p)
-            lin.weight, lin.scales, lin.biases = w, s.astype(lin.scales.dtype), b.astype(lin.biases.dtype)
+            lin.weight, lin.scales, lin.biases = (w, s.astype(lin.scales.dtype),
+                                                  b.astype(lin.biases.dtype))
         # the graph holds the copies: putting the weights back does not change it
         return switch(x, inds)
     finally:
@@ -119,7 +121,8 @@ def low_experts(model_dir, bits:int) -> dict:
         E = st.spec.num_experts
         for layer in st.spec.moe_layers:
             copies = [b for b, _ in st.read_experts(layer, list(range(E, 2 * E)))]
-            out[layer] = {p: tuple(B.stack([c[p, part] for c in copies]) for part in ('weight', 'scales', 'biases'))
+            out[layer] = {p: tuple(B.stack([c[p, part] for c in copies])
+                                   for part in ('weight', 'scales', 'biases'))
                           for p in st.quant[layer]}
     finally: st.close()
     return out
@@ -341,7 +344,8 @@ CODE_PHASE3 = dict(PHASE3, prompt=128, gen=64, steps=60, warmup=6)
 def recipe_for(name:str, phase:int) -> dict:
     "The phase-2 or phase-3 recipe of teacher `name` (by the corpus it was trained on)"
     code = teacher_corpus(name) == 'code'
-    return dict((CODE_PHASE2 if code else PHASE2) if phase == 2 else (CODE_PHASE3 if code else PHASE3))
+    return dict((CODE_PHASE2 if code else PHASE2) if phase == 2
+                else (CODE_PHASE3 if code else PHASE3))
 
 def sources(name:str) -> str:
     "The corpus files teacher `name` was trained on"

@@ -84,7 +84,8 @@ def _assign(spec:MoESpec, tensors:dict) -> dict:
             out.setdefault(name, (layer, []))[1].append(key)
     def order(n):
         layer = out[n][0]
-        return n != 'embed', layer is None, layer or 0, 0 if layer is None else _KINDS.index(n.split('.')[1])
+        return (n != 'embed', layer is None, layer or 0,
+                0 if layer is None else _KINDS.index(n.split('.')[1]))
     return {n: out[n] for n in sorted(out, key=order)}
 
 # %% ../nbs/06_roofline.ipynb #6f31a65a
@@ -92,7 +93,8 @@ def _check_k(spec:MoESpec, k:int|None) -> int:
     "`k` (default: the model's K), checked against the expert count"
     k = spec.k if k is None else k
     if not (isinstance(k, int) and 1 <= k <= spec.num_experts):
-        raise InputError(f"k {k!r}: expected a whole number of experts from 1 to {spec.num_experts}")
+        raise (InputError(f"k {k!r}: expected a whole number of experts from 1 to "
+                          f"{spec.num_experts}"))
     return k
 
 def _check_predicted(spec:MoESpec, predicted) -> set:
@@ -119,7 +121,8 @@ def weight_groups(spec:MoESpec, tensors:dict, k:int|None=None, predicted=(),
         cls, per_token = AddressClass.A3, float(nbytes)
         if name == 'embed': cls, per_token = AddressClass.A0, sum(map(row, keys))
         if kind == 'experts':
-            cls, per_token = AddressClass.A1 if layer in predicted else AddressClass.A2, nbytes * k / spec.num_experts
+            cls, per_token = (AddressClass.A1 if layer in predicted else AddressClass.A2,
+                              nbytes * k / spec.num_experts)
         if name == 'head' and tied: per_token += sum(g.nbytes for g in out if g.name == 'embed')
         out.append(WeightGroup(name, cls, layer, nbytes, per_token))
     return out
@@ -209,7 +212,8 @@ def _lengths(jobs, bandwidth) -> list:
         raise InputError(f"bandwidth {bandwidth!r}: expected a positive number of bytes per second")
     names = [j.name for j in jobs]
     twice = next((n for n in names if names.count(n) > 1), None)
-    if twice is not None: raise InputError(f"job name {twice!r} appears twice; names must be unique")
+    if twice is not None:
+        raise InputError(f"job name {twice!r} appears twice; names must be unique")
     return [(j, j.nbytes / bandwidth) for j in jobs]
 
 # %% ../nbs/06_roofline.ipynb #bcabe9ae
@@ -240,7 +244,8 @@ def feasible(jobs, bandwidth, tol:float=1e-12) -> bool:
 # %% ../nbs/06_roofline.ipynb #d7a0f253
 def _extend(segments:list, name:str, s:float, e:float):
     "Append the busy segment `(name, s, e)`, merged into the last one if it continues it"
-    if segments and segments[-1][0] == name and segments[-1][2] == s: segments[-1] = (name, segments[-1][1], e)
+    if segments and segments[-1][0] == name and segments[-1][2] == s:
+        segments[-1] = (name, segments[-1][1], e)
     else: segments.append((name, s, e))
 
 # %% ../nbs/06_roofline.ipynb #d7a0f253-1
@@ -293,7 +298,8 @@ def brute_force_lateness(lengths, releases, deadlines) -> int:
             # too few slots before it is due
             if any(w and w > due[i] - t for i, w in enumerate(left)): return False
             runnable = [i for i, w in enumerate(left) if w and releases[i] <= t]
-            return any(go(t + 1, tuple(w - (i == j) for i, w in enumerate(left))) for j in [*runnable, None])
+            return any(go(t + 1, tuple(w - (i == j) for i, w in enumerate(left)))
+                       for j in [*runnable, None])
         return all(r <= e for p, r, e in zip(lengths, releases,
                                              due) if p == 0) and go(min(releases), tuple(lengths))
     late = min(releases) - max(deadlines)  # no job finishes before the first release

@@ -60,7 +60,8 @@ def _drop_groups(s, n_group:int, topk_group:int, how:str, fill:float):
     "Fill every expert of the `n_group - topk_group` weakest groups with `fill`"
     xp = B.ops_of(s)
     g = xp.unflatten(s, -1, (n_group, -1))
-    gs = xp.topk(g, 2, axis=-1).sum(axis=-1, keepdims=True) if how == 'top2' else xp.amax(g, -1, keepdims=True)
+    gs = (xp.topk(g, 2, axis=-1).sum(axis=-1, keepdims=True) if how == 'top2'
+          else xp.amax(g, -1, keepdims=True))
     n_drop = n_group - topk_group
     drop = xp.argpartition(gs, kth=n_drop - 1, axis=-2)[..., :n_drop, :]
     g = xp.put_along_axis(g, xp.stop_gradient(drop), xp.array(fill, g.dtype), axis=-2)
@@ -151,7 +152,8 @@ class QuantSpec:
         if own is False: return None
         src = own if isinstance(own, dict) else q
         def value(key:str):
-            if key not in src and key not in q: raise InputError(f"config.json: quantization has no {key!r}")
+            if key not in src and key not in q:
+                raise InputError(f"config.json: quantization has no {key!r}")
             return src.get(key, q.get(key))
         return cls(value('bits'), value('group_size'), src.get('mode', q.get('mode', 'affine')))
 
@@ -210,7 +212,8 @@ def attr_at(obj, path:str):
     """Follow a dotted path; module children are read as items, so a tap shadowing an attribute is
     seen through"""
     for p in path.split('.'):
-        obj = obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj else getattr(obj, p)
+        obj = (obj[int(p)] if p.isdigit() else obj[p] if isinstance(obj, dict) and p in obj
+               else getattr(obj, p))
     return obj
 
 def expert_projs(layout:str) -> tuple:
@@ -236,7 +239,8 @@ def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
     QuantSpec|None}`)"""
     check_moe_layer(spec, layer)
     blk = spec.block_path.format(layer=layer)
-    if spec.layout == 'fused': return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
+    if spec.layout == 'fused':
+        return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
     quant = quant or {p: spec.quant_of(layer, p) for p in expert_projs(spec.layout)}
     extra = ('bias',) if spec.expert_bias else ()
     return {(p, part): spec.key_template.format(block=blk, proj=p, part=part)
@@ -298,7 +302,8 @@ def _qwen(c, mt):
     step, only = c.get('decoder_sparse_step', 1), set(c.get('mlp_only_layers', []))
     r = Routing(RouterKind.softmax_topk, select='tail',
                 norm=bool(c.get('norm_topk_prob', mt == 'qwen3_5_moe')))
-    blk = 'language_model.model.layers.{layer}.mlp' if mt == 'qwen3_5_moe' else 'model.layers.{layer}.mlp'
+    blk = ('language_model.model.layers.{layer}.mlp' if mt == 'qwen3_5_moe'
+           else 'model.layers.{layer}.mlp')
     shared = dict(shared='shared_expert',
                   shared_gate='shared_expert_gate') if mt != 'qwen3_moe' else {}
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk,
@@ -445,7 +450,8 @@ def absent_args(config:dict) -> list:
     """Keys mlx-lm's args class requires (no default) that `config` lacks: without them mlx-lm
     cannot build the model"""
     _, Args, src = _args_source(config)
-    return [n for n, p in inspect.signature(Args).parameters.items() if p.default is p.empty and n not in src]
+    return [n for n, p in inspect.signature(Args).parameters.items() if p.default is p.empty
+            and n not in src]
 
 # %% ../nbs/00_routing.ipynb #a5fdcd12-1
 def model_args(config:dict) -> dict:
@@ -456,7 +462,8 @@ def model_args(config:dict) -> dict:
     # `check_buildable` (at load) all
     absent = absent_args(config)
     try: args = Args.from_dict({**dict.fromkeys(absent), **src})
-    except Exception as e: raise InputError(f"config.json: mlx-lm's {mt} model cannot read it ({e})")
+    except Exception as e:
+        raise InputError(f"config.json: mlx-lm's {mt} model cannot read it ({e})")
     meta = {key: src.get(key, config.get(key)) for key in _META if key in src or key in config}
     return {**meta, **{k: v for k, v in vars(args).items() if not (k in absent and v is None)}}
 
@@ -507,7 +514,8 @@ def _check(spec:MoESpec):
 def _quant_paths(config:dict, block_path:str, moe_layers, layout:str) -> tuple:
     "The config's own quantization entries for the routed expert projections"
     q = config.get('quantization') or config.get('quantization_config') or {}
-    paths = [f"{block_path.format(layer=l)}.switch_mlp.{p}" for l in moe_layers for p in expert_projs(layout)]
+    paths = [f"{block_path.format(layer=l)}.switch_mlp.{p}" for l in moe_layers
+             for p in expert_projs(layout)]
     return tuple((path, QuantSpec.from_config(config, path)) for path in paths if path in q)
 
 # %% ../nbs/00_routing.ipynb #a5649b47-2
@@ -551,8 +559,10 @@ def block_routing(spec:MoESpec, blk, x):
 # %% ../nbs/00_routing.ipynb #a1c2b4f2
 def same_routing(a, b) -> dict:
     "Compare `(indices, weights)` pairs: sets per token, weights bit for bit per expert"
-    ia, wa = np.array(a[0]).reshape(-1, a[0].shape[-1]), B.to_numpy(a[1]).reshape(-1, a[0].shape[-1])
-    ib, wb = np.array(b[0]).reshape(-1, b[0].shape[-1]), B.to_numpy(b[1]).reshape(-1, b[0].shape[-1])
+    ia, wa = (np.array(a[0]).reshape(-1, a[0].shape[-1]),
+              B.to_numpy(a[1]).reshape(-1, a[0].shape[-1]))
+    ib, wb = (np.array(b[0]).reshape(-1, b[0].shape[-1]),
+              B.to_numpy(b[1]).reshape(-1, b[0].shape[-1]))
     sa, sb = np.argsort(ia, -1), np.argsort(ib, -1)
     ia, wa = np.take_along_axis(ia, sa, -1), np.take_along_axis(wa, sa, -1)
     ib, wb = np.take_along_axis(ib, sb, -1), np.take_along_axis(wb, sb, -1)

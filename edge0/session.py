@@ -96,7 +96,8 @@ class Session:
         self.serving = serving = _with_kv(serving, max_kv_size)
         self.handle = open_served(self.model_dir, serving,
                                   choose=auto_mode if serving.mode == AUTO else None)
-        self.spec, self.max_kv_size, self.adapter = self.handle.spec, max_kv_size, self.handle.adapter
+        self.spec, self.max_kv_size, self.adapter = (self.handle.spec, max_kv_size,
+                                                     self.handle.adapter)
         self.step = _fitted(self.handle, serving.options, max_kv_size, extra_eos)
         self.tokenizer, self.eos = self.handle.tokenizer, set(self.handle.tokenizer.eos_token_ids)
         args = getattr(self.handle.model, 'args', None)
@@ -121,7 +122,8 @@ def __exit__(self:Session, *exc): self.close()
 ROLES = ('system', 'user', 'assistant', 'tool')
 
 def _check_messages(messages) -> list:
-    if not isinstance(messages, (list, tuple)) or not messages: raise InputError("messages must be a non-empty list")
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InputError("messages must be a non-empty list")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'),
                                                                                    str):
@@ -180,7 +182,8 @@ def reuse(self:Session, ids:list) -> int:
         self.step.trim(n)
         self.tokens = self.tokens[:n]
         return n
-    if self.cache is not None and n > 0 and (n == len(self.tokens) or can_trim_prompt_cache(self.cache)):
+    if self.cache is not None and n > 0 and (n == len(self.tokens)
+                                             or can_trim_prompt_cache(self.cache)):
         trim_prompt_cache(self.cache, len(self.tokens) - n)
         self.tokens = self.tokens[:n]
         return n
@@ -192,7 +195,8 @@ def reuse(self:Session, ids:list) -> int:
 def room(self:Session, ids:list) -> float:
     """How many tokens the model's context leaves after `ids` (unbounded with a rotating cache or no
     known context)"""
-    return self.context_length - len(ids) if self.context_length and self.max_kv_size is None else math.inf
+    return (self.context_length - len(ids) if self.context_length and self.max_kv_size is None
+            else math.inf)
 
 def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
     if max_tokens < 1: raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -203,7 +207,8 @@ def _check_request(self:Session, ids:list, max_tokens:int, sampling:Sampling):
     v = self.vocab_size
     if v and sampling.top_k > v: raise InputError(f"top_k {sampling.top_k} is above the vocabulary "
                                                   f"size {v}")
-    bad = [t for t in (sampling.logit_bias or {}) if not (isinstance(t, int) and 0 <= t < (v or math.inf))]
+    bad = [t for t in (sampling.logit_bias or {})
+           if not (isinstance(t, int) and 0 <= t < (v or math.inf))]
     if bad: raise InputError(f"logit_bias token {bad[0]!r} is not a token id below {v}")
 
 def _stop_at(text:str, stop) -> int|None:
@@ -328,7 +333,8 @@ def _thrash(self:Session, seen:str):
     "Say what the thrash watch saw, with the budget and what to change"
     e = self.handle.engine
     b = None if e is None else e.budget
-    if b is None: what = "the resident model and this process do not fit in memory: serve it streamed"
+    if b is None:
+        what = "the resident model and this process do not fit in memory: serve it streamed"
     else:
         pool = 'unbounded' if b.pool is None else f"{b.pool / MiB:,.0f} MiB"
         what = (f"this process ({b.rss / MiB:,.0f} MiB resident at load) and its expert budget "
@@ -345,7 +351,8 @@ def _thrash(self:Session, seen:str):
 def stats(self:Session) -> dict:
     "The session's counters, and the streaming and prerouter counters of what serves it"
     h = self.handle
-    serving = None if h.engine is None else decode_stats(h) if h.decoder is not None else stream_stats(h.engine)
+    serving = (None if h.engine is None else decode_stats(h) if h.decoder is not None
+               else stream_stats(h.engine))
     if serving is not None and self.step is not None:
         serving['torch_step'] = dict(steps=self.step.counts.steps,
                                      crossings=self.step.counts.crossings,

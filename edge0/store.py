@@ -65,7 +65,8 @@ def _header_bytes(path:Path) -> tuple[bytes, int]:
                 raise StoreError(f"{path}: header length {n} runs past the end of the file ({size} "
                                  "bytes); truncated or not safetensors")
             return f.read(n), size
-    except OSError as e: raise StoreError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    except OSError as e:
+        raise StoreError(f"{path}: cannot read the file ({e.strerror or e})") from None
 
 # %% ../nbs/01a_store.ipynb #97ed1925
 def _tensor_info(path:Path, name:str, entry, base:int, size:int) -> TensorInfo:
@@ -494,7 +495,8 @@ class DirectReader(PreadReader):
 class MmapReader:
     "Views of read-only maps of each shard"
     kind, direct = 'mmap', False
-    def __init__(self, fds:dict): self.maps = {p: mmap.mmap(fd, 0, access=mmap.ACCESS_READ) for p, fd in fds.items()}
+    def __init__(self, fds:dict):
+        self.maps = {p: mmap.mmap(fd, 0, access=mmap.ACCESS_READ) for p, fd in fds.items()}
     def read(self, path, start:int, n:int): return memoryview(self.maps[path])[start:start + n]
     # faults read
     def prepare(self, spans:list) -> tuple[list, list]: return [self.read(*s) for s in spans], []
@@ -703,7 +705,8 @@ def use_threads(self:ExpertStore, threads:int):
     "Keep `threads` reads in flight from now on"
     if self.pool: self.pool.shutdown(wait=True)
     self.threads = threads
-    self.pool = ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1 else None
+    self.pool = (ThreadPoolExecutor(threads, thread_name_prefix='edge0-read') if threads > 1
+                 else None)
 
 @patch
 def close(self:ExpertStore):
@@ -768,7 +771,8 @@ def ranges(self:ExpertStore, layer:int, expert:int) -> list:
     E = self.spec.num_experts
     if not 0 <= expert < self.ids:
         raise StoreError(f"expert {expert} is out of range: layer {layer} has {E} experts"
-                         + (f" (and {E} {self.low_bits}-bit copies, ids {E} to {2 * E - 1})" if self.low_bits else ''))
+                         + (f" (and {E} {self.low_bits}-bit copies, ids {E} to {2 * E - 1})"
+                            if self.low_bits else ''))
     ts, e = (self.low[layer], expert - E) if expert >= E else (self.layers[layer], expert)
     out = []
     for key, t in ts.items():
@@ -793,12 +797,14 @@ def _arrays(self:ExpertStore, parts:list, views:list, stats:LoadStats, expanded:
     """`{key: array}` of `parts` from their `views`, once read (a lower-bit copy's: `expanded` by
     the read already)"""
     out = {}
-    if not expanded and any(key[1] == 'codes' for key, *_ in parts): views = self._expand_low(parts, views)
+    if not expanded and any(key[1] == 'codes' for key, *_ in parts):
+        views = self._expand_low(parts, views)
     for (key, t, off, n, shape), buf in zip(parts, views):
         dtype = t.dtype
         # expanded: the int4 layout's bytes
         if key[1] == 'codes': key, dtype, shape, _ = self.low_target[t.name]
-        if key[1] == 'packed' and self.repack: buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
+        if key[1] == 'packed' and self.repack:
+            buf = self.repack(np.frombuffer(buf, np.uint8).reshape(shape))
         out[key] = (bq.torch_from_buffer(buf, dtype, shape) if self.torch_out else
                     # MLX copies: the buffer is free again
                     bio.from_buffer(buf, dtype, shape, evaluate=False))
@@ -850,7 +856,8 @@ def read_experts(self:ExpertStore, layer:int, experts) -> list:
     in flight at once on the store's threads (its queue depth), each expert's `seconds` its share of
     the wall time"""
     if self.pool is None or len(experts) < 2: return [self.read_expert(layer, e) for e in experts]
-    t0, stats = time.perf_counter(), [LoadStats(low=int(e >= self.spec.num_experts)) for e in experts]
+    t0, stats = time.perf_counter(), [LoadStats(low=int(e >= self.spec.num_experts))
+                                      for e in experts]
     parts = [[(key, t, off, n,
                t.shape[1:]) for key, t, off, n in self.ranges(layer, e)] for e in experts]
     prepared = [self._prepare(p, s) for p, s in zip(parts, stats)]

@@ -244,7 +244,8 @@ def perplexity(model, tokens:np.ndarray, seq:int=256, batch:int=8, show:bool=Fal
     """exp(mean next-token cross-entropy) of `model` over `tokens`, in non-overlapping windows of
     `seq`"""
     n_windows = (len(tokens) - 1) // seq
-    windows = np.stack([tokens[i * seq:i * seq + seq + 1] for i in range(n_windows)]).astype(np.int32)
+    windows = np.stack([tokens[i * seq:i * seq + seq + 1]
+                        for i in range(n_windows)]).astype(np.int32)
     total_ce = 0.0
     for i in tqdm(range(0, n_windows, batch), desc='perplexity', unit='batch', leave=False,
                   disable=not show):
@@ -273,7 +274,8 @@ def export_checkpoints(model, config:dict, balancing_bias:str|None, tok_dir, dst
                        provenance:dict) -> tuple[Path, Path]:
     """Write `<name>` (bf16) and `<name>-int4` (int4 g64) checkpoints of a trained mlx-lm `model`
     into `dst_dir`"""
-    to_bf16 = [(key, weight.astype(B.bfloat16)) for key, weight in B.tree_flatten(model.parameters())
+    to_bf16 = [(key, weight.astype(B.bfloat16))
+               for key, weight in B.tree_flatten(model.parameters())
                # a correction bias stays float32
                if not (balancing_bias and key.endswith(balancing_bias))]
     model.update(B.tree_unflatten(to_bf16))
@@ -331,7 +333,8 @@ def reproduce(name:str, corpus_dir, work, dst_dir, steps:int|None=None,
     if (trainer.out / 'state.json').exists(): trainer.resume()
     trainer.run(show=show)
     heldout_ids = encode(tok_dir, heldout_texts)
-    data = f"{', '.join(CORPUS)}: first {100 * (1 - HELDOUT):.0f}% of each file (held out: last {100 * HELDOUT:.0f}%)"
+    data = (f"{', '.join(CORPUS)}: first {100 * (1 - HELDOUT):.0f}% of each file (held out: last "
+            f"{100 * HELDOUT:.0f}%)")
     provenance = dict(teacher=name, seed=teacher.seed, steps=teacher.steps, batch=teacher.batch,
                       seq=teacher.seq,
                       lr=teacher.lr, train_tokens=int(len(tokens)), data=data,

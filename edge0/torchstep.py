@@ -97,7 +97,8 @@ def fuse(projs:list) -> Proj|None:
     product, else None. Torch's int4 packing interleaves rows within blocks (`bq.pack_rows()`: 64
     with AVX512, 32 with AVX2), so packed weights stack when each but the last fills whole blocks;
     the originals become views into the stack"""
-    if not all(p.packed is not None and p.lora is None and not p.refine and p.group == projs[0].group for p in projs):
+    if not all(p.packed is not None and p.lora is None and not p.refine
+               and p.group == projs[0].group for p in projs):
         return None
     # asked of the running torch: a packing edge0 does not know is not stacked
     rows = bq.pack_rows()
@@ -118,7 +119,8 @@ def fuse(projs:list) -> Proj|None:
 # %% ../nbs/02c_torch_step.ipynb #34106acc
 class Norm:
     "An mlx-lm `RMSNorm` in torch, float32"
-    def __init__(self, m:RMSNorm): self.w, self.eps, self.shape = _f32(m.weight), m.eps, tuple(m.weight.shape)
+    def __init__(self, m:RMSNorm):
+        self.w, self.eps, self.shape = _f32(m.weight), m.eps, tuple(m.weight.shape)
     def __call__(self, x): return F.rms_norm(x, self.shape, self.w, self.eps)
 
 class Rope:
@@ -174,7 +176,8 @@ class Attention:
         # Ling: q, k and v stored as one projection, the output one is `dense`
         if hasattr(a, 'query_key_value'):
             self.qkv, self.o = Proj(a.query_key_value), Proj(a.dense)
-            self.heads, self.kv_heads, self.head_dim = a.num_attention_heads, a.num_key_value_heads, a.head_dim
+            self.heads, self.kv_heads, self.head_dim = (a.num_attention_heads,
+                                                        a.num_key_value_heads, a.head_dim)
             self.sizes = [self.heads * self.head_dim] + 2 * [self.kv_heads * self.head_dim]
             qn, kn = getattr(a, 'query_layernorm', None), getattr(a, 'key_layernorm', None)
         else:
@@ -231,7 +234,8 @@ def _check_routing(r:Routing, spec:MoESpec):
 # %% ../nbs/02c_torch_step.ipynb #bbbfae7a
 class MLP:
     "A dense SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) in torch"
-    def __init__(self, m): self.gate, self.up, self.down = Proj(m.gate_proj), Proj(m.up_proj), Proj(m.down_proj)
+    def __init__(self, m):
+        self.gate, self.up, self.down = Proj(m.gate_proj), Proj(m.up_proj), Proj(m.down_proj)
     def __call__(self, x): return self.down(F.silu(self.gate(x)) * self.up(x))
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02
@@ -239,7 +243,8 @@ class Experts:
     """The routed experts of one streamed layer, computed by torch's int4 kernel on the engine's
     torch-packed bundles"""
     def __init__(self, engine, layer:int):
-        self.engine, self.layer, self.group = engine, layer, torch_quant(engine.quant[layer]).group_size
+        self.engine, self.layer, self.group = (engine, layer,
+                                               torch_quant(engine.quant[layer]).group_size)
         self.calls = 0  # kernel calls, for the profile
         # the resident layer's arrays, and each expert's views into them
         self.held, self.views = None, {}
@@ -255,7 +260,8 @@ class Experts:
             # kept anew (or another time): new views
             if w is not self.held: self.held, self.views = w, {}
             for e in experts:
-                if e not in self.views: self.views[e] = {key: bq.torch_view(a)[e] for key, a in w.items()}
+                if e not in self.views:
+                    self.views[e] = {key: bq.torch_view(a)[e] for key, a in w.items()}
             return {e: self.views[e] for e in experts}
         got = eng.pool.get(layer, experts, eng.stats[layer])
         return {e: {key: bq.torch_view(a) for key, a in b.items()} for e, b in zip(experts, got)}
@@ -328,7 +334,8 @@ class MoE:
         out = (y * w[..., None]).sum(-2)
         if self.shared is not None:
             sh = self.shared(x)
-            out = out + (torch.sigmoid(self.shared_gate(x)) * sh if self.shared_gate is not None else sh)
+            out = out + (torch.sigmoid(self.shared_gate(x)) * sh if self.shared_gate is not None
+                         else sh)
         return out
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6-2
@@ -351,19 +358,23 @@ def packed_for_torch(handle) -> bool:
 def check_torch_step(handle) -> str|None:
     "Why the torch step cannot serve `handle` (None: it can)"
     spec = handle.spec
-    if handle.engine is None: return "the model is resident (the torch step serves streamed experts)"
+    if handle.engine is None:
+        return "the model is resident (the torch step serves streamed experts)"
     if handle.kernels != 'torch': return f"kernels are {handle.kernels!r}, not 'torch'"
     if spec.model_type not in TORCH_FAMILIES:
-        return f"{spec.model_type} is not one of the torch step's families ({', '.join(TORCH_FAMILIES)})"
+        return (f"{spec.model_type} is not one of the torch step's families "
+                f"({', '.join(TORCH_FAMILIES)})")
     if not packed_for_torch(handle):
         return "the experts are not packed for torch (edge0 convert MODEL DST --layout torch-cpu)"
     try: _check_routing(spec.routing, spec)
     except InputError as e: return str(e)
     inner = handle.model.model
     if inner.norm.weight.dtype != B.float32:
-        return f"the model is served in {inner.norm.weight.dtype} (the torch step computes in float32)"
+        return (f"the model is served in {inner.norm.weight.dtype} (the torch step computes in "
+                "float32)")
     rope = _attention(inner.layers[0]).rope
-    if type(rope) is not RoPE: return f"its RoPE is {type(rope).__name__} (the torch step computes plain RoPE)"
+    if type(rope) is not RoPE:
+        return f"its RoPE is {type(rope).__name__} (the torch step computes plain RoPE)"
     return None
 
 # %% ../nbs/02c_torch_step.ipynb #a598bf43
@@ -371,8 +382,10 @@ class Head:
     "A prerouter head (`prerouter.Head`) in torch"
     def __init__(self, h):
         self.w1, self.b1 = _f32(h.fc1['weight']), _f32(h.fc1['bias'])
-        self.w2, self.b2, self.skip = _f32(h.fc2['weight']), _f32(h.fc2['bias']), _f32(h.skip['weight'])
-    def __call__(self, f): return F.gelu(f @ self.w1.T + self.b1) @ self.w2.T + self.b2 + f @ self.skip.T
+        self.w2, self.b2, self.skip = (_f32(h.fc2['weight']), _f32(h.fc2['bias']),
+                                       _f32(h.skip['weight']))
+    def __call__(self, f):
+        return F.gelu(f @ self.w1.T + self.b1) @ self.w2.T + self.b2 + f @ self.skip.T
 
 
 def _embedding(m) -> tuple:
@@ -421,7 +434,8 @@ class TorchStep(Step):
         self.lm_head = Proj(head, bq.REFINE) if head is not None else _tied(tied, bq.REFINE)
         self.k = self.engine.k
         dec = self.dec
-        self.heads = {n: Head(dec.prerouter.heads[f'layer{n}']) for n in dec.owners} if dec is not None else {}
+        self.heads = {n: Head(dec.prerouter.heads[f'layer{n}'])
+                      for n in dec.owners} if dec is not None else {}
         self.counts = StepCounts()
         self.ex = TorchExecutor(self)  # what the decoder's policy asks of this step
         self.reset()
@@ -471,7 +485,8 @@ class TorchExecutor(Executor):
         eng = self.step.engine
         at, exact = eng.planned_at(layer, ids)
         stack = eng.planned[layer].stacks[0]
-        bundles = {j: {key: bq.torch_view(stack[key][s]) for key in stack} for j, s in enumerate(at.tolist())}
+        bundles = {j: {key: bq.torch_view(stack[key][s]) for key in stack}
+                   for j, s in enumerate(at.tolist())}
         return self.step.layers[layer].moe.experts(x, np.arange(len(ids))[None], bundles), exact
     def combine(self, m, x, y, w): return m.combine(x, y, w)
     def head(self, layer, h, now, prev):

@@ -154,7 +154,8 @@ def tiny_tokenizer(dst, vocab:int=512) -> int:
     end-of-turn token id"""
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.pre_tokenizer, tok.decoder = (pre_tokenizers.ByteLevel(add_prefix_space=False),
+                                      decoders.ByteLevel())
     tok.train_from_iterator([_TEXT], trainers.BpeTrainer(vocab_size=vocab, special_tokens=SPECIALS,
                                                          show_progress=False,
                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
@@ -189,11 +190,13 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     model, spec = tiny_model(config, seed)
     if embed_rms: _scale_embedding(model, embed_rms)
     # bf16 like a real checkpoint, except the correction bias, which mlx-lm keeps in float32
-    model.update(B.tree_unflatten([(n, w.astype(B.bfloat16)) for n, w in B.tree_flatten(model.parameters())
+    model.update(B.tree_unflatten([(n, w.astype(B.bfloat16))
+                                   for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype == B.float32 and not _is_router_bias(n, spec)]))
     if bits: model, config = quantize_model(model, config, group_size, bits)
     with atomic_dir(dst, overwrite) as tmp:
-        config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config') or config)['vocab_size'])
+        config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config')
+                                                      or config)['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type,
                                           seed=seed, bits=bits,
                                           group_size=group_size, embed_rms=embed_rms)
@@ -324,7 +327,8 @@ def mlx_lm_checkpoint(model_type:str, dst, dtype:str='bfloat16', quantize:bool=T
     config = config or tiny_config(model_type, **config_kw)
     model, _ = tiny_model(config, seed)
     with tempfile.TemporaryDirectory() as src, atomic_dir(dst) as tmp:
-        config['eos_token_id'] = tiny_tokenizer(src, (config.get('text_config') or config)['vocab_size'])
+        config['eos_token_id'] = tiny_tokenizer(src, (config.get('text_config')
+                                                      or config)['vocab_size'])
         save_model(src, model)
         save_config(config, Path(src) / 'config.json')
         tmp.rmdir()  # mlx_lm.convert refuses an existing destination

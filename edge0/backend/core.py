@@ -113,7 +113,8 @@ def set_cache_limit(nbytes:int) -> int:
 def working_set_limit() -> int|None:
     """Metal's recommended working set (bytes) when MLX runs on a GPU (its buffers should stay
     within it), else None"""
-    return mx.device_info().get('max_recommended_working_set_size') if device_kind() == 'gpu' else None
+    return (mx.device_info().get('max_recommended_working_set_size') if device_kind() == 'gpu'
+            else None)
 
 
 # %% ../../nbs/00_backend_core.ipynb #bc470002
@@ -134,5 +135,6 @@ def ops_of(a):
     kind = 'mlx' if isinstance(a, mx.array) else 'torch'
     ops = _OPS.get(kind)
     if ops is None:
-        ops = _OPS[kind] = importlib.import_module('edge0.backend.' + ('core' if kind == 'mlx' else 'torch_core'))
+        ops = _OPS[kind] = importlib.import_module('edge0.backend.'
+                                                   + ('core' if kind == 'mlx' else 'torch_core'))
     return ops

@@ -101,7 +101,8 @@ def to_torch(x):
     if x.dtype != B.bfloat16: return torch.from_numpy(np.asarray(x))
     # numpy has no bfloat16: torch reads the buffer itself (a view through MLX would cost 4x more)
     m = memoryview(x)
-    if m.c_contiguous and m.nbytes and x.ndim: return torch.frombuffer(m, dtype=torch.bfloat16).view(tuple(x.shape))
+    if m.c_contiguous and m.nbytes and x.ndim:
+        return torch.frombuffer(m, dtype=torch.bfloat16).view(tuple(x.shape))
     return torch.from_numpy(np.asarray(x.view(B.uint16))).view(torch.bfloat16)
 
 _VIEWS, _REFS = {}, {}
@@ -159,7 +160,8 @@ def from_torch(t, dtype=None):
     "An MLX array of the torch tensor `t`, in `dtype` (default: float32)"
     import torch
     dtype = dtype or B.float32
-    if dtype == B.bfloat16: return B.array(t.to(torch.bfloat16).view(torch.int16).numpy()).view(B.bfloat16)
+    if dtype == B.bfloat16:
+        return B.array(t.to(torch.bfloat16).view(torch.int16).numpy()).view(B.bfloat16)
     return B.array(t.to(torch.float16 if dtype == B.float16 else torch.float32).numpy())
 
 def int4_mm(x, packed, sz, group_size:int=GROUP_SIZE):
@@ -291,7 +293,8 @@ def torch_expert_mlp(x, # (..., D) hidden states
     shape, k = x.shape, idx.shape[-1]
     xt = to_torch(x).reshape(-1, shape[-1]).to(torch.bfloat16)
     ids = np.asarray(idx).reshape(xt.shape[0], k)
-    tw = {key: [torch_view(a) for a in v] if isinstance(v, list) else torch_view(v) for key, v in w.items()}
+    tw = {key: [torch_view(a) for a in v] if isinstance(v, list) else torch_view(v)
+          for key, v in w.items()}
     def mm(h, proj, e):
         y = int4_mm(h, tw[proj, 'packed'][e], tw[proj, 'sz'][e], group_size)
         return y if (proj, 'bias') not in tw else y + tw[proj, 'bias'][e].to(y.dtype)
@@ -319,7 +322,8 @@ def pack_order(scheme:str, n:int, k:int) -> np.ndarray:
     out = []
     for r0 in range(0, n, block):
         nb, j = min(block, n - r0), np.arange(min(block, n - r0) // 2)
-        rows = np.stack([j, j + nb // 2] if rule == 'halves' and nb == block else [2 * j, 2 * j + 1], -1)
+        rows = np.stack([j, j + nb // 2] if rule == 'halves' and nb == block
+                        else [2 * j, 2 * j + 1], -1)
         out.append(((r0 + rows)[None] * k + np.arange(k)[:, None, None]).reshape(-1))
     return np.concatenate(out).astype(np.int32)
 
