@@ -228,3 +228,19 @@ def test_shrink_keeps_a_picture_shown_at_its_size(tmp_path):
     im = Image.open(io.BytesIO(small))
     assert small[:4] == b'\x89PNG' and len(small) <= PICTURE_BYTES
     assert out['metadata'] == shown and im.width >= 1500
+
+def test_chapters_are_lessons():
+    """The house rhythm (STYLE.md rule 4): an exported cell holds at most 30 lines and is followed by prose saying
+    why before the next exported cell (a check may come between)"""
+    bad = []
+    for p in sorted(NBS.glob('*.ipynb')):
+        last = None  # the id of an exported cell not yet followed by prose
+        for c in json.loads(p.read_text())['cells']:
+            src = ''.join(c['source'])
+            exported = c['cell_type'] == 'code' and src.startswith('#| export')
+            if exported:
+                if len(src.rstrip().split('\n')) - 1 > 30: bad.append(f"{p.name} {c.get('id')}: over 30 lines")
+                if last: bad.append(f"{p.name} {c.get('id')}: follows exported cell {last} with no prose between")
+                last = c.get('id')
+            elif c['cell_type'] == 'markdown' and src.strip(): last = None
+    assert bad == [], bad[:10]
