@@ -25,9 +25,10 @@ chromium:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "no chromium and not root on Debian: the docs browser test will skip (install chromium to run it)"; fi
 
+# pytest with two workers: most tests are one process each (a CLI run, a child), so two halve the wall time on two cores
 test: setup chromium
 	$(BIN)/nbdev_test --n_workers 2
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 # the code teacher completes a Python function, its experts streamed and predicted one token ahead, each layer's own two
 # heaviest always computed; no recovery LoRA (none is trained at exact top-2: a note says so) (the prose teacher:
