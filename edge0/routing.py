@@ -35,6 +35,7 @@ class Routing:
     norm:bool=False          # renormalize the K weights to sum to 1
     norm_eps:float=0.0       # added to the renormalizing sum
     norm_k1:bool=True        # renormalize even when K == 1
+    norm_clamp:bool=False    # divide by max(sum, norm_eps) instead of sum + norm_eps (ERNIE)
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
     topk_group:int=1         # groups that may contribute
@@ -67,15 +68,17 @@ def _drop_groups(s, n_group:int, topk_group:int, how:str, fill:float):
     g = xp.put_along_axis(g, xp.stop_gradient(drop), xp.array(fill, g.dtype), axis=-2)
     return xp.flatten(g, -2, -1)
 
-def _normalize(w, k:int, norm:bool, eps:float, k1:bool):
+def _normalize(w, k:int, norm:bool, eps:float, k1:bool, clamp:bool=False):
     if not norm or (k == 1 and not k1): return w
     d = w.sum(axis=-1, keepdims=True)
+    if clamp: return w / B.ops_of(w).maximum(d, eps)
     return w / (d + eps) if eps else w / d
 
 # %% ../nbs/00_routing.ipynb #43084c65
 def softmax_topk(logits, # (..., E) router logits
                  k:int, # experts per token (may be below the model's native K)
                  select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True,
+                 norm_clamp:bool=False,
                  scale:float=1.0,
                  topk_first:bool=False, n_group:int=1, topk_group:int=1):
     "Softmax routing: `(indices, weights)`, each (..., k)"
@@ -89,7 +92,7 @@ def softmax_topk(logits, # (..., E) router logits
                                                                   0.0)
         inds = _select(s, k, select)
         w = xp.take_along_axis(s, inds, axis=-1)
-    w = _normalize(w, k, norm, norm_eps, norm_k1)
+    w = _normalize(w, k, norm, norm_eps, norm_k1, norm_clamp)
     return inds, (w * scale if scale != 1.0 else w)
 
 # %% ../nbs/00_routing.ipynb #36637c6a
@@ -98,6 +101,7 @@ def sigmoid_group(logits, # (..., E) router logits
                   bias=None, # (E,) correction bias, selection only
                   n_group:int=1, topk_group:int=1, score:str='sigmoid', group_fill:float=0.0,
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
+                  norm_clamp:bool=False,
                   scale:float=1.0, cast_back:bool=False):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
@@ -107,7 +111,8 @@ def sigmoid_group(logits, # (..., E) router logits
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
                                                                 group_fill)
     inds = _select(sel, k, select)
-    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, norm, norm_eps, norm_k1) * scale
+    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, norm, norm_eps, norm_k1,
+                   norm_clamp) * scale
     return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
 # %% ../nbs/00_routing.ipynb #36513331
@@ -122,14 +127,15 @@ def route(r:Routing, logits, k:int, bias=None):
                                                  "(bias=None given)")
     if r.kind == RouterKind.softmax_topk:
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
-                            norm_k1=r.norm_k1,
+                            norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
                             scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
                             topk_group=r.topk_group)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
                          norm_eps=r.norm_eps,
-                         norm_k1=r.norm_k1, scale=r.scale, cast_back=r.cast_back)
+                         norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.scale,
+                         cast_back=r.cast_back)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
 @dataclass(frozen=True)
@@ -285,11 +291,12 @@ def _count(c:dict, key:str, mt:str, default:int|None=None, least:int=1) -> int:
 
 def _layers(n:int, pred) -> tuple: return tuple(i for i in range(n) if pred(i))
 
-def _common(c, mt, experts_key:str, size_key:str, routing, block='model.layers.{layer}.mlp', **kw):
-    """The spec fields every family reads the same way; `experts_key`, `size_key`: its expert count
-    and size keys"""
-    E, k = _count(c, experts_key, mt), _count(c, 'num_experts_per_tok', mt)
-    if k > E: raise InputError(f"config.json: num_experts_per_tok is {k}, expected at most "
+def _common(c, mt, experts_key:str, size_key:str, routing, block='model.layers.{layer}.mlp',
+            k_key:str='num_experts_per_tok', **kw):
+    """The spec fields every family reads the same way; `experts_key`, `size_key`, `k_key`: its
+    expert count, expert size and K keys"""
+    E, k = _count(c, experts_key, mt), _count(c, k_key, mt)
+    if k > E: raise InputError(f"config.json: {k_key} is {k}, expected at most "
                                f"{experts_key} ({E})")
     return dict(model_type=mt, num_layers=_count(c, 'num_hidden_layers', mt), num_experts=E, k=k,
                 hidden_size=_count(c, 'hidden_size', mt), expert_size=_count(c, size_key, mt),
@@ -405,17 +412,110 @@ def _bailing(c, mt):
     first = c.get('first_k_dense_replace', 1 if v3 else 0)
     return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
 
+# %% ../nbs/00_routing.ipynb #fam-c01
+# the normalizing eps each copy of DeepSeek-V3's gate adds to the sum of its K weights
+_V3_EPS = {'deepseek_v32': 0.0, 'glm_moe_dsa': 0.0, 'glm4_moe_lite': 1e-20, 'exaone_moe': 1e-20,
+           'mimo_v2_flash': 1e-20}
+
+def _given(c:dict, key:str, default):
+    "`c[key]` unless it is absent or None (an `Optional` field mlx-lm replaces)"
+    return default if c.get(key) is None else c[key]
+
+def _flags(c:dict, key:str, n:int) -> list:
+    "`c[key]`: one entry per layer, else refused"
+    v = c.get(key)
+    if not isinstance(v, (list, tuple)) or len(v) != n:
+        raise InputError(f"config.json: {key} is {v!r}, expected a list with one entry per layer "
+                         f"({n})")
+    return list(v)
+
+def _v3_layers(c:dict, mt:str, n:int) -> tuple:
+    "The MoE layers of a V3 copy: a per-layer list (EXAONE, MiMo) or DeepSeek's first-k and freq"
+    if mt == 'exaone_moe': flags = [bool(f) for f in _flags(c, 'is_moe_layer', n)]
+    elif mt == 'mimo_v2_flash': flags = [f == 1 for f in _flags(c, 'moe_layer_freq', n)]
+    else:
+        first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
+        flags = [i >= first and i % freq == 0 for i in range(n)]
+    return _layers(n, lambda i: flags[i])
+
+# %% ../nbs/00_routing.ipynb #fam-c02
+def _v3_like(c, mt):
+    "A model whose gate is DeepSeek-V3's: sigmoid scores, a correction bias, top-2 group scores"
+    method = c.get('topk_method', 'noaux_tc')
+    if method != 'noaux_tc':
+        raise InputError(f"config.json: topk_method is {method!r}, expected 'noaux_tc' (all "
+                         f"mlx-lm's {mt} does)")
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head',
+                norm=bool(c.get('norm_topk_prob', True)), norm_eps=_V3_EPS[mt], norm_k1=False,
+                scale=float(_given(c, 'routed_scaling_factor', 1.0)),
+                n_group=_count(c, 'n_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1), bias=True)
+    exaone = mt == 'exaone_moe'
+    shared = ((c.get('num_shared_experts') or 0) > 0 if exaone
+              else c.get('n_shared_experts') is not None)
+    d = _common(c, mt, 'num_experts' if exaone else 'n_routed_experts', 'moe_intermediate_size',
+                r, router='gate.weight', router_bias='gate.e_score_correction_bias',
+                shared='shared_experts' if shared else None, out_cast='experts')
+    return dict(d, moe_layers=_v3_layers(c, mt, d['num_layers']))
+
+# %% ../nbs/00_routing.ipynb #fam-c04
+def _deepseek_v1(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='head')
+    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight',
+                shared='shared_experts' if c.get('n_shared_experts') is not None else None)
+    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+
+def _mistral4(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score='softmax', select='head',
+                norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-20, norm_k1=True,
+                scale=float(_given(c, 'routed_scaling_factor', 1.0)),
+                n_group=_count(c, 'n_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1))
+    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, out_cast='experts',
+                shared='shared_experts' if c.get('n_shared_experts') is not None else None)
+    first = c.get('first_k_dense_replace', 0)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
+
+def _mellum(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='tail', norm=bool(c.get('norm_topk_prob', False)))
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r)
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
+# %% ../nbs/00_routing.ipynb #fam-c05
+def _ernie(c, mt):
+    act = c.get('moe_gate_act', 'softmax')
+    if act not in ('softmax', 'sigmoid'):
+        raise InputError(f"config.json: moe_gate_act is {act!r}, expected 'softmax' or 'sigmoid'")
+    r = Routing(RouterKind.sigmoid_group, score=act, select='head', norm=True, norm_eps=1e-12,
+                norm_k1=True, norm_clamp=True)
+    size = 'moe_intermediate_size' if c.get('moe_intermediate_size') else 'intermediate_size'
+    shared = (c.get('moe_num_shared_experts') or 0) > 0
+    d = _common(c, mt, 'moe_num_experts', size, r, k_key='moe_k', out_cast='experts',
+                shared='shared_experts' if shared else None,
+                expert_bias=bool(c.get('use_bias', False)))
+    n, start, end = d['num_layers'], c.get('moe_layer_start_index', 0), c.get('moe_layer_end_index')
+    start = min(start) if isinstance(start, (list, tuple)) else start
+    end = n - 1 if end is None else max(end) if isinstance(end, (list, tuple)) else end
+    step = _count(c, 'moe_layer_interval', mt, default=1)
+    return dict(d, moe_layers=_layers(n, lambda i: (i + 1) % step == 0 and start <= i <= end))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
-             'mixtral': _mixtral,
-             'olmoe': _olmoe, 'deepseek_v2': _deepseek, 'deepseek_v3': _deepseek,
-             'glm4_moe': _deepseek,
+             'mixtral': _mixtral, 'olmoe': _olmoe,
+             'deepseek_v2': _deepseek, 'deepseek_v3': _deepseek, 'glm4_moe': _deepseek,
              'bailing_moe': _bailing, 'bailing_moe_linear': _bailing, 'bailing_hybrid': _bailing,
-             'bailing_moe_v3': _bailing}
+             'bailing_moe_v3': _bailing,
+             'deepseek': _deepseek_v1, 'deepseek_v32': _v3_like, 'glm_moe_dsa': _v3_like,
+             'glm4_moe_lite': _v3_like, 'exaone_moe': _v3_like, 'mimo_v2_flash': _v3_like,
+             'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie}
 SUPPORTED = tuple(_FAMILIES)
-_REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3'}
+# mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
+_REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
+          'phi-msft': 'phixtral', 'deepseek_v41_text': 'deepseek_v41', 'gemma4_unified': 'gemma4'}
 _ARCH_REMAP = {('bailing_hybrid', 'BailingMoeV3ForCausalLM'): 'bailing_moe_v3'}
 
+# %% ../nbs/00_routing.ipynb #fam-c08
 def resolve_model_type(config:dict) -> str:
     "The mlx-lm module a config loads with (after mlx-lm's own remapping)"
     if 'model_type' not in config: raise InputError("config.json: key 'model_type' is missing "
@@ -431,6 +531,51 @@ def model_class(config:dict):
     "The mlx-lm `(Model, ModelArgs)` classes for `config`"
     module = importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}")
     return module.Model, module.ModelArgs
+
+# %% ../nbs/00_routing.ipynb #fam-c09
+_ACT = "its experts compute {}, and edge0's expert kernels compute silu-SwiGLU"
+_AT = ("its block keeps its experts at `{}`{}; edge0 reads a block's experts at `switch_mlp` "
+       "and calls its router `gate`")
+_NOT_STREAMED = {
+    'gpt_oss': _ACT.format("gpt-oss's clamped SwiGLU with biases (swiglu_oai)"),
+    'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
+    'kimi_k3': _ACT.format("SiTU, optionally between latent projections"),
+    'step3p5': _ACT.format("a SwiGLU clamped per layer"),
+    'nemotron_h': "its experts are ungated relu² MLPs (`SwitchMLP` fc1/fc2), not `SwitchGLU`",
+    'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
+                "`SwitchGLU`",
+    'dots1': _AT.format('mlp.experts', ''),
+    'afmoe': _AT.format('mlp.experts', ' and its router at `mlp.router.gate`'),
+    'jamba': _AT.format('mlp.switch_mlp', ' behind a router called `router`'),
+    'granitemoehybrid': _AT.format('switch_mlp', ' behind a router called `router`'),
+    'Klear': _AT.format('mlp.experts', ', and mixes routed and shared experts by learned '
+                        'coefficients'),
+    'hunyuan': "its K and expert size may differ from layer to layer, and it sums the expert "
+               "outputs in float32",
+}
+
+# %% ../nbs/00_routing.ipynb #fam-c10
+_NOT_STREAMED |= {
+    'minimax': "its router scores a float32 copy of the block input and weighs in the input's "
+               "dtype, which edge0's routing does not describe",
+    'gemma4_text': "its router normalizes its own input and scales each expert's weight, and its "
+                   "experts read another norm of the input than the router",
+    'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
+              "scales each expert's weight",
+    'llama4': "it scales the chosen expert's input by a sigmoid of its logit instead of weighing "
+              "its output",
+    'granitemoe': "its router returns a float32 softmax of the top-K logits",
+    'kimi_linear': "it scores the router logits in their own dtype, not in float32",
+    'lfm2_moe': "it scores the router logits in their own dtype and selects with a float32 bias",
+    'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
+              "after the weighted sum",
+    'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
+                    "clamped float32 SwiGLU, and its layers mix hyper-connection streams",
+    'longcat_flash': "it routes tokens to zero-compute identity experts beyond the stored ones",
+    'phimoe': "it routes by sparsemixer (K rounds of argmax, each weighed by a masked softmax)",
+    'muse_spark': "mlx-lm runs its routing and weighted sum as Metal-only kernels and normalizes "
+                  "each expert's output before weighing it",
+}
 
 # %% ../nbs/00_routing.ipynb #a5fdcd12
 _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
@@ -523,6 +668,9 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
     """The `MoESpec` of a model from its (mlx-lm) `config.json` contents; bad values raise
     `InputError`"""
     mt = resolve_model_type(config)
+    if mt in _NOT_STREAMED:
+        raise InputError(f"config.json: model_type {config['model_type']!r} is an MoE edge0 does "
+                         f"not stream: {_NOT_STREAMED[mt]}")
     if mt not in _FAMILIES:
         raise InputError(f"config.json: model_type {config['model_type']!r} is not a supported "
                          f"MoE; supported: {', '.join(SUPPORTED)}")
@@ -552,9 +700,11 @@ def block_routing(spec:MoESpec, blk, x):
     try: y = blk(x)
     finally:
         for a in ('switch_mlp', spec.shared): blk.__dict__.pop(a, None)
-    # inline routers weigh in the hidden states' dtype; the probe's float32 sum holds those values
-    # exactly
-    return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(x.dtype)
+    # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
+    # dtype, sigmoid-group scores are float32 unless the block casts them back
+    r = spec.routing
+    f32 = r.kind == RouterKind.sigmoid_group and not r.cast_back
+    return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(B.float32 if f32 else x.dtype)
 
 # %% ../nbs/00_routing.ipynb #a1c2b4f2
 def same_routing(a, b) -> dict:
@@ -581,11 +731,12 @@ def weigh(r:Routing, logits, inds):
                                                                         precise=True)
         w = xp.softmax(s, axis=-1,
                        precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
-        w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1)
+        w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
         return w * r.scale if r.scale != 1.0 else w
     x = xp.astype(logits, xp.float32)
     s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1)
-    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1) * r.scale
+    w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
+                   r.norm_clamp) * r.scale
     return xp.astype(w, logits.dtype) if r.cast_back else w
 
 # %% ../nbs/00_routing.ipynb #c0a1e006

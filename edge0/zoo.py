@@ -63,6 +63,10 @@ def _deepseek(c, mt, E, F):
     return c
 
 # %% ../nbs/00_zoo.ipynb #8694668b-f
+# the families `_family` writes; `_bailing` and `_others` write the rest
+_FIRST = ('qwen3_moe', 'qwen3_next', 'qwen3_5_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'deepseek_v2',
+          'deepseek_v3', 'glm4_moe')
+
 def _family(c, mt, E, F):
     "Per-architecture keys on top of `_base`"
     c = _qwen(c, mt, E, F)
@@ -88,6 +92,57 @@ def _bailing(c, mt, E, F):
                                         architectures=['BailingMoeV3ForCausalLM'])
     return c
 
+# %% ../nbs/00_zoo.ipynb #zoo-c20
+_MLA = dict(kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
+            qk_nope_head_dim=16, num_key_value_heads=4)
+_GROUPED = dict(n_group=4, topk_group=2, routed_scaling_factor=2.5, topk_method='noaux_tc',
+                scoring_func='sigmoid', norm_topk_prob=True)
+
+def _v3_copies(c, mt, E, F):
+    "DeepSeek-MoE and the models whose gate copies DeepSeek-V3's"
+    L = c['num_hidden_layers']
+    dense, moe = int(L > 2), [i >= int(L > 2) for i in range(L)]
+    kinds = (['sliding_attention', 'full_attention'] * L)[:L]
+    common = dict(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128,
+                  n_shared_experts=1, first_k_dense_replace=dense, moe_layer_freq=1)
+    index = dict(index_head_dim=16, index_n_heads=2, index_topk=8, **{**_MLA, 'q_lora_rank': 32})
+    if mt == 'deepseek': c.update(common)
+    if mt in ('deepseek_v32', 'glm_moe_dsa'): c.update(common, **index, **_GROUPED)
+    if mt == 'glm_moe_dsa': c.update(attention_bias=False,
+                                     rope_parameters=dict(rope_theta=10000.0, type='default'))
+    if mt in ('glm4_moe_lite', 'mistral4'): c.update(common, **_MLA, **_GROUPED)
+    if mt == 'mistral4':  # its attention reads Llama-4's length scaling from these
+        c.update(rope_parameters=dict(type='default', rope_theta=10000.0, llama_4_scaling_beta=0.1,
+                                      original_max_position_embeddings=2048))
+    if mt == 'exaone_moe':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, num_shared_experts=1,
+                 head_dim=16, sliding_window=8, is_moe_layer=moe, layer_types=kinds, **_GROUPED)
+    return c
+
+# %% ../nbs/00_zoo.ipynb #zoo-c21
+def _others(c, mt, E, F):
+    "MiMo-V2-Flash, Mellum and ERNIE 4.5"
+    L = c['num_hidden_layers']
+    dense, kinds = int(L > 2), ['sliding_attention', 'full_attention'] * L
+    if mt == 'mimo_v2_flash':
+        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128,
+                 n_shared_experts=None, hybrid_layer_pattern=[i % 2 for i in range(L)],
+                 moe_layer_freq=[int(i >= dense) for i in range(L)], sliding_window_size=8,
+                 add_swa_attention_sink_bias=True, add_full_attention_sink_bias=False,
+                 layernorm_epsilon=1e-6, swa_rope_theta=10000.0, swa_num_attention_heads=4,
+                 swa_num_key_value_heads=2, head_dim=16, v_head_dim=16, swa_head_dim=16,
+                 swa_v_head_dim=16, partial_rotary_factor=1, **_GROUPED)
+    if mt == 'mellum':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 norm_topk_prob=True, sliding_window=8, layer_types=kinds[:L],
+                 rope_parameters={t: dict(rope_type='default', rope_theta=10000.0)
+                                  for t in kinds[:2]})
+    if mt == 'ernie4_5_moe':
+        c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
+                 intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
+                 moe_layer_start_index=dense)
+    return _v3_copies(c, mt, E, F)
+
 # %% ../nbs/00_zoo.ipynb #a1efec71
 def tiny_config(model_type:str, # one of `FAMILIES`
                 num_layers:int=2, num_experts:int=16,
@@ -98,7 +153,8 @@ def tiny_config(model_type:str, # one of `FAMILIES`
         raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: "
                          f"{', '.join(FAMILIES)}")
     c = _base(model_type, num_layers, k or 4, hidden, vocab)
-    family = _bailing if model_type.startswith('bailing') else _family
+    family = (_bailing if model_type.startswith('bailing') else _family if model_type in _FIRST
+              else _others)
     c = family(c, model_type, num_experts, expert_size)
     if model_type == 'qwen3_5_moe':
         c['rope_parameters'] = dict(type='default', rope_theta=10000.0, partial_rotary_factor=0.5,

@@ -10,7 +10,7 @@ float32, bfloat16, int64 = torch.float32, torch.bfloat16, torch.int64
 
 # %% auto #0
 __all__ = ['float32', 'bfloat16', 'int64', 'array', 'astype', 'arange', 'concatenate', 'stop_gradient', 'softmax', 'sigmoid',
-           'amax', 'argpartition', 'topk', 'take_along_axis', 'put_along_axis', 'unflatten', 'flatten']
+           'amax', 'maximum', 'argpartition', 'topk', 'take_along_axis', 'put_along_axis', 'unflatten', 'flatten']
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000007
 def array(x, dtype=None):
@@ -45,6 +45,10 @@ def sigmoid(a):
 def amax(a, axis:int, keepdims:bool=False):
     "The largest entry along `axis`"
     return torch.amax(a, dim=axis, keepdim=keepdims)
+
+def maximum(a, b):
+    "The larger of `a` and `b` (a tensor or a number), entry by entry, in `a`'s dtype"
+    return torch.maximum(a, torch.as_tensor(b, dtype=a.dtype))
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000013
 def argpartition(a, kth:int, axis:int=-1):
