@@ -1,6 +1,6 @@
 """Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --mode routing` with its heads.
 
-    python bench/phase1_families.py                    # all 13 families (about 10 min)
+    python bench/phase1_families.py                    # every family of edge0.zoo (about 45 s each)
     python bench/phase1_families.py --families qwen3_next deepseek_v3
 
 Each family's checkpoint is `edge0.zoo.build_tiny` with 4 layers (the DeepSeek, GLM and Ling families' first layer is
@@ -35,7 +35,8 @@ def family(name:str, root:Path, tokens:int, steps:int) -> dict:
                           '--ignore-chat-template', '--max-tokens', '24', '--mode', 'routing', '--stats'],
                          capture_output=True, text=True, env=env)
     if gen.returncode: return dict(family=name, error=gen.stderr.strip().splitlines()[-1])
-    line = next(l for l in gen.stdout.splitlines() if l.startswith('prerouter routing'))
+    line = next((l for l in gen.stdout.splitlines() if l.startswith('mode routing')), None)
+    if line is None: return dict(family=name, error="generate --stats printed no 'mode routing' line")
     syncs = float(re.search(r'([\d.]+) host syncs/step', line).group(1))
     dropped = int(re.search(r'(\d+) dropped', line).group(1))
     note = next((l for l in gen.stderr.splitlines() if 'prerouter heads:' in l), '')

@@ -138,7 +138,7 @@ def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
         parts = (_read_array(tensors[keys[p, part]]) for part in ('weight', 'scales', 'biases'))
         packed, sz = bq.torch_pack_experts(*parts, group_size=q.group_size)
         for part, a, dt in (('packed', packed, 'U8'), ('sz', sz, 'BF16')):
-            name = spec.key_template.format(block=blk, proj=p, part=part)
+            name = spec.key_of(blk, p, part)
             infos.append(TensorInfo(name, dt, a.shape, None, 0, a.nbytes))
             data[name] = np.ascontiguousarray(a)
         if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
@@ -177,7 +177,7 @@ def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4
     (`edge0.lowbit`), each expert one aligned range"""
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
     keys, infos, data = expert_keys(spec, layer, quant), [], {}
-    name = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
+    name = lambda p, part: spec.key_of(blk, p, part)
     for p, q in quant.items():
         w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
         if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases "

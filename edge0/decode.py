@@ -30,6 +30,7 @@ __all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mod
 def combine(spec:MoESpec, blk, x, y, w):
     """The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus
     its shared expert"""
+    if spec.weights_cast: w = w.astype(x.dtype)  # MiniMax weighs in its input's dtype
     out = (y * w[..., None]).sum(axis=-2)
     # as the model's block does
     if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
@@ -45,7 +46,7 @@ def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     logits = router_logits(spec, blk, x)
     if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
     else: w = weigh(spec.routing, logits, inds)
-    return combine(spec, blk, x, blk['switch_mlp'](x, inds), w)
+    return combine(spec, blk, x, blk[spec.experts](x, inds), w)
 
 
 # %% ../nbs/02b_decode.ipynb #d0000010
@@ -351,12 +352,12 @@ class Executor:
 # %% ../nbs/02b_decode.ipynb #d0000014d
 class GraphExecutor(Executor):
     """The MLX graph computes what `dec` decides: the block's own modules, the engine's streamed
-    `switch_mlp`"""
+    experts (the block's `switch_mlp` or what `MoESpec.experts` names)"""
     on_device = 1
     def __init__(self, dec): self.dec = dec
     def logits(self, blk, x): return router_logits(self.dec.spec, blk, x)
     def bias(self, layer): return self.dec.bias[layer]
-    def experts(self, blk, x, inds): return blk['switch_mlp'](x, inds)
+    def experts(self, blk, x, inds): return blk[self.dec.spec.experts](x, inds)
     def planned(self, layer, x, ids): return self.dec.engine.compute_planned(layer, x, ids)
     def combine(self, blk, x, y, w): return combine(self.dec.spec, blk, x, y, w)
     def head(self, layer, h, now, prev):

@@ -53,8 +53,9 @@ class ResidentExperts:
                              "mlx-layout checkpoint it came from")
         self.engine, self.blocks = engine, {layer: block(spec, model,
                                                          layer) for layer in spec.moe_layers}
-        self.own = {layer: blk['switch_mlp'] for layer, blk in self.blocks.items()}
-        for layer, blk in self.blocks.items(): blk['switch_mlp'] = _Resident(engine, layer)
+        self.name = spec.experts
+        self.own = {layer: blk[spec.experts] for layer, blk in self.blocks.items()}
+        for layer, blk in self.blocks.items(): blk[spec.experts] = _Resident(engine, layer)
 
     def hold(self, layer:int):
         "Read `layer`'s experts (a dense layer: nothing)"
@@ -67,7 +68,7 @@ class ResidentExperts:
     def bytes_read(self) -> int: return sum(s.bytes_read for s in self.engine.stats.values())
 
     def close(self):
-        for layer, blk in self.blocks.items(): blk['switch_mlp'] = self.own[layer]
+        for layer, blk in self.blocks.items(): blk[self.name] = self.own[layer]
 
 # %% ../nbs/04g_distil.ipynb #fds-x03
 def _teacher_layer(lp:LayerPass, layer:int, last:bool, x_ids:np.ndarray, states, prefill:int,

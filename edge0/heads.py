@@ -101,14 +101,14 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
     blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
     if to_router:  # the tap has recorded the router once the experts are called: stop there
         def stop(*a, **kw): raise _Reached
-        object.__setattr__(blk, 'switch_mlp', stop)
+        object.__setattr__(blk, self.spec.experts, stop)
     self.tap.seen.clear()
     out = None
     try: out = self.model(B.array(ids.astype(np.int32)))
     except _Reached: pass
     finally:
         L[:] = own
-        if to_router: blk.__dict__.pop('switch_mlp', None)
+        if to_router: blk.__dict__.pop(self.spec.experts, None)
     return (out if catch is None else catch.held), self.tap.seen.get(layer)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d

@@ -150,7 +150,8 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
-    y = grouped_experts(blk['switch_mlp'], x, inds) if self.grouped else blk['switch_mlp'](x, inds)
+    own = blk[spec.experts]
+    y = grouped_experts(own, x, inds) if self.grouped else own(x, inds)
     w = weigh(spec.routing, logits, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
     if low is not None and layer in self.low: y = self._with_copies(layer, blk, x, inds, y, low)
@@ -179,7 +180,7 @@ def _with_copies(self:StudentPath, layer:int, blk, x, inds, y, low):
     "`y` with the slots `low` from position `low_from` on computed from `layer`'s lower-bit copies"
     # a prompt is read at int4
     low = low & (B.arange(self.pos, self.pos + x.shape[1]) >= self.low_from)[None, :, None]
-    return B.where(low[..., None], copies_of(blk['switch_mlp'], self.low[layer], x, inds), y)
+    return B.where(low[..., None], copies_of(blk[self.spec.experts], self.low[layer], x, inds), y)
 
 # %% ../nbs/04d_recovery.ipynb #e0b6175d-4
 @patch

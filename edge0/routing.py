@@ -178,7 +178,7 @@ class MoESpec:
     block_path:str            # attribute path of layer N's MoE block, with '{layer}'
     router:str='gate'         # router attribute of the block: a linear module, or a weight array
     router_bias:str|None=None # attribute of the block holding the correction bias
-    router_f32:bool=False     # the router matmul runs in float32
+    router_f32:bool=False     # the router runs in float32 (its weight array, or its module on x)
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
     expert_bias:bool=False    # routed experts carry bias vectors
@@ -186,11 +186,14 @@ class MoESpec:
     # the block 'input'; None: no cast
     out_cast:str|None=None
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
-    key_template:str='{block}.switch_mlp.{proj}.{part}'
+    key_template:str='{block}.{experts}.{proj}.{part}'
     quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
     # ((module path, QuantSpec|None), ...): the config's own entries for expert projections
     quant_paths:tuple=()
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
+    experts:str='switch_mlp'  # the block's child holding its stacked routed experts
+    weights_cast:bool=False   # the block casts its routing weights to its input's dtype (MiniMax)
+    gate:str='gate'           # the block's child it calls to route (a router module)
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -206,11 +209,16 @@ def next_moe(self:MoESpec) -> dict:
 
 # %% ../nbs/00_routing.ipynb #frt-x05
 @patch
+def key_of(self:MoESpec, blk:str, proj:str, part:str) -> str:
+    "The safetensors key of `part` of the stacked `proj` of the block at path `blk`"
+    return self.key_template.format(block=blk, experts=self.experts, proj=proj, part=part)
+
+@patch
 def quant_of(self:MoESpec, layer:int, proj:str, stored:bool=True) -> QuantSpec|None:
     """How `layer`'s `proj` is quantized, as mlx-lm decides: the config's entry, else `quant` if
     scales are stored"""
     own = dict(self.quant_paths)
-    path = f"{self.block_path.format(layer=layer)}.switch_mlp.{proj}"
+    path = f"{self.block_path.format(layer=layer)}.{self.experts}.{proj}"
     return own[path] if path in own else self.quant if stored else None
 
 # %% ../nbs/00_routing.ipynb #ed5846d9
@@ -249,7 +257,7 @@ def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
         return {(p, 'weight'): f"{blk}.experts.{p}" for p in expert_projs('fused')}
     quant = quant or {p: spec.quant_of(layer, p) for p in expert_projs(spec.layout)}
     extra = ('bias',) if spec.expert_bias else ()
-    return {(p, part): spec.key_template.format(block=blk, proj=p, part=part)
+    return {(p, part): spec.key_of(blk, p, part)
             for p in expert_projs(spec.layout) for part in quant_parts(quant[p]) + extra}
 
 # %% ../nbs/00_routing.ipynb #9af4b4ec
@@ -261,7 +269,7 @@ def block(spec:MoESpec, model, layer:int):
 def router_logits(spec:MoESpec, blk, x):
     "The router logits (..., E) that `blk`'s own router computes for hidden states `x`"
     r = attr_at(blk, spec.router)
-    if callable(r): return r(x)
+    if callable(r): return r(x.astype(B.float32) if spec.router_f32 else x)
     if spec.router_f32: return x.astype(B.float32) @ r.astype(B.float32).T
     return x @ r.T
 
@@ -272,7 +280,8 @@ def router_bias(spec:MoESpec, blk):
 def route_block(spec:MoESpec, blk, x, k:int|None=None):
     """`(indices, weights)` for hidden states `x` through `blk`'s router and edge0's routing, at `k`
     (default: native K)"""
-    return route(spec.routing, router_logits(spec, blk, x), k or spec.k, router_bias(spec, blk))
+    inds, w = route(spec.routing, router_logits(spec, blk, x), k or spec.k, router_bias(spec, blk))
+    return inds, (w.astype(x.dtype) if spec.weights_cast else w)
 
 # %% ../nbs/00_routing.ipynb #4dc29d6a
 def _need(c:dict, key:str, mt:str):
@@ -415,7 +424,7 @@ def _bailing(c, mt):
 # %% ../nbs/00_routing.ipynb #fam-c01
 # the normalizing eps each copy of DeepSeek-V3's gate adds to the sum of its K weights
 _V3_EPS = {'deepseek_v32': 0.0, 'glm_moe_dsa': 0.0, 'glm4_moe_lite': 1e-20, 'exaone_moe': 1e-20,
-           'mimo_v2_flash': 1e-20}
+           'mimo_v2_flash': 1e-20, 'dots1': 0.0}
 
 def _given(c:dict, key:str, default):
     "`c[key]` unless it is absent or None (an `Optional` field mlx-lm replaces)"
@@ -455,7 +464,8 @@ def _v3_like(c, mt):
               else c.get('n_shared_experts') is not None)
     d = _common(c, mt, 'num_experts' if exaone else 'n_routed_experts', 'moe_intermediate_size',
                 r, router='gate.weight', router_bias='gate.e_score_correction_bias',
-                shared='shared_experts' if shared else None, out_cast='experts')
+                shared='shared_experts' if shared else None, out_cast='experts',
+                experts='experts' if mt == 'dots1' else 'switch_mlp')
     return dict(d, moe_layers=_v3_layers(c, mt, d['num_layers']))
 
 # %% ../nbs/00_routing.ipynb #fam-c04
@@ -500,6 +510,41 @@ def _ernie(c, mt):
     step = _count(c, 'moe_layer_interval', mt, default=1)
     return dict(d, moe_layers=_layers(n, lambda i: (i + 1) % step == 0 and start <= i <= end))
 
+# %% ../nbs/00_routing.ipynb #fam-c11
+def _afmoe(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score=c.get('score_func', 'sigmoid'), select='head',
+                norm=bool(c.get('route_norm', True)), norm_k1=False,
+                scale=float(c.get('route_scale', 1.0)), n_group=_count(c, 'n_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1), bias=True)
+    shared = (c.get('num_shared_experts') or 0) > 0
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router='router',
+                router_bias='expert_bias', shared='shared_experts' if shared else None,
+                out_cast='experts', experts='experts', gate='router')
+    first = _count(c, 'num_dense_layers', mt, default=0, least=0)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
+
+def _jamba(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='head', topk_first=True)
+    d = _common(c, mt, 'num_experts', 'intermediate_size', r, 'model.layers.{layer}.feed_forward',
+                router='router', gate='router')
+    off, period = c.get('expert_layer_offset', 0), _count(c, 'expert_layer_period', mt, default=1)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: (i + off) % period == 0))
+
+def _granite(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True)
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'model.layers.{layer}.block_sparse_moe', router='router.layer', gate='router')
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
+# %% ../nbs/00_routing.ipynb #fam-c13
+def _minimax(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head', norm=True,
+                norm_eps=1e-20, norm_k1=True, bias=True)
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'model.layers.{layer}.block_sparse_moe', router_f32=True,
+                router_bias='e_score_correction_bias', weights_cast=True)
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -508,7 +553,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'bailing_moe_v3': _bailing,
              'deepseek': _deepseek_v1, 'deepseek_v32': _v3_like, 'glm_moe_dsa': _v3_like,
              'glm4_moe_lite': _v3_like, 'exaone_moe': _v3_like, 'mimo_v2_flash': _v3_like,
-             'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie}
+             'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
+             'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -534,8 +580,6 @@ def model_class(config:dict):
 
 # %% ../nbs/00_routing.ipynb #fam-c09
 _ACT = "its experts compute {}, and edge0's expert kernels compute silu-SwiGLU"
-_AT = ("its block keeps its experts at `{}`{}; edge0 reads a block's experts at `switch_mlp` "
-       "and calls its router `gate`")
 _NOT_STREAMED = {
     'gpt_oss': _ACT.format("gpt-oss's clamped SwiGLU with biases (swiglu_oai)"),
     'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
@@ -544,20 +588,13 @@ _NOT_STREAMED = {
     'nemotron_h': "its experts are ungated relu² MLPs (`SwitchMLP` fc1/fc2), not `SwitchGLU`",
     'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
                 "`SwitchGLU`",
-    'dots1': _AT.format('mlp.experts', ''),
-    'afmoe': _AT.format('mlp.experts', ' and its router at `mlp.router.gate`'),
-    'jamba': _AT.format('mlp.switch_mlp', ' behind a router called `router`'),
-    'granitemoehybrid': _AT.format('switch_mlp', ' behind a router called `router`'),
-    'Klear': _AT.format('mlp.experts', ', and mixes routed and shared experts by learned '
-                        'coefficients'),
+    'Klear': "its block mixes its routed and shared experts' outputs by learned coefficients",
     'hunyuan': "its K and expert size may differ from layer to layer, and it sums the expert "
                "outputs in float32",
 }
 
 # %% ../nbs/00_routing.ipynb #fam-c10
 _NOT_STREAMED |= {
-    'minimax': "its router scores a float32 copy of the block input and weighs in the input's "
-               "dtype, which edge0's routing does not describe",
     'gemma4_text': "its router normalizes its own input and scales each expert's weight, and its "
                    "experts read another norm of the input than the router",
     'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
@@ -656,10 +693,11 @@ def _check(spec:MoESpec):
     for path, q in spec.quant_paths:
         if q: _check_quant(q, f"quantization[{path!r}]")
 
-def _quant_paths(config:dict, block_path:str, moe_layers, layout:str) -> tuple:
+def _quant_paths(config:dict, block_path:str, moe_layers, layout:str,
+                 experts:str='switch_mlp') -> tuple:
     "The config's own quantization entries for the routed expert projections"
     q = config.get('quantization') or config.get('quantization_config') or {}
-    paths = [f"{block_path.format(layer=l)}.switch_mlp.{p}" for l in moe_layers
+    paths = [f"{block_path.format(layer=l)}.{experts}.{p}" for l in moe_layers
              for p in expert_projs(layout)]
     return tuple((path, QuantSpec.from_config(config, path)) for path in paths if path in q)
 
@@ -679,7 +717,8 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
     d = _FAMILIES[mt](model_args(config), mt)
     quant = QuantSpec.from_config(config, '')  # the default: '' is no module's path
     spec = MoESpec(**d, layout=layout, quant=quant,
-                   quant_paths=_quant_paths(config, d['block_path'], d['moe_layers'], layout))
+                   quant_paths=_quant_paths(config, d['block_path'], d['moe_layers'], layout,
+                                            d.get('experts', 'switch_mlp')))
     _check(spec)
     return spec
 
@@ -687,7 +726,7 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
 def block_routing(spec:MoESpec, blk, x):
     "`(indices, weights)` exactly as `blk` itself routes `x` (reference for parity checks)"
     # these routers return (indices, weights) themselves
-    if spec.router != 'gate': return blk.gate(x)
+    if spec.router != spec.gate: return blk[spec.gate](x)
     seen = {}
     def probe(h, inds):
         seen['inds'] = inds
@@ -695,15 +734,15 @@ def block_routing(spec:MoESpec, blk, x):
         return B.zeros(inds.shape + (h.shape[-1],), B.float32) + eye
     # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
     # shadows it until popped
-    object.__setattr__(blk, 'switch_mlp', probe)
+    object.__setattr__(blk, spec.experts, probe)
     if spec.shared: object.__setattr__(blk, spec.shared, lambda h: B.zeros(h.shape, h.dtype))
     try: y = blk(x)
     finally:
-        for a in ('switch_mlp', spec.shared): blk.__dict__.pop(a, None)
+        for a in (spec.experts, spec.shared): blk.__dict__.pop(a, None)
     # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
     # dtype, sigmoid-group scores are float32 unless the block casts them back
     r = spec.routing
-    f32 = r.kind == RouterKind.sigmoid_group and not r.cast_back
+    f32 = r.kind == RouterKind.sigmoid_group and not r.cast_back and not spec.weights_cast
     return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(B.float32 if f32 else x.dtype)
 
 # %% ../nbs/00_routing.ipynb #a1c2b4f2
@@ -747,16 +786,17 @@ class RouterTap:
         self.spec, self.blocks, self.seen = spec, {l: block(spec, model,
                                                             l) for l in spec.moe_layers}, {}
         for l, blk in self.blocks.items():
-            def tapped(x, l=l, blk=blk, gate=blk['gate']):
+            def tapped(x, l=l, blk=blk, gate=blk[spec.gate]):
                 out = gate(x)
-                self.seen[l] = (x, out, None) if spec.router == 'gate' else (x, router_logits(spec, blk, x), out[0])
+                self.seen[l] = ((x, out, None) if spec.router == spec.gate
+                                else (x, router_logits(spec, blk, x), out[0]))
                 return out
             # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the
             # router until `remove`
-            object.__setattr__(blk, 'gate', tapped)
+            object.__setattr__(blk, spec.gate, tapped)
 
     def remove(self):
-        for blk in self.blocks.values(): blk.__dict__.pop('gate', None)
+        for blk in self.blocks.values(): blk.__dict__.pop(self.spec.gate, None)
     def __enter__(self): return self
     def __exit__(self, *exc): self.remove()
 

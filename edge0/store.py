@@ -520,7 +520,7 @@ def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
     """`{proj: QuantSpec|None}` of `layer`'s experts, decided as mlx-lm does: the config's entry,
     else stored scales"""
     blk = spec.block_path.format(layer=layer)
-    key = lambda p, part: spec.key_template.format(block=blk, proj=p, part=part)
+    key = lambda p, part: spec.key_of(blk, p, part)
     def quant(p):
         q = spec.quant_of(layer, p, key(p, 'scales') in tensors)
         # converted with --layout torch-cpu: packed for torch's int4 kernel
@@ -731,7 +731,7 @@ def _low_layer(self:ExpertStore, layer:int) -> dict:
     blk, out = self.spec.block_path.format(layer=layer), {}
     for (p, part), t in int4.items():
         low_part = 'codes' if part in ('weight', 'packed') else part
-        name = self.spec.key_template.format(block=blk, proj=p, part=low_part)
+        name = self.spec.key_of(blk, p, low_part)
         lt, per = tensors.get(name), t.nbytes // E
         want = lowbit.code_bytes(per, bits) if low_part == 'codes' else per
         dt = 'U8' if low_part == 'codes' else t.dtype

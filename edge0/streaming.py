@@ -297,8 +297,8 @@ def _stream_model(handle:Handle, d:Path, kernels:str|None, dtype=None):
     handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
     for layer in spec.moe_layers:
         blk = block(spec, handle.model, layer)
-        handle.originals.append((blk, 'switch_mlp', blk['switch_mlp']))
-        blk['switch_mlp'] = StreamingSwitchGLU(engine, layer)
+        handle.originals.append((blk, spec.experts, blk[spec.experts]))
+        blk[spec.experts] = StreamingSwitchGLU(engine, layer)
     cast_params(handle.model, spec, dtype)
     # MLX's copies of the swapped weights are freed (read back only by close)
     if handle.kernels == 'torch':
