@@ -36,11 +36,13 @@ def expert_mlp(x, # (..., D) hidden states
                idx, # (..., K) indices into the stacked weights
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
                # {proj: QuantSpec or None}, or one QuantSpec (or None) for every projection
-               quant) -> 'array':
-    """`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))`, as mlx-lm's `SwitchGLU`
+               quant,
+               act:str='silu') -> 'array': # the gated activation (`MoESpec.activation`)
+    """`(..., K, D)`: each selected expert's `down(act(gate(x), up(x)))`, as mlx-lm's `SwitchGLU`
     computes it"""
-    # packed for torch
-    if q := torch_quant(quant): return bq.torch_expert_mlp(x, idx, w, q.group_size)
+    if q := torch_quant(quant):  # packed for torch (`edge0 convert` packs only SwiGLU experts)
+        if act != 'silu': raise ValueError(f"experts packed for torch are SwiGLU, not {act!r}")
+        return bq.torch_expert_mlp(x, idx, w, q.group_size)
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
     inv, shape = None, idx.shape
@@ -51,7 +53,7 @@ def expert_mlp(x, # (..., D) hidden states
         x, idx = x.flatten(0, -3)[order // shape[-1]], flat[order]
     up, gate = _linear(x, w, 'up_proj', idx, quant,
                        do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
-    y = _linear(bnn.swiglu(gate, up), w, 'down_proj', idx, quant, do_sort)
+    y = _linear(bnn.glu(act, gate, up), w, 'down_proj', idx, quant, do_sort)
     if do_sort: y = B.unflatten(y[inv], 0, shape)
     return y.squeeze(-2)
 
@@ -60,7 +62,7 @@ def per_expert_mlp(x, # (..., 1 token, D)
                    # the K expert ids of the token, in routing order (None: skip, output zeros)
                    experts,
                    bundles:dict, # {expert: {(proj, part): array}}
-                   quant) -> 'array':
+                   quant, act:str='silu') -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
     if q := torch_quant(quant):  # one call for all of them, on the bundles as they are
         keep = [i for i, e in enumerate(experts) if e is not None]
@@ -75,6 +77,6 @@ def per_expert_mlp(x, # (..., 1 token, D)
     zero = B.zeros(x.shape[:-1] + (1,), B.uint32)
     ys = [B.zeros(x.shape[:-1] + (1, x.shape[-1]), x.dtype) if e is None else
           expert_mlp(x, zero, {key: a[None] for key, a in bundles[int(e)].items()},
-                     quant) for e in experts]
+                     quant, act) for e in experts]
     return B.concatenate(ys, axis=-2)
 

@@ -182,18 +182,16 @@ class MoESpec:
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
     expert_bias:bool=False    # routed experts carry bias vectors
-    # the block casts the weighted sum of expert outputs to the dtype of the 'experts' outputs or of
-    # the block 'input'; None: no cast
-    out_cast:str|None=None
+    out_cast:str|None=None    # the weighted sum is cast to the 'experts' or the 'input' dtype
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.{experts}.{proj}.{part}'
     quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
-    # ((module path, QuantSpec|None), ...): the config's own entries for expert projections
-    quant_paths:tuple=()
+    quant_paths:tuple=()      # ((module path, QuantSpec|None), ...): the config's own entries
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
     experts:str='switch_mlp'  # the block's child holding its stacked routed experts
     weights_cast:bool=False   # the block casts its routing weights to its input's dtype (MiniMax)
     gate:str='gate'           # the block's child it calls to route (a router module)
+    activation:str='silu'     # the experts' gated activation: 'silu' (SwiGLU) or 'swiglu_oai'
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -545,6 +543,13 @@ def _minimax(c, mt):
                 router_bias='e_score_correction_bias', weights_cast=True)
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c15
+def _gpt_oss(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True)
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r, router='router', gate='router',
+                experts='experts', expert_bias=True, activation='swiglu_oai')
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -554,7 +559,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'deepseek': _deepseek_v1, 'deepseek_v32': _v3_like, 'glm_moe_dsa': _v3_like,
              'glm4_moe_lite': _v3_like, 'exaone_moe': _v3_like, 'mimo_v2_flash': _v3_like,
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
-             'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax}
+             'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
+             'gpt_oss': _gpt_oss}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -579,9 +585,8 @@ def model_class(config:dict):
     return module.Model, module.ModelArgs
 
 # %% ../nbs/00_routing.ipynb #fam-c09
-_ACT = "its experts compute {}, and edge0's expert kernels compute silu-SwiGLU"
+_ACT = "its experts compute {}, and edge0's expert kernels compute SwiGLU and gpt-oss's variant"
 _NOT_STREAMED = {
-    'gpt_oss': _ACT.format("gpt-oss's clamped SwiGLU with biases (swiglu_oai)"),
     'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
     'kimi_k3': _ACT.format("SiTU, optionally between latent projections"),
     'step3p5': _ACT.format("a SwiGLU clamped per layer"),

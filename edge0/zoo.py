@@ -119,6 +119,37 @@ def _v3_copies(c, mt, E, F):
                  head_dim=16, sliding_window=8, is_moe_layer=moe, layer_types=kinds, **_GROUPED)
     return c
 
+# %% ../nbs/00_zoo.ipynb #zoo-c23
+def _named(c, mt, E, F):
+    "dots.llm1, AFMoE, Jamba, Granite-MoE-Hybrid, MiniMax and gpt-oss"
+    L = c['num_hidden_layers']
+    dense, kinds = int(L > 2), (['sliding_attention', 'full_attention'] * L)[:L]
+    if mt == 'dots1':
+        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 n_shared_experts=1, first_k_dense_replace=dense, n_group=4, topk_group=2,
+                 routed_scaling_factor=2.5, norm_topk_prob=True)
+    if mt == 'afmoe':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 num_shared_experts=1, num_dense_layers=dense, layer_types=kinds,
+                 sliding_window=8, n_group=4, topk_group=2, route_scale=2.5, score_func='sigmoid')
+    if mt == 'jamba':
+        c.update(num_experts=E, intermediate_size=F, attn_layer_offset=1, attn_layer_period=2,
+                 expert_layer_offset=0, expert_layer_period=1, mamba_d_conv=4, mamba_d_state=8,
+                 mamba_expand=2)
+    if mt == 'granitemoehybrid':
+        c.update(num_local_experts=E, intermediate_size=F, shared_intermediate_size=64,
+                 attention_bias=False, embedding_multiplier=1.0, attention_multiplier=0.25,
+                 logits_scaling=1.0, residual_multiplier=1.0, layer_types=(['mamba',
+                 'attention'] * L)[:L], mamba_n_heads=8, mamba_d_head=16, mamba_proj_bias=False,
+                 mamba_d_state=8, mamba_d_conv=4, mamba_n_groups=1, mamba_conv_bias=True)
+    if mt == 'gpt_oss':
+        c.update(num_local_experts=E, intermediate_size=F, head_dim=16, sliding_window=8,
+                 layer_types=(['sliding_attention', 'full_attention'] * L)[:L])
+    if mt == 'minimax':
+        c.update(num_local_experts=E, intermediate_size=F, shared_intermediate_size=64, head_dim=16,
+                 rotary_dim=8, use_qk_norm=True)
+    return c
+
 # %% ../nbs/00_zoo.ipynb #zoo-c21
 def _others(c, mt, E, F):
     "MiMo-V2-Flash, Mellum and ERNIE 4.5 (and, through the helpers it calls, the rest)"
@@ -142,34 +173,6 @@ def _others(c, mt, E, F):
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
     return _named(_v3_copies(c, mt, E, F), mt, E, F)
-
-# %% ../nbs/00_zoo.ipynb #zoo-c23
-def _named(c, mt, E, F):
-    "dots.llm1, AFMoE, Jamba, Granite-MoE-Hybrid and MiniMax"
-    L = c['num_hidden_layers']
-    dense, kinds = int(L > 2), (['sliding_attention', 'full_attention'] * L)[:L]
-    if mt == 'dots1':
-        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
-                 n_shared_experts=1, first_k_dense_replace=dense, n_group=4, topk_group=2,
-                 routed_scaling_factor=2.5, norm_topk_prob=True)
-    if mt == 'afmoe':
-        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
-                 num_shared_experts=1, num_dense_layers=dense, layer_types=kinds,
-                 sliding_window=8, n_group=4, topk_group=2, route_scale=2.5, score_func='sigmoid')
-    if mt == 'jamba':
-        c.update(num_experts=E, intermediate_size=F, attn_layer_offset=1, attn_layer_period=2,
-                 expert_layer_offset=1, expert_layer_period=1, mamba_d_conv=4, mamba_d_state=8,
-                 mamba_expand=2)
-    if mt == 'granitemoehybrid':
-        c.update(num_local_experts=E, intermediate_size=F, shared_intermediate_size=64,
-                 attention_bias=False, embedding_multiplier=1.0, attention_multiplier=0.25,
-                 logits_scaling=1.0, residual_multiplier=1.0, layer_types=(['mamba',
-                 'attention'] * L)[:L], mamba_n_heads=4, mamba_d_head=16, mamba_proj_bias=False,
-                 mamba_d_state=8, mamba_d_conv=4, mamba_n_groups=1, mamba_conv_bias=True)
-    if mt == 'minimax':
-        c.update(num_local_experts=E, intermediate_size=F, shared_intermediate_size=64, head_dim=16,
-                 rotary_dim=8, use_qk_norm=True)
-    return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
 def tiny_config(model_type:str, # one of `FAMILIES`
