@@ -36,6 +36,8 @@ class Routing:
     norm_eps:float=0.0       # added to the renormalizing sum
     norm_k1:bool=True        # renormalize even when K == 1
     norm_clamp:bool=False    # divide by max(sum, norm_eps) instead of sum + norm_eps (ERNIE)
+    score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
+    bias_cast:bool=False     # the correction bias is cast to the scores' dtype before adding
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
     topk_group:int=1         # groups that may contribute
@@ -102,11 +104,12 @@ def sigmoid_group(logits, # (..., E) router logits
                   n_group:int=1, topk_group:int=1, score:str='sigmoid', group_fill:float=0.0,
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
                   norm_clamp:bool=False,
-                  scale:float=1.0, cast_back:bool=False):
+                  scale:float=1.0, cast_back:bool=False, score_f32:bool=True, bias_cast:bool=False):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
-    x = xp.astype(logits, xp.float32)
-    s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1)
+    x = xp.astype(logits, xp.float32) if score_f32 else logits
+    s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
+    if bias is not None and bias_cast: bias = xp.astype(bias, s.dtype)
     sel = s + bias if bias is not None else s
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
                                                                 group_fill)
@@ -135,7 +138,7 @@ def route(r:Routing, logits, k:int, bias=None):
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
                          norm_eps=r.norm_eps,
                          norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.scale,
-                         cast_back=r.cast_back)
+                         cast_back=r.cast_back, score_f32=r.score_f32, bias_cast=r.bias_cast)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
 @dataclass(frozen=True)
@@ -550,6 +553,34 @@ def _gpt_oss(c, mt):
                 experts='experts', expert_bias=True, activation='swiglu_oai')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c17
+def _kimi_linear(c, mt):
+    act = c.get('moe_router_activation_func', 'sigmoid')
+    if act not in ('sigmoid', 'softmax'):
+        raise InputError(f"config.json: moe_router_activation_func is {act!r}, expected 'sigmoid' "
+                         "or 'softmax'")
+    r = Routing(RouterKind.sigmoid_group, score=act, select='head',
+                norm=bool(c.get('moe_renormalize', True)), norm_eps=1e-20, norm_k1=False,
+                scale=float(c.get('routed_scaling_factor', 1.0)),
+                n_group=_count(c, 'num_expert_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1), bias=True, score_f32=False,
+                bias_cast=True)
+    shared = (c.get('num_shared_experts') or 0) > 0
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, k_key='num_experts_per_token',
+                router_bias='e_score_correction_bias', shared='shared_experts' if shared else None)
+    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+
+def _lfm2(c, mt):
+    bias = bool(c.get('use_expert_bias', False))
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='tail',
+                norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-6, norm_k1=True, scale=float(c.get('routed_scaling_factor', 1.0)),
+                bias=bias, score_f32=False, cast_back=True)
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r,
+                'model.layers.{layer}.feed_forward', router_bias='expert_bias' if bias else None)
+    first = _count(c, 'num_dense_layers', mt, default=0, least=0)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -560,7 +591,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'glm4_moe_lite': _v3_like, 'exaone_moe': _v3_like, 'mimo_v2_flash': _v3_like,
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
-             'gpt_oss': _gpt_oss}
+             'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -607,8 +638,6 @@ _NOT_STREAMED |= {
     'llama4': "it scales the chosen expert's input by a sigmoid of its logit instead of weighing "
               "its output",
     'granitemoe': "its router returns a float32 softmax of the top-K logits",
-    'kimi_linear': "it scores the router logits in their own dtype, not in float32",
-    'lfm2_moe': "it scores the router logits in their own dtype and selects with a float32 bias",
     'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
               "after the weighted sum",
     'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
@@ -747,7 +776,8 @@ def block_routing(spec:MoESpec, blk, x):
     # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
     # dtype, sigmoid-group scores are float32 unless the block casts them back
     r = spec.routing
-    f32 = r.kind == RouterKind.sigmoid_group and not r.cast_back and not spec.weights_cast
+    f32 = (r.kind == RouterKind.sigmoid_group and r.score_f32 and not r.cast_back
+           and not spec.weights_cast)
     return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(B.float32 if f32 else x.dtype)
 
 # %% ../nbs/00_routing.ipynb #a1c2b4f2
@@ -777,8 +807,8 @@ def weigh(r:Routing, logits, inds):
                        precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
         return w * r.scale if r.scale != 1.0 else w
-    x = xp.astype(logits, xp.float32)
-    s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1)
+    x = xp.astype(logits, xp.float32) if r.score_f32 else logits
+    s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
                    r.norm_clamp) * r.scale
     return xp.astype(w, logits.dtype) if r.cast_back else w

@@ -150,6 +150,27 @@ def _named(c, mt, E, F):
                  rotary_dim=8, use_qk_norm=True)
     return c
 
+# %% ../nbs/00_zoo.ipynb #zoo-c25
+def _linear_mixers(c, mt, E, F):
+    "Kimi Linear and LFM2-MoE"
+    L = c['num_hidden_layers']
+    dense = int(L > 2)
+    if mt == 'kimi_linear':
+        kda = dict(num_heads=2, head_dim=16, short_conv_kernel_size=4,
+                   kda_layers=[i + 1 for i in range(L) if i % 2 == 0],
+                   full_attn_layers=[i + 1 for i in range(L) if i % 2])
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 num_experts_per_token=c['num_experts_per_tok'], num_shared_experts=1,
+                 first_k_dense_replace=dense, num_expert_group=4, topk_group=2,
+                 routed_scaling_factor=2.5, kv_lora_rank=32, qk_nope_head_dim=16,
+                 qk_rope_head_dim=8, v_head_dim=16, model_max_length=2048, linear_attn_config=kda)
+    if mt == 'lfm2_moe':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, norm_topk_prob=True,
+                 use_expert_bias=True, num_dense_layers=dense, norm_eps=1e-5, conv_bias=False,
+                 conv_L_cache=3, routed_scaling_factor=2.5,
+                 layer_types=(['conv', 'full_attention'] * L)[:L])
+    return c
+
 # %% ../nbs/00_zoo.ipynb #zoo-c21
 def _others(c, mt, E, F):
     "MiMo-V2-Flash, Mellum and ERNIE 4.5 (and, through the helpers it calls, the rest)"
@@ -172,7 +193,7 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    return _named(_v3_copies(c, mt, E, F), mt, E, F)
+    return _linear_mixers(_named(_v3_copies(c, mt, E, F), mt, E, F), mt, E, F)
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
 def tiny_config(model_type:str, # one of `FAMILIES`
@@ -264,7 +285,7 @@ def _scale_embedding(model, rms:float):
 
 # %% ../nbs/00_zoo.ipynb #2b1d23c2-1
 def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=64,
-               overwrite:bool=False,
+               overwrite:bool=False, mode:str='affine', # mlx's quantization mode
                # rows of the token embedding at this RMS (None: drawn as every matrix)
                embed_rms:float|None=None,
                **config_kw) -> Path:
@@ -280,13 +301,13 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     model.update(B.tree_unflatten([(n, w.astype(B.bfloat16))
                                    for n, w in B.tree_flatten(model.parameters())
                                    if w.dtype == B.float32 and not _is_router_bias(n, spec)]))
-    if bits: model, config = quantize_model(model, config, group_size, bits)
+    if bits: model, config = quantize_model(model, config, group_size, bits, mode=mode)
     with atomic_dir(dst, overwrite) as tmp:
         config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config')
                                                       or config)['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type,
                                           seed=seed, bits=bits,
-                                          group_size=group_size, embed_rms=embed_rms)
+                                          group_size=group_size, mode=mode, embed_rms=embed_rms)
         save_model(tmp, model)
         save_config(config, tmp / 'config.json')
     return dst

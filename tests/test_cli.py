@@ -147,3 +147,34 @@ def test_mode_auto_as_a_user_runs_it(edge0_cmd, tiny_qwen, tmp_path):
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert 'auto: no prerouter heads' in r.stderr + r.stdout and 'mode off' in r.stdout, r.stdout
+
+def test_spec_answers_every_moe_type_of_mlx_lm(edge0_cmd, tmp_path, capsys):
+    """`edge0 spec` on every MoE module of the installed mlx-lm (one that builds SwitchGLU or SwitchMLP): a zoo
+    checkpoint of each streamed family is described, every other type is refused in one line that says why"""
+    import contextlib, io, mlx_lm
+    from pathlib import Path
+    from edge0.cli import main
+    from edge0.routing import SUPPORTED
+    from edge0.zoo import build_tiny
+    mods = Path(mlx_lm.__file__).parent / 'models'
+    moe = sorted(p.stem for p in mods.glob('*.py') if p.stem != 'switch_layers'
+                 and ('SwitchGLU' in p.read_text() or 'SwitchMLP' in p.read_text()))
+    assert len(moe) >= 40, moe
+    for mt in moe:
+        d = tmp_path / mt
+        if mt in SUPPORTED:
+            with contextlib.redirect_stdout(io.StringIO()): build_tiny(mt, d)
+        else:
+            d.mkdir(); (d / 'config.json').write_text(json.dumps({'model_type': mt}))
+        capsys.readouterr()
+        code = main(['spec', str(d)])
+        out, err = capsys.readouterr()
+        if mt in SUPPORTED: assert code == 0 and f'model_type     {mt}' in out, (mt, out, err)
+        else:
+            assert code == 2 and out == '' and len(err.strip().splitlines()) == 1, (mt, out, err)
+            assert f"model_type {mt!r} is an MoE edge0 does not stream: " in err, (mt, err)
+    # as a user sees it: one line on stderr, exit 2, no traceback
+    r = run(edge0_cmd, 'spec', tmp_path / 'phimoe')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'sparsemixer' in r.stderr, r.stderr
+    r = run(edge0_cmd, 'spec', tmp_path / 'gpt_oss')
+    assert r.returncode == 0 and 'model_type     gpt_oss' in r.stdout, r.stderr
