@@ -38,6 +38,7 @@ class Routing:
     norm_clamp:bool=False    # divide by max(sum, norm_eps) instead of sum + norm_eps (ERNIE)
     score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
     bias_cast:bool=False     # the correction bias is cast to the scores' dtype before adding
+    topk_f32:bool=False      # top-K-first softmax over float32 copies of the K logits (Granite)
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
     topk_group:int=1         # groups that may contribute
@@ -82,12 +83,13 @@ def softmax_topk(logits, # (..., E) router logits
                  select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True,
                  norm_clamp:bool=False,
                  scale:float=1.0,
-                 topk_first:bool=False, n_group:int=1, topk_group:int=1):
+                 topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False):
     "Softmax routing: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
     if topk_first:
         inds = _select(logits, k, select)
-        w = xp.softmax(xp.take_along_axis(logits, inds, axis=-1), axis=-1, precise=True)
+        t = xp.take_along_axis(logits, inds, axis=-1)
+        w = xp.softmax(xp.astype(t, xp.float32) if topk_f32 else t, axis=-1, precise=True)
     else:
         s = xp.softmax(logits, axis=-1, precise=True)
         if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max',
@@ -132,7 +134,7 @@ def route(r:Routing, logits, k:int, bias=None):
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
                             norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
                             scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
-                            topk_group=r.topk_group)
+                            topk_group=r.topk_group, topk_f32=r.topk_f32)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
@@ -547,6 +549,13 @@ def _minimax(c, mt):
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #fam-c15
+def _granitemoe(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True, topk_f32=True)
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'model.layers.{layer}.block_sparse_moe', router='router.layer', gate='router',
+                out_cast='experts')
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 def _gpt_oss(c, mt):
     r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True)
     d = _common(c, mt, 'num_local_experts', 'intermediate_size', r, router='router', gate='router',
@@ -591,7 +600,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'glm4_moe_lite': _v3_like, 'exaone_moe': _v3_like, 'mimo_v2_flash': _v3_like,
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
-             'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2}
+             'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
+             'granitemoe': _granitemoe}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -637,7 +647,6 @@ _NOT_STREAMED |= {
               "scales each expert's weight",
     'llama4': "it scales the chosen expert's input by a sigmoid of its logit instead of weighing "
               "its output",
-    'granitemoe': "its router returns a float32 softmax of the top-K logits",
     'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
               "after the weighted sum",
     'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
@@ -803,6 +812,7 @@ def weigh(r:Routing, logits, inds):
         s = xp.take_along_axis(logits, inds,
                                axis=-1) if r.topk_first else xp.softmax(logits, axis=-1,
                                                                         precise=True)
+        if r.topk_first and r.topk_f32: s = xp.astype(s, xp.float32)
         w = xp.softmax(s, axis=-1,
                        precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)

@@ -121,7 +121,7 @@ def _v3_copies(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c23
 def _named(c, mt, E, F):
-    "dots.llm1, AFMoE, Jamba, Granite-MoE-Hybrid, MiniMax and gpt-oss"
+    "dots.llm1, AFMoE, Jamba and Granite-MoE-Hybrid"
     L = c['num_hidden_layers']
     dense, kinds = int(L > 2), (['sliding_attention', 'full_attention'] * L)[:L]
     if mt == 'dots1':
@@ -142,6 +142,15 @@ def _named(c, mt, E, F):
                  logits_scaling=1.0, residual_multiplier=1.0, layer_types=(['mamba',
                  'attention'] * L)[:L], mamba_n_heads=8, mamba_d_head=16, mamba_proj_bias=False,
                  mamba_d_state=8, mamba_d_conv=4, mamba_n_groups=1, mamba_conv_bias=True)
+    return c
+
+# %% ../nbs/00_zoo.ipynb #zoo-c23b
+def _routers(c, mt, E, F):
+    "Granite-MoE, gpt-oss and MiniMax"
+    L = c['num_hidden_layers']
+    if mt == 'granitemoe':
+        c.update(num_local_experts=E, intermediate_size=F, attention_bias=False, logits_scaling=1.0,
+                 embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0)
     if mt == 'gpt_oss':
         c.update(num_local_experts=E, intermediate_size=F, head_dim=16, sliding_window=8,
                  layer_types=(['sliding_attention', 'full_attention'] * L)[:L])
@@ -193,7 +202,8 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    return _linear_mixers(_named(_v3_copies(c, mt, E, F), mt, E, F), mt, E, F)
+    for more in (_v3_copies, _named, _routers, _linear_mixers): c = more(c, mt, E, F)
+    return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
 def tiny_config(model_type:str, # one of `FAMILIES`
