@@ -301,9 +301,9 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
                          "directory")
     config = read_json(src / 'config.json', 'model config')
     spec = spec_for(config)  # unsupported model types and bad config values
-    if layout == 'torch-cpu' and spec.activation != 'silu':
+    if layout == 'torch-cpu' and spec.activation.name != 'silu':
         raise InputError(f"{src}: --layout torch-cpu packs SwiGLU experts for torch's kernel; this "
-                         f"{spec.model_type}'s compute {spec.activation} (keep the mlx layout)")
+                         f"{spec.model_type}'s compute {spec.activation.name} (keep the mlx layout)")
     tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors
     quant = [q for l in spec.moe_layers for q in layer_quant(spec, tensors, l).values()]
     if any(q is not None and q.mode == 'torch' for q in quant):

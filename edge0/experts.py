@@ -37,11 +37,12 @@ def expert_mlp(x, # (..., D) hidden states
                w:dict, # {(proj, part): (S, ...)} stacked expert weights
                # {proj: QuantSpec or None}, or one QuantSpec (or None) for every projection
                quant,
-               act:str='silu') -> 'array': # the gated activation (`MoESpec.activation`)
+               act='silu') -> 'array': # the gated activation (`MoESpec.activation`, or its name)
     """`(..., K, D)`: each selected expert's `down(act(gate(x), up(x)))`, as mlx-lm's `SwitchGLU`
     computes it"""
     if q := torch_quant(quant):  # packed for torch (`edge0 convert` packs only SwiGLU experts)
-        if act != 'silu': raise ValueError(f"experts packed for torch are SwiGLU, not {act!r}")
+        if getattr(act, 'name', act) != 'silu':
+            raise ValueError(f"experts packed for torch are SwiGLU, not {act!r}")
         return bq.torch_expert_mlp(x, idx, w, q.group_size)
     x = B.expand_dims(x, (-2, -3))
     do_sort = idx.size >= 64
@@ -62,7 +63,7 @@ def per_expert_mlp(x, # (..., 1 token, D)
                    # the K expert ids of the token, in routing order (None: skip, output zeros)
                    experts,
                    bundles:dict, # {expert: {(proj, part): array}}
-                   quant, act:str='silu') -> 'array':
+                   quant, act='silu') -> 'array':
     "`expert_mlp` for one token without stacking: one single-expert gather per chosen expert"
     if q := torch_quant(quant):  # one call for all of them, on the bundles as they are
         keep = [i for i, e in enumerate(experts) if e is not None]

@@ -13,10 +13,10 @@ from .backend import core as B, quant as bq
 from .files import InputError
 
 # %% auto #0
-__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'MoESpec', 'attr_at',
-           'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'router_logits', 'router_bias',
-           'route_block', 'resolve_model_type', 'model_class', 'absent_args', 'model_args', 'check_buildable',
-           'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
+__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'Glu', 'MoESpec',
+           'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'router_logits',
+           'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'absent_args', 'model_args',
+           'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -168,6 +168,13 @@ class QuantSpec:
             return src.get(key, q.get(key))
         return cls(value('bits'), value('group_size'), src.get('mode', q.get('mode', 'affine')))
 
+# %% ../nbs/00_routing.ipynb #glu-c01
+@dataclass(frozen=True)
+class Glu:
+    "The experts' gated activation: a name in `backend.nn.GLUS` and the parameters it takes"
+    name:str='silu'
+    args:tuple=()
+
 # %% ../nbs/00_routing.ipynb #4d376140
 @dataclass(frozen=True)
 class MoESpec:
@@ -196,7 +203,7 @@ class MoESpec:
     experts:str='switch_mlp'  # the block's child holding its stacked routed experts
     weights_cast:bool=False   # the block casts its routing weights to its input's dtype (MiniMax)
     gate:str='gate'           # the block's child it calls to route (a router module)
-    activation:str='silu'     # the experts' gated activation: 'silu' (SwiGLU) or 'swiglu_oai'
+    activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -559,7 +566,7 @@ def _granitemoe(c, mt):
 def _gpt_oss(c, mt):
     r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True)
     d = _common(c, mt, 'num_local_experts', 'intermediate_size', r, router='router', gate='router',
-                experts='experts', expert_bias=True, activation='swiglu_oai')
+                experts='experts', expert_bias=True, activation=Glu('swiglu_oai'))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #fam-c17
@@ -590,6 +597,27 @@ def _lfm2(c, mt):
     first = _count(c, 'num_dense_layers', mt, default=0, least=0)
     return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first))
 
+# %% ../nbs/00_routing.ipynb #fam-c19
+def _kimi_k3(c, mt):
+    if c.get('routed_expert_hidden_size') is not None:
+        raise InputError("config.json: routed_expert_hidden_size is set: this Kimi K3 runs its "
+                         "experts in a latent space between two projections, which edge0 does not "
+                         "stream")
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head',
+                norm=bool(c.get('moe_renormalize', True)), norm_eps=1e-20, norm_k1=False,
+                scale=float(c.get('routed_scaling_factor', 1.0)),
+                n_group=_count(c, 'num_expert_group', mt, default=1),
+                topk_group=_count(c, 'topk_group', mt, default=1), bias=True, cast_back=True)
+    situ = Glu('situ', (float(_given(c, 'activation_situ_beta', 1.0)),
+                        c.get('activation_situ_linear_beta')))
+    shared = (c.get('num_shared_experts') or 0) > 0
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r,
+                'language_model.model.layers.{layer}.mlp', k_key='num_experts_per_token',
+                router_bias='e_score_correction_bias', activation=situ,
+                shared='shared_experts' if shared else None)
+    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -601,7 +629,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
-             'granitemoe': _granitemoe}
+             'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -629,7 +657,6 @@ def model_class(config:dict):
 _ACT = "its experts compute {}, and edge0's expert kernels compute SwiGLU and gpt-oss's variant"
 _NOT_STREAMED = {
     'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
-    'kimi_k3': _ACT.format("SiTU, optionally between latent projections"),
     'step3p5': _ACT.format("a SwiGLU clamped per layer"),
     'nemotron_h': "its experts are ungated relu² MLPs (`SwitchMLP` fc1/fc2), not `SwitchGLU`",
     'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
@@ -660,16 +687,20 @@ _NOT_STREAMED |= {
 # %% ../nbs/00_routing.ipynb #a5fdcd12
 _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
          'quantization_config')
+# the models whose language model reads a nested `text_config` (or, for Kimi K3, the config itself)
+_TEXT_ARGS = {'qwen3_5_moe': ('qwen3_5', 'TextModelArgs'), 'kimi_k3': ('kimi_k3', 'TextArgs'),
+              'llama4': ('llama4', 'TextArgs')}
 
 def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
     mt = resolve_model_type(config)
-    if mt != 'qwen3_5_moe': return mt, model_class(config)[1], config
-    # the language model reads its text config through qwen3_5's args class
+    if mt not in _TEXT_ARGS: return mt, model_class(config)[1], config
+    # the language model reads its text config through its own args class
     src = config.get('text_config', config)
     if not isinstance(src, dict): raise InputError(f"config.json: text_config is {src!r}, expected "
                                                    "an object")
-    return mt, importlib.import_module('mlx_lm.models.qwen3_5').TextModelArgs, src
+    module, name = _TEXT_ARGS[mt]
+    return mt, getattr(importlib.import_module(f'mlx_lm.models.{module}'), name), src
 
 def absent_args(config:dict) -> list:
     """Keys mlx-lm's args class requires (no default) that `config` lacks: without them mlx-lm

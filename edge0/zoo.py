@@ -161,10 +161,10 @@ def _routers(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c25
 def _linear_mixers(c, mt, E, F):
-    "Kimi Linear and LFM2-MoE"
+    "Kimi Linear, Kimi K3 and LFM2-MoE"
     L = c['num_hidden_layers']
     dense = int(L > 2)
-    if mt == 'kimi_linear':
+    if mt in ('kimi_linear', 'kimi_k3'):
         kda = dict(num_heads=2, head_dim=16, short_conv_kernel_size=4,
                    kda_layers=[i + 1 for i in range(L) if i % 2 == 0],
                    full_attn_layers=[i + 1 for i in range(L) if i % 2])
@@ -173,6 +173,7 @@ def _linear_mixers(c, mt, E, F):
                  first_k_dense_replace=dense, num_expert_group=4, topk_group=2,
                  routed_scaling_factor=2.5, kv_lora_rank=32, qk_nope_head_dim=16,
                  qk_rope_head_dim=8, v_head_dim=16, model_max_length=2048, linear_attn_config=kda)
+    if mt == 'kimi_k3': c.update(activation_situ_beta=2.0, activation_situ_linear_beta=3.0)
     if mt == 'lfm2_moe':
         c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, norm_topk_prob=True,
                  use_expert_bias=True, num_dense_layers=dense, norm_eps=1e-5, conv_bias=False,

@@ -14,6 +14,7 @@ from mlx.nn import Linear, QuantizedLinear  # the projections a recovery LoRA wr
 # what the torch step reads of an mlx-lm model
 from mlx.nn import Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from mlx_lm.models.activations import swiglu_oai  # gpt-oss's experts', with its alpha and limit
+from mlx_lm.models.kimi_k3 import _situ  # Kimi K3's experts' SiTU
 
 def silu(x): return _nn.silu(x)
 
@@ -41,9 +42,12 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 # %% ../../nbs/00_backend_nn.ipynb #nn-c11
-GLUS = {'silu': swiglu, 'swiglu_oai': swiglu_oai}
+GLUS = {'silu': swiglu, 'swiglu_oai': swiglu_oai,
+        'situ': lambda gate, up, beta, linear_beta: _situ(up, gate, beta, linear_beta)}
 
-def glu(name:str, gate, up):
-    "The experts' gated activation `name` (a key of `GLUS`) of `gate` and `up`"
+def glu(act, gate, up):
+    """The experts' gated activation `act` of `gate` and `up`: a key of `GLUS`, or an object with
+    its `name` and the `args` it takes (`routing.Glu`)"""
+    name, args = (act, ()) if isinstance(act, str) else (act.name, tuple(act.args))
     if name not in GLUS: raise ValueError(f"expert activation {name!r} is not one of {list(GLUS)}")
-    return GLUS[name](gate, up)
+    return GLUS[name](gate, up, *args)
