@@ -43,14 +43,18 @@ class _Reached(Exception):
 class _Feed(B.Module):
     """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
     state stored for it)"""
-    # what the families' loops read from a layer to pick its mask
-    FLAGS = ('is_linear', 'is_global')
     def __init__(self, layer):
         super().__init__()
-        for a in self.FLAGS:
-            if hasattr(layer, a): object.__setattr__(self, a, getattr(layer, a))
+        object.__setattr__(self, '_layer', layer)
         object.__setattr__(self, 'held', None)
-    def __call__(self, x, *args, **kw): return self.held
+    def __getattr__(self, key):
+        # what the families' loops read from a layer to pick its mask or cache (`is_linear`,
+        # `is_sliding_window`, ...) is the layer's own
+        try: return super().__getattr__(key)
+        except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
+    def __call__(self, x, *args, **kw):
+        # Kimi K3's layers thread the loop's `blocks` through: handed back as given
+        return (self.held, kw['blocks']) if 'blocks' in kw else self.held
 
 class _Catch(_Feed):
     """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output)
@@ -73,6 +77,10 @@ class LayerPass:
     # the dtype the model is served in (`serving_dtype`)
     def __init__(self, spec:MoESpec, model, dtype=None):
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
+        if any(getattr(layer, 'use_attn_res', False) for layer in self.layers):
+            raise InputError(f"this {spec.model_type}'s layers mix attention residuals across "
+                             "blocks of layers (attn_res_block_size); phase 1 runs one layer at a "
+                             "time and cannot carry that state")
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
