@@ -55,6 +55,7 @@ class StreamOptions:
     low_below:float|None = None               # 'off': copies below this routing weight
     low_upgrade:bool = True                   # a copy is served by its int4 expert where pooled
     stage_ahead:int|None = None               # planned layers whose reads run at once
+    map_experts:bool = True                   # all in the budget: views of the file, no copies
     def __post_init__(self): self.check()
 
 # %% ../nbs/01b3_engine.ipynb #e1b3a003
@@ -365,14 +366,16 @@ def _hot(self:StreamEngine, layer:int, x, indices):
 def _whole_layer(self:StreamEngine, layer:int, x, indices):
     s, t0 = self.stats[layer], time.perf_counter()
     pending = self.layer_reads.pop(layer, None)
-    w, cost = pending.result() if pending else self.store.read_layer(layer)
-    s.blocked_s += time.perf_counter() - t0
-    s.load(cost, bundles=self.num_experts)
+    if self.pool.mapped is not None and pending is None: w = self.mapped_layer(layer)  # no read
+    else:
+        w, cost = pending.result() if pending else self.store.read_layer(layer)
+        s.blocked_s += time.perf_counter() - t0
+        s.load(cost, bundles=self.num_experts)
     y = expert_mlp(x, indices, w, self.quant[layer], self.act)
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
     whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
-    if whole_next and nxt not in self.resident:
+    if whole_next and nxt not in self.resident and self.pool.mapped is None:
         if self.options.readahead: self.store.hint_layer(nxt)
         self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
     return y
@@ -474,6 +477,8 @@ def keep_resident(self:StreamEngine, layer:int):
     """Read every expert of `layer` once and keep them; their bytes are reserved from the pool's
     budget"""
     if layer in self.resident: return
+    # every expert mapped: views, within the map's reservation, nothing read
+    if self.pool.mapped is not None: return self.resident.update({layer: self.mapped_layer(layer)})
     nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
     self.pool.reserve(nbytes, f"layer {layer} kept resident")
     w, cost = self.store.read_layer(layer)
@@ -493,9 +498,38 @@ def drop_resident(self:StreamEngine, layer:int):
     """Give back a layer kept by `keep_resident`: its experts are freed and their bytes return to
     the pool's budget"""
     w = self.resident.pop(layer, None)
-    if w is None: return
+    # views of the map (lists: see `mapped_layer`) stay within the map's reservation
+    if w is None or isinstance(next(iter(w.values())), list): return
     nbytes = sum(t.nbytes for t in self.store.layers[layer].values())
     with self.pool.lock: self.pool.reserved -= -(-nbytes // self.store.expert_nbytes)
+
+# %% ../nbs/01b3_engine.ipynb #e1b3d011
+@patch
+def map_experts(self:StreamEngine) -> bool:
+    """Serve every expert as views of the mapped checkpoint where the store can (`can_map`), reads
+    through the page cache, and the budget holds them all beside one token's working set; if so"""
+    st = self.store
+    if self.pool.mapped is not None: return True
+    if not st.can_map() or st.reader.direct: return False
+    nbytes = sum(t.nbytes for ts in st.layers.values() for t in ts.values())
+    try: self.pool.map_all(st.mapped_expert, nbytes)
+    except StoreError: return False
+    return True
+
+@patch
+def mapped_layer(self:StreamEngine, layer:int) -> dict:
+    "Every expert of `layer` from the map, `{(proj, part): [each expert's view]}`"
+    got = self.pool.get(layer, range(self.num_experts), self.stats[layer])
+    return {key: [b[key] for b in got] for key in got[0]}
+
+@patch
+def unmap(self:StreamEngine):
+    "Read experts into the pool again; resident layers are read and kept as copies"
+    if self.pool.mapped is None: return
+    layers = list(self.resident)
+    for layer in layers: self.resident.pop(layer)
+    self.pool.unmap()
+    for layer in layers: self.keep_resident(layer)
 
 # %% ../nbs/01b3_engine.ipynb #b1f5f3ab-1
 @patch
@@ -642,7 +676,8 @@ def stats(engine:StreamEngine) -> dict:
                           budget_bytes=pool.budget_bytes,
                           reserved_bytes=pool.bytes_reserved,
                           resident_layers=sorted(engine.resident),
-                          resident_bytes=_stack_bytes(engine.resident.values())),
+                          resident_bytes=_stack_bytes(engine.resident.values()),
+                          mapped_bundles=len(pool.views), mapped_bytes=pool.mapped_nbytes),
                 slot_bytes=_stack_bytes(slot_stacks),
                 peak_active_bytes=max(total.peak_active, B.memory_stats().peak),
                 staged_rewrites=sum(slots.rewrites for slots in (*engine.staged.values(),

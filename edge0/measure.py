@@ -249,6 +249,7 @@ def _missing_steps(h, ids:list, prompt:int, steps:int, evict:str|None=None,
     `evict`: the model whose experts also leave the page cache before every step (that time left out), so every load is
     cold; `join`: cgroup folders this process joins after the prefill"""
     dec, eng, spent = h.decoder, h.engine, []
+    eng.unmap()  # loads are what is measured: experts mapped at load are read into the pool again
     def empty():
         # the bundles, not the reservations (slots, resident layers)
         with eng.pool.lock: eng.pool.lru.clear()

@@ -27,6 +27,8 @@ class LayerStats:
     cold_pages:int = 0
     pages:int = 0
     hits:int = 0           # bundles served from the pool or resident slots
+    # of the hits, experts served the first time as views of the mapped checkpoint (no copy)
+    mapped:int = 0
     # of the loads, experts read as their lower-bit copy (`StreamOptions.low_bits`)
     low_loads:int = 0
     # copies asked for that the pool served with their int4 expert (`StreamOptions.low_upgrade`)
@@ -80,6 +82,8 @@ class ExpertPool:
         # requests per (layer, expert) since load: a usage profile's counts
         self.uses = Counter() if count else None
         self.upgrade, self.E = upgrade, store.spec.num_experts if upgrade else None
+        # every expert served as a view of the mapped checkpoint (`map_all`), views made so far
+        self.mapped, self.views, self.mapped_nbytes = None, {}, 0
         self._init_budget(budget_bytes, budget_bundles)
 
 # %% ../nbs/01b2_pool.ipynb #p1b2a007
@@ -169,6 +173,7 @@ def _trim(self:ExpertPool):
 @patch
 def get(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
     "Bundles of `experts` of `layer`, reading the misses in parallel"
+    if self.mapped is not None: return self._from_map(layer, experts, stats)
     out, miss = {}, []
     with self.lock:
         self.clock += 1
@@ -204,17 +209,18 @@ def _held(self:ExpertPool, layer:int, e:int):
 
 @patch
 def has(self:ExpertPool, layer:int, e:int) -> bool:
+    if self.mapped is not None: return 0 <= e < self.store.spec.num_experts
     with self.lock: return self._held(layer, e) is not None
 
 @patch
 def put(self:ExpertPool, layer:int, e:int, bundle:dict):
+    if self.mapped is not None: return  # every expert is served already
     with self.lock:
         # the int4 expert replaces its copy
         if self.upgrade and e < self.E: self.lru.pop((layer, e + self.E), None)
         self.lru[layer, e] = bundle
         self.lru.move_to_end((layer, e))
-        # a bundle read counts as used once now: a prefetch is kept for its use
-        self._touch((layer, e))
+        self._touch((layer, e))  # read: used once now, so a prefetch is kept for its use
         self._trim()
 
 @patch
@@ -224,3 +230,40 @@ def clear(self:ExpertPool):
         self.lru.clear()
         self.score, self.heap = {}, []
         self.reserved = 0
+
+# %% ../nbs/01b2_pool.ipynb #p1b2a021
+@patch
+def map_all(self:ExpertPool, view, nbytes:int):
+    """Serve every expert of the store as `view(layer, e) -> (bundle, LoadStats)` gives it, its
+    `nbytes` reserved from the budget (refused where the budget cannot hold them)"""
+    self.reserve(nbytes, f"every expert, mapped ({nbytes / MiB:,.0f} MiB)")
+    with self.lock:
+        self.lru.clear()
+        self.score, self.heap, self.views = {}, [], {}
+        self.mapped, self.mapped_nbytes = view, nbytes
+
+@patch
+def unmap(self:ExpertPool):
+    "Serve from the LRU again, the views dropped and their reservation returned"
+    if self.mapped is None: return
+    with self.lock:
+        self.reserved -= -(-self.mapped_nbytes // self.store.expert_nbytes)
+        self.mapped, self.views, self.mapped_nbytes = None, {}, 0
+
+# %% ../nbs/01b2_pool.ipynb #p1b2a021-b
+@patch
+def _from_map(self:ExpertPool, layer:int, experts, stats:LayerStats) -> list:
+    out = []
+    with self.lock:  # a background thread may ask for the same expert
+        if self.uses is not None: self.uses.update((layer, e) for e in experts)
+        for e in experts:
+            b = self.views.get((layer, e))
+            if b is None:  # its first request: the views made, the cold pages counted
+                b, cost = self.mapped(layer, e)
+                self.views[layer, e] = b
+                stats.mapped += 1
+                stats.cold_pages += cost.cold
+                stats.pages += cost.pages
+            out.append(b)
+    stats.hits += len(out)
+    return out

@@ -380,7 +380,10 @@ def _pool_line(s:dict) -> str:
     "The pool: what it holds, its budget and what of it is reserved, the slots, the peak"
     p = s['pool']
     budget = 'unbounded' if p['budget_bytes'] is None else f"{p['budget_bytes'] / MiB:.2f} MiB"
-    return (f"pool: {p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, "
+    # every expert a view of the mapped checkpoint (`map_experts`): nothing copied
+    mapped = (f"every expert mapped ({p['mapped_bytes'] / MiB:.2f} MiB reserved), "
+              f"{p['mapped_bundles']} viewed, none copied | " if p.get('mapped_bytes') else '')
+    return (f"pool: {mapped}{p['bundles']} bundles, {p['bytes_held'] / MiB:.2f} MiB held, "
             f"{p['evictions']} evictions | budget {budget}, of it "
             f"{p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
             f"{p['resident_layers']}, slots, hot sets) | slots {s['slot_bytes'] / MiB:.2f} "

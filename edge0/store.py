@@ -682,7 +682,8 @@ def _open_files(self:ExpertStore, reader:str, threads:int, residency:bool):
     self.use_reader(reader)
     self.res = ({p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()}
                 if residency else {})
-    self.threads, self.pool = threads, None  # reads in flight
+    # reads in flight; the shards mapped for `mapped_expert`, on first use
+    self.threads, self.pool, self.maps = threads, None, {}
     self.use_threads(threads)
 
 # %% ../nbs/01a_store.ipynb #768faaae-3
@@ -714,7 +715,7 @@ def close(self:ExpertStore):
     self.reader.close()
     for r in self.res.values(): r.close()
     for fd in self.fds.values(): os.close(fd)
-    self.fds = {}
+    self.fds, self.maps = {}, {}  # a view still alive keeps its map
 
 # %% ../nbs/01a_store.ipynb #b1e0c001
 @patch
@@ -904,3 +905,27 @@ def hint(self:ExpertStore, layer:int, experts):
 def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
     for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.end - t.start)
+
+# %% ../nbs/01a_store.ipynb #a5a0a021
+@patch
+def can_map(self:ExpertStore) -> bool:
+    "Whether `mapped_expert` serves this store: experts packed for this torch, served as stored"
+    return self.torch_out and self.repack is None and not self.low_bits
+
+@patch
+def mapped_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadStats]:
+    """Expert `expert` of `layer` as `{(proj, part): torch tensor}` viewing a read-only map of its
+    shard (no copy, nothing read), and its `LoadStats`: the pages residency finds cold"""
+    if not self.can_map():
+        raise StoreError(f"{self.dir}: its experts cannot be served as views of the file (they are "
+                         "not stored packed for this machine's torch)")
+    stats, out = LoadStats(), {}
+    for key, t, off, n in self.ranges(layer, expert):
+        if t.path not in self.maps:  # two threads may both map it: each view keeps its own
+            self.maps[t.path] = memoryview(mmap.mmap(self.fds[t.path], 0,
+                                                     access=mmap.ACCESS_READ))
+        if self.res:
+            cold, pages = self.res[t.path].cold_pages(off, n)
+            stats.cold, stats.pages = stats.cold + cold, stats.pages + pages
+        out[key] = bq.torch_from_buffer(self.maps[t.path][off:off + n], t.dtype, t.shape[1:])
+    return out, stats

@@ -341,6 +341,7 @@ def load(model_dir, options:StreamOptions|None=None, spec:MoESpec|None=None, k:i
     try:
         _stream_model(handle, d, options.kernels, dtype)
         _size_budget(engine, handle.model, options, d)
+        if options.map_experts: engine.map_experts()  # where the budget holds every expert
         if options.usage_profile: engine.fill_from_usage()
         handle.notes += engine.budget.notes
     except BaseException:

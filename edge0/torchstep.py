@@ -264,6 +264,7 @@ class Experts:
                     self.views[e] = {key: bq.torch_view(a)[e] for key, a in w.items()}
             return {e: self.views[e] for e in experts}
         got = eng.pool.get(layer, experts, eng.stats[layer])
+        if eng.store.torch_out: return dict(zip(experts, got))  # torch tensors as they are
         return {e: {key: bq.torch_view(a) for key, a in b.items()} for e, b in zip(experts, got)}
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02-b
