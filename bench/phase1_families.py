@@ -1,4 +1,4 @@
-"""Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --mode routing` with its heads.
+"""Phase 1 on a zoo checkpoint of every supported family, then `edge0 generate --mode routing` with its heads, then phase 3.
 
     python bench/phase1_families.py                    # every family of edge0.zoo (about 45 s each)
     python bench/phase1_families.py --families qwen3_next deepseek_v3
@@ -9,7 +9,9 @@ like every other matrix, three families route degenerately, each token nearly as
 printed first; trained by `edge0 train DIR --phase heads` on the
 bundled calibration set, then served by `edge0 generate --mode routing --stats`. Per family: the heads' held-out
 recall against the temporal-locality baseline, and the decoder's host syncs per step and dropped experts.
-Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline.
+Then phase 3 (`edge0.distil.distil`, the recovery LoRA for routing at native K) on a few short windows for 2 steps, and
+the adapter served by a `Session` in routing mode: a smoke run of the whole recipe on each family, not a quality figure.
+Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline, phase 3 trained and served.
 Writes bench/results/phase1_families.txt and .json.
 """
 import argparse, json, os, re, subprocess, sys, tempfile
@@ -40,11 +42,32 @@ def family(name:str, root:Path, tokens:int, steps:int) -> dict:
     syncs = float(re.search(r'([\d.]+) host syncs/step', line).group(1))
     dropped = int(re.search(r'(\d+) dropped', line).group(1))
     note = next((l for l in gen.stderr.splitlines() if 'prerouter heads:' in l), '')
-    return dict(family=name, routing=routing, heads=recall, syncs_per_step=syncs, dropped=dropped, decoder=line, heads_note=note.strip())
+    return dict(family=name, routing=routing, heads=recall, syncs_per_step=syncs, dropped=dropped, decoder=line,
+                heads_note=note.strip(), phase3=phase3(d, root / f'{name}-work'))
+
+def phase3(d:Path, work:Path) -> dict:
+    "A short phase 3 on `d` (its heads trained): the adapter's steps, and a routing-mode generation serving it"
+    from edge0.distil import distil
+    from edge0.lora import read_adapter
+    from edge0.serving import Serving
+    from edge0.session import Session
+    try:
+        out = distil(d, Serving('routing'), work=work, show=False, windows=4, prompt=16, gen=8, steps=2, batch=2,
+                     warmup=1, top=8)
+        with Session(d, mode='routing') as s:
+            text = s.generate('The expert weights', max_tokens=8, chat=False)
+            served = s.adapter is not None
+    except Exception as e: return dict(error=f"{type(e).__name__}: {e}")
+    return dict(adapter=out.name, steps=int(read_adapter(out)[1]['steps']), served=served, text=text)
+
+def _phase3(p) -> str:
+    if not p: return 'not run'
+    if 'error' in p: return f"FAILED: {p['error']}"
+    return f"{p['steps']} steps, {'served' if p['served'] else 'NOT served'}"
 
 def report(rows:list) -> str:
     lines = [f"{'family':>19}{'heads':>6}{'recall':>8}{'reuse':>7}{'heaviest':>9}  {'all > reuse':<12}"
-             f"{'syncs/step':>10}{'dropped':>8}"]
+             f"{'syncs/step':>10}{'dropped':>8}  phase 3"]
     for r in rows:
         if 'error' in r:
             lines.append(f"{r['family']:>19}  FAILED: {r['error']}")
@@ -52,10 +75,13 @@ def report(rows:list) -> str:
         h = r['heads'].values()
         mean = lambda key: sum(x[key] for x in h) / len(h)
         lines.append(f"{r['family']:>19}{len(h):>6}{mean('head'):>8.3f}{mean('reuse'):>7.3f}{mean('heaviest'):>9.3f}  "
-                     f"{str(all(x['head'] > x['reuse'] for x in h)):<12}{r['syncs_per_step']:>10.2f}{r['dropped']:>8}")
+                     f"{str(all(x['head'] > x['reuse'] for x in h)):<12}{r['syncs_per_step']:>10.2f}{r['dropped']:>8}  "
+                     + _phase3(r.get('phase3')))
     ok = [r for r in rows if 'error' not in r and r['dropped'] == 0 and r['syncs_per_step'] == 1.0
-          and all(x['head'] > x['reuse'] for x in r['heads'].values())]
-    lines.append(f"{len(ok)} of {len(rows)} families: 0 dropped, 1.0 host syncs/step, every head above its baseline")
+          and all(x['head'] > x['reuse'] for x in r['heads'].values())
+          and r.get('phase3', {}).get('served')]
+    lines.append(f"{len(ok)} of {len(rows)} families: 0 dropped, 1.0 host syncs/step, every head above its baseline, "
+                 "phase 3 trained and served")
     if rows and 'heads_note' in rows[0]: lines.append(f"generate said, e.g.: {rows[0]['heads_note']}")
     return '\n'.join(lines)
 
@@ -76,4 +102,4 @@ if __name__ == '__main__':
     print(text)
     Path(a.out + '.txt').write_text(text + '\n')
     Path(a.out + '.json').write_text(json.dumps(rows, indent=1))
-    sys.exit(0 if all('error' not in r and r['dropped'] == 0 for r in rows) else 1)
+    sys.exit(0 if all('error' not in r and r['dropped'] == 0 and r['phase3'].get('served') for r in rows) else 1)
