@@ -37,7 +37,7 @@ class Routing:
     norm_k1:bool=True        # renormalize even when K == 1
     norm_clamp:bool=False    # divide by max(sum, norm_eps) instead of sum + norm_eps (ERNIE)
     score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
-    bias_cast:bool=False     # the correction bias is cast to the scores' dtype before adding
+    bias_add:str='promote'   # scores + bias: as dtypes promote, in the 'scores' dtype, or 'float32'
     topk_f32:bool=False      # top-K-first softmax over float32 copies of the K logits (Granite)
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
@@ -70,6 +70,13 @@ def _drop_groups(s, n_group:int, topk_group:int, how:str, fill:float):
     drop = xp.argpartition(gs, kth=n_drop - 1, axis=-2)[..., :n_drop, :]
     g = xp.put_along_axis(g, xp.stop_gradient(drop), xp.array(fill, g.dtype), axis=-2)
     return xp.flatten(g, -2, -1)
+
+def _add_bias(s, bias, how:str):
+    "The selection scores `s + bias`: as dtypes promote, in `s`'s dtype ('scores'), or 'float32'"
+    xp = B.ops_of(s)
+    if how == 'scores': return s + xp.astype(bias, s.dtype)
+    if how == 'float32': return xp.astype(s, xp.float32) + bias
+    return s + bias
 
 def _normalize(w, k:int, norm:bool, eps:float, k1:bool, clamp:bool=False):
     if not norm or (k == 1 and not k1): return w
@@ -106,13 +113,13 @@ def sigmoid_group(logits, # (..., E) router logits
                   n_group:int=1, topk_group:int=1, score:str='sigmoid', group_fill:float=0.0,
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
                   norm_clamp:bool=False,
-                  scale:float=1.0, cast_back:bool=False, score_f32:bool=True, bias_cast:bool=False):
+                  scale:float=1.0, cast_back:bool=False, score_f32:bool=True,
+                  bias_add:str='promote'):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
     x = xp.astype(logits, xp.float32) if score_f32 else logits
     s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
-    if bias is not None and bias_cast: bias = xp.astype(bias, s.dtype)
-    sel = s + bias if bias is not None else s
+    sel = s if bias is None else _add_bias(s, bias, bias_add)
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
                                                                 group_fill)
     inds = _select(sel, k, select)
@@ -140,7 +147,7 @@ def route(r:Routing, logits, k:int, bias=None):
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
                          norm_eps=r.norm_eps,
                          norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.scale,
-                         cast_back=r.cast_back, score_f32=r.score_f32, bias_cast=r.bias_cast)
+                         cast_back=r.cast_back, score_f32=r.score_f32, bias_add=r.bias_add)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
 @dataclass(frozen=True)
@@ -580,7 +587,7 @@ def _kimi_linear(c, mt):
                 scale=float(c.get('routed_scaling_factor', 1.0)),
                 n_group=_count(c, 'num_expert_group', mt, default=1),
                 topk_group=_count(c, 'topk_group', mt, default=1), bias=True, score_f32=False,
-                bias_cast=True)
+                bias_add='scores')
     shared = (c.get('num_shared_experts') or 0) > 0
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, k_key='num_experts_per_token',
                 router_bias='e_score_correction_bias', shared='shared_experts' if shared else None)
@@ -591,7 +598,7 @@ def _lfm2(c, mt):
     bias = bool(c.get('use_expert_bias', False))
     r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='tail',
                 norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-6, norm_k1=True, scale=float(c.get('routed_scaling_factor', 1.0)),
-                bias=bias, score_f32=False, cast_back=True)
+                bias=bias, score_f32=False, bias_add='float32', cast_back=True)
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r,
                 'model.layers.{layer}.feed_forward', router_bias='expert_bias' if bias else None)
     first = _count(c, 'num_dense_layers', mt, default=0, least=0)
