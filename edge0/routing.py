@@ -71,6 +71,7 @@ def _drop_groups(s, n_group:int, topk_group:int, how:str, fill:float):
     g = xp.put_along_axis(g, xp.stop_gradient(drop), xp.array(fill, g.dtype), axis=-2)
     return xp.flatten(g, -2, -1)
 
+# %% ../nbs/00_routing.ipynb #nrm-c01
 def _add_bias(s, bias, how:str):
     "The selection scores `s + bias`: as dtypes promote, in `s`'s dtype ('scores'), or 'float32'"
     xp = B.ops_of(s)
@@ -597,7 +598,8 @@ def _kimi_linear(c, mt):
 def _lfm2(c, mt):
     bias = bool(c.get('use_expert_bias', False))
     r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='tail',
-                norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-6, norm_k1=True, scale=float(c.get('routed_scaling_factor', 1.0)),
+                norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-6, norm_k1=True,
+                scale=float(c.get('routed_scaling_factor', 1.0)),
                 bias=bias, score_f32=False, bias_add='float32', cast_back=True)
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r,
                 'model.layers.{layer}.feed_forward', router_bias='expert_bias' if bias else None)
