@@ -30,7 +30,8 @@ __all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mod
 def combine(spec:MoESpec, blk, x, y, w):
     """The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus
     its shared expert"""
-    if spec.weights_cast: w = w.astype(x.dtype)  # MiniMax weighs in its input's dtype
+    # MiniMax weighs in its input's dtype, Hunyuan in float32
+    if spec.weights_dtype: w = w.astype(x.dtype if spec.weights_dtype == 'input' else B.float32)
     out = (y * w[..., None]).sum(axis=-2)
     # as the model's block does
     if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)

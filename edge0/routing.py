@@ -209,7 +209,7 @@ class MoESpec:
     quant_paths:tuple=()      # ((module path, QuantSpec|None), ...): the config's own entries
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
     experts:str='switch_mlp'  # the block's child holding its stacked routed experts
-    weights_cast:bool=False   # the block casts its routing weights to its input's dtype (MiniMax)
+    weights_dtype:str|None=None # weighing in the block 'input''s dtype or in 'float32'
     gate:str='gate'           # the block's child it calls to route (a router module)
     activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
 
@@ -299,7 +299,7 @@ def route_block(spec:MoESpec, blk, x, k:int|None=None):
     """`(indices, weights)` for hidden states `x` through `blk`'s router and edge0's routing, at `k`
     (default: native K)"""
     inds, w = route(spec.routing, router_logits(spec, blk, x), k or spec.k, router_bias(spec, blk))
-    return inds, (w.astype(x.dtype) if spec.weights_cast else w)
+    return inds, (w.astype(x.dtype) if spec.weights_dtype == 'input' else w)
 
 # %% ../nbs/00_routing.ipynb #4dc29d6a
 def _need(c:dict, key:str, mt:str):
@@ -560,7 +560,7 @@ def _minimax(c, mt):
                 norm_eps=1e-20, norm_k1=True, bias=True)
     d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
                 'model.layers.{layer}.block_sparse_moe', router_f32=True,
-                router_bias='e_score_correction_bias', weights_cast=True)
+                router_bias='e_score_correction_bias', weights_dtype='input')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #fam-c15
@@ -627,6 +627,27 @@ def _kimi_k3(c, mt):
     first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
     return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
 
+# %% ../nbs/00_routing.ipynb #fam-c21
+def _same_per_layer(c:dict, key:str, n:int):
+    "`c[key]`: one value, or a list (one per layer) whose entries all agree"
+    v = c.get(key)
+    if not isinstance(v, list): return v
+    if len(v) != n or len(set(v)) != 1:
+        raise InputError(f"config.json: {key} is {v!r}: edge0 serves one value for every MoE "
+                         f"layer, and this lists {len(set(v))} over {len(v)} layers")
+    return v[0]
+
+def _hunyuan(c, mt):
+    n = _count(c, 'num_hidden_layers', mt)
+    c = dict(c, moe_topk=_same_per_layer(c, 'moe_topk', n),
+             moe_intermediate_size=_same_per_layer(c, 'moe_intermediate_size', n))
+    size = ('moe_intermediate_size' if c.get('moe_intermediate_size') is not None
+            else 'intermediate_size')
+    d = _common(c, mt, 'num_experts', size, Routing(RouterKind.softmax_topk, select='head'),
+                k_key='moe_topk', weights_dtype='float32', out_cast='experts',
+                shared='shared_mlp' if c.get('use_mixed_mlp_moe') else None)
+    return dict(d, moe_layers=tuple(range(n)) if d['num_experts'] > 1 else ())
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -638,7 +659,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
-             'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3}
+             'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -671,8 +692,6 @@ _NOT_STREAMED = {
     'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
                 "`SwitchGLU`",
     'Klear': "its block mixes its routed and shared experts' outputs by learned coefficients",
-    'hunyuan': "its K and expert size may differ from layer to layer, and it sums the expert "
-               "outputs in float32",
 }
 
 # %% ../nbs/00_routing.ipynb #fam-c10
@@ -826,7 +845,7 @@ def block_routing(spec:MoESpec, blk, x):
     # dtype, sigmoid-group scores are float32 unless the block casts them back
     r = spec.routing
     f32 = (r.kind == RouterKind.sigmoid_group and r.score_f32 and not r.cast_back
-           and not spec.weights_cast)
+           and spec.weights_dtype != 'input')
     return seen['inds'], y[..., :seen['inds'].shape[-1]].astype(B.float32 if f32 else x.dtype)
 
 # %% ../nbs/00_routing.ipynb #a1c2b4f2

@@ -146,8 +146,13 @@ def _named(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c23b
 def _routers(c, mt, E, F):
-    "Granite-MoE, gpt-oss and MiniMax"
+    "Granite-MoE, gpt-oss, MiniMax and Hunyuan"
     L = c['num_hidden_layers']
+    if mt == 'hunyuan':  # per-layer lists, all alike; cross-layer attention shares K/V in pairs
+        c.update(num_experts=E, moe_intermediate_size=[F] * L, intermediate_size=128, head_dim=16,
+                 moe_topk=[c['num_experts_per_tok']] * L, num_shared_expert=1, use_qk_norm=True,
+                 use_mixed_mlp_moe=True, attention_bias=False, use_cla=True, cla_share_factor=2,
+                 rope_scaling=dict(type='dynamic', factor=1.0, alpha=1000.0))
     if mt == 'granitemoe':
         c.update(num_local_experts=E, intermediate_size=F, attention_bias=False, logits_scaling=1.0,
                  embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0)
