@@ -35,7 +35,12 @@ class CLIError(InputError):
 
 
 # %% ../nbs/09_cli.ipynb #5caaa2dc
-_GLU_NAMES = {'silu': 'SwiGLU', 'swiglu_oai': "gpt-oss's clamped SwiGLU", 'situ': 'SiTU'}
+_GLU_NAMES = {'silu': 'SwiGLU', 'swiglu_oai': "gpt-oss's clamped SwiGLU", 'situ': 'SiTU',
+              'clamped': 'clamped SwiGLU'}
+
+def _glu_name(g) -> str:
+    name = _GLU_NAMES.get(g.name, g.name)
+    return name + (f" ({len(g.layers)} layers clamped)" if g.layers else '')
 
 def describe(spec:MoESpec) -> str:
     "A short report of a model's `MoESpec`"
@@ -48,7 +53,7 @@ def describe(spec:MoESpec) -> str:
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
                                                f"({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
-             f"{s.expert_size}, {_GLU_NAMES.get(s.activation.name, s.activation.name)}",
+             f"{s.expert_size}, {_glu_name(s.activation)}",
              f"routing        {routing}", f"shared expert  {s.shared or 'none'}",
              f"experts stored {q}, {s.layout} layout",
              f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]

@@ -301,7 +301,7 @@ def _check_source(src:Path, quantize:bool, bits:int, group_size:int, layout:str=
                          "directory")
     config = read_json(src / 'config.json', 'model config')
     spec = spec_for(config)  # unsupported model types and bad config values
-    if layout == 'torch-cpu' and spec.activation.name != 'silu':
+    if layout == 'torch-cpu' and (spec.activation.name != 'silu' or spec.activation.layers):
         raise InputError(f"{src}: --layout torch-cpu packs SwiGLU experts for torch's kernel; this "
                          f"{spec.model_type}'s compute {spec.activation.name} (keep the mlx layout)")
     tensors = index_checkpoint(src)  # unreadable or corrupt headers, overlapping tensors

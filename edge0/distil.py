@@ -39,7 +39,8 @@ class _Resident:
         w = self.engine.resident.get(self.layer)
         if w is None: raise RuntimeError(f"layer {self.layer}'s experts are not held: a pass holds "
                                          "each layer it runs")
-        return expert_mlp(x, inds, w, self.engine.quant[self.layer], self.engine.spec.activation)
+        return expert_mlp(x, inds, w, self.engine.quant[self.layer],
+                          self.engine.spec.activation.of(self.layer))
 
 # %% ../nbs/04g_distil.ipynb #7d80d611-1
 class ResidentExperts:

@@ -206,7 +206,7 @@ def __call__(self:StreamEngine, layer:int, x, indices):
     if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
     self.stats[layer].calls += 1
     if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer],
-                                              self.quant[layer], self.act)
+                                              self.quant[layer], self.act.of(layer))
     else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
     B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
     s = self.stats[layer]
@@ -228,11 +228,11 @@ def _exact(self:StreamEngine, layer:int, x, indices):
     bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
     if len(flat) == indices.shape[-1]:
         return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer],
-                              self.act)
+                              self.act.of(layer))
     table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
     return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles),
-                      self.quant[layer], self.act)
+                      self.quant[layer], self.act.of(layer))
 
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
@@ -298,7 +298,8 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     slots.turn = (turn + 1) % len(slots.stacks)
     # first: it updates the expert -> slot table
     stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)
-    return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer], self.act)
+    return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer],
+                      self.act.of(layer))
 
 # %% ../nbs/01b3_engine.ipynb #6d03336d-1
 @patch
@@ -347,18 +348,19 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     hit = slot >= 0
     self.stats[layer].hits += int(hit.sum())
     at = B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape))
-    y = expert_mlp(x, at, hs['stack'], self.quant[layer], self.act)
+    y = expert_mlp(x, at, hs['stack'], self.quant[layer], self.act.of(layer))
     if hit.all(): return y
     miss = np.unique(flat[~hit]).tolist()
     bundles = self.pool.get(layer, miss, self.stats[layer])
     if len(flat) == indices.shape[-1]:  # one token: compute only the missed experts, no stacking
         missed = [None if h else e for e, h in zip(flat, hit)]
-        y_miss = per_expert_mlp(x, missed, dict(zip(miss, bundles)), self.quant[layer], self.act)
+        y_miss = per_expert_mlp(x, missed, dict(zip(miss, bundles)), self.quant[layer],
+                                self.act.of(layer))
     else:
         miss_table = np.zeros(self.num_experts, np.uint32)
         miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
         y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles),
-                            self.quant[layer], self.act)
+                            self.quant[layer], self.act.of(layer))
     return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
 
 # %% ../nbs/01b3_engine.ipynb #eb2e0d55
@@ -371,7 +373,7 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
         w, cost = pending.result() if pending else self.store.read_layer(layer)
         s.blocked_s += time.perf_counter() - t0
         s.load(cost, bundles=self.num_experts)
-    y = expert_mlp(x, indices, w, self.quant[layer], self.act)
+    y = expert_mlp(x, indices, w, self.quant[layer], self.act.of(layer))
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
     whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
@@ -451,7 +453,7 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     holding that very expert"""
     at, exact = self.planned_at(layer, experts)
     y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)),
-                   self.planned[layer].stacks[0], self.quant[layer], self.act)
+                   self.planned[layer].stacks[0], self.quant[layer], self.act.of(layer))
     B.async_eval(y)
     s = self.stats[layer]
     s.calls += 1

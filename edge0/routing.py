@@ -182,6 +182,11 @@ class Glu:
     "The experts' gated activation: a name in `backend.nn.GLUS` and the parameters it takes"
     name:str='silu'
     args:tuple=()
+    layers:tuple=()  # ((layer, Glu), ...): layers whose experts compute another (Step 3.5's clamps)
+
+    def of(self, layer:int) -> Glu:
+        "The activation of `layer`'s experts"
+        return dict(self.layers).get(layer, self)
 
 # %% ../nbs/00_routing.ipynb #4d376140
 @dataclass(frozen=True)
@@ -648,6 +653,23 @@ def _hunyuan(c, mt):
                 shared='shared_mlp' if c.get('use_mixed_mlp_moe') else None)
     return dict(d, moe_layers=tuple(range(n)) if d['num_experts'] > 1 else ())
 
+# %% ../nbs/00_routing.ipynb #fam-c23
+def _step3p5(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head',
+                norm=bool(c.get('norm_expert_weight', True)), norm_eps=1e-20, norm_k1=True,
+                scale=float(c.get('moe_router_scaling_factor', 1.0)), bias=True)
+    n, limits = _count(c, 'num_hidden_layers', mt), c.get('swiglu_limits') or []
+    clamped = tuple((l, Glu('clamped', (float(v),))) for l, v in enumerate(limits[:n]) if v)
+    d = _common(c, mt, 'moe_num_experts', 'moe_intermediate_size', r, k_key='moe_top_k',
+                router='gate.gate', router_bias='gate.router_bias', out_cast='experts',
+                shared='share_expert', activation=Glu(layers=clamped))
+    enum = c.get('moe_layers_enum')
+    try: moe = {int(i) for i in enum.strip().split(',')} if enum else set(range(1, n))
+    except ValueError:
+        raise InputError(f"config.json: moe_layers_enum is {enum!r}, expected layer numbers "
+                         "separated by commas") from None
+    return dict(d, moe_layers=_layers(n, lambda i: i in moe))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -659,7 +681,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'mistral4': _mistral4, 'mellum': _mellum, 'ernie4_5_moe': _ernie, 'dots1': _v3_like,
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
-             'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan}
+             'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
+             'step3p5': _step3p5}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -687,7 +710,6 @@ def model_class(config:dict):
 _ACT = "its experts compute {}, and edge0's expert kernels compute SwiGLU and gpt-oss's variant"
 _NOT_STREAMED = {
     'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
-    'step3p5': _ACT.format("a SwiGLU clamped per layer"),
     'nemotron_h': "its experts are ungated relu² MLPs (`SwitchMLP` fc1/fc2), not `SwitchGLU`",
     'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
                 "`SwitchGLU`",

@@ -146,13 +146,21 @@ def _named(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c23b
 def _routers(c, mt, E, F):
-    "Granite-MoE, gpt-oss, MiniMax and Hunyuan"
+    "Granite-MoE, gpt-oss, MiniMax, Hunyuan and Step 3.5"
     L = c['num_hidden_layers']
+    kinds = (['sliding_attention', 'full_attention'] * L)[:L]
     if mt == 'hunyuan':  # per-layer lists, all alike; cross-layer attention shares K/V in pairs
         c.update(num_experts=E, moe_intermediate_size=[F] * L, intermediate_size=128, head_dim=16,
                  moe_topk=[c['num_experts_per_tok']] * L, num_shared_expert=1, use_qk_norm=True,
                  use_mixed_mlp_moe=True, attention_bias=False, use_cla=True, cla_share_factor=2,
                  rope_scaling=dict(type='dynamic', factor=1.0, alpha=1000.0))
+    if mt == 'step3p5':  # the second MoE layer's experts clamped
+        c.update(moe_num_experts=E, moe_intermediate_size=F, moe_top_k=c['num_experts_per_tok'],
+                 intermediate_size=128, share_expert_dim=64, head_dim=16, num_attention_groups=2,
+                 sliding_window=8, layer_types=kinds, moe_router_scaling_factor=2.5,
+                 moe_layers_enum=','.join(map(str, range(int(L > 2), L))),
+                 partial_rotary_factors=[0.5] * L,
+                 swiglu_limits=[0.5 * (i == int(L > 2) + 1) for i in range(L)])
     if mt == 'granitemoe':
         c.update(num_local_experts=E, intermediate_size=F, attention_bias=False, logits_scaling=1.0,
                  embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0)

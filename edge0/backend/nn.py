@@ -15,6 +15,7 @@ from mlx.nn import Linear, QuantizedLinear  # the projections a recovery LoRA wr
 from mlx.nn import Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from mlx_lm.models.activations import swiglu_oai  # gpt-oss's experts', with its alpha and limit
 from mlx_lm.models.kimi_k3 import _situ  # Kimi K3's experts' SiTU
+from mlx_lm.models.step3p5 import clamped_swiglu  # Step 3.5's, clamped at a limit per layer
 
 def silu(x): return _nn.silu(x)
 
@@ -43,7 +44,8 @@ def linear(x, weight, bias=None):
 
 # %% ../../nbs/00_backend_nn.ipynb #nn-c11
 GLUS = {'silu': swiglu, 'swiglu_oai': swiglu_oai,
-        'situ': lambda gate, up, beta, linear_beta: _situ(up, gate, beta, linear_beta)}
+        'situ': lambda gate, up, beta, linear_beta: _situ(up, gate, beta, linear_beta),
+        'clamped': lambda gate, up, limit: clamped_swiglu(up, gate, limit)}
 
 def glu(act, gate, up):
     """The experts' gated activation `act` of `gate` and `up`: a key of `GLUS`, or an object with
