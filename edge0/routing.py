@@ -186,7 +186,7 @@ class Glu:
 
     def of(self, layer:int) -> Glu:
         "The activation of `layer`'s experts"
-        return dict(self.layers).get(layer, self)
+        return dict(self.layers).get(layer, Glu(self.name, self.args))
 
 # %% ../nbs/00_routing.ipynb #4d376140
 @dataclass(frozen=True)
