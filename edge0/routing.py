@@ -13,16 +13,18 @@ from .backend import core as B, quant as bq
 from .files import InputError
 
 # %% auto #0
-__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'route', 'QuantSpec', 'Glu', 'MoESpec',
-           'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'router_logits',
-           'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'absent_args', 'model_args',
-           'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
+__all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'sparsemixer', 'route', 'QuantSpec', 'Glu',
+           'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block',
+           'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'absent_args',
+           'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap',
+           'routed_windows']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
-    "The two routing families"
+    "The routing families"
     softmax_topk = 'softmax_topk'
     sigmoid_group = 'sigmoid_group'
+    sparsemixer = 'sparsemixer'  # PhiMoE's
 
 # %% ../nbs/00_routing.ipynb #561d916d
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Routing:
     score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
     bias_add:str='promote'   # scores + bias: as dtypes promote, in the 'scores' dtype, or 'float32'
     topk_f32:bool=False      # top-K-first softmax over float32 copies of the K logits (Granite)
+    jitter_eps:float=0.0     # sparsemixer: the relative band around each round's max
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
     topk_group:int=1         # groups that may contribute
@@ -128,6 +131,31 @@ def sigmoid_group(logits, # (..., E) router logits
                    norm_clamp) * scale
     return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
+# %% ../nbs/00_routing.ipynb #sm-c01
+def sparsemixer(logits, # (..., E) router logits
+                k:int, # experts per token
+                jitter_eps:float, # the relative band around each round's max
+                given=None): # (..., k) experts to weigh instead of the rounds' own picks
+    "PhiMoE's routing: `(indices, weights)`, each (..., k), one expert per round"
+    xp = B.ops_of(logits)
+    if given is not None:  # the rounds' order: the given experts by their logits, largest first
+        order = xp.argsort(-xp.take_along_axis(logits, given, axis=-1), axis=-1)
+        given = xp.take_along_axis(given, order, axis=-1)
+    masked, inds, ws = logits, [], []
+    for r in range(k):
+        if given is None: ind = xp.stop_gradient(xp.argmax(masked, axis=-1, keepdims=True))
+        else: ind = given[..., r:r + 1]
+        top = xp.take_along_axis(masked, ind, axis=-1)  # the round's max, for its own pick
+        factor = xp.maximum(xp.maximum(logits, -logits), top)  # max(|logit|, max)
+        band = xp.where((top - logits) / factor > 2 * jitter_eps, -math.inf, masked)
+        ws.append(xp.take_along_axis(xp.softmax(band, axis=-1, precise=True), ind, axis=-1))
+        inds.append(ind)
+        masked = xp.put_along_axis(masked, ind, xp.array(-math.inf, masked.dtype), axis=-1)
+    i, w = xp.concatenate(inds, axis=-1), xp.concatenate(ws, axis=-1)
+    if given is None: return i, w
+    back = xp.argsort(order, axis=-1)  # the weights in the order the experts were given
+    return xp.take_along_axis(i, back, axis=-1), xp.take_along_axis(w, back, axis=-1)
+
 # %% ../nbs/00_routing.ipynb #36513331
 def route(r:Routing, logits, k:int, bias=None):
     "Route `logits` (..., E) with routing `r` at `k` experts per token"
@@ -138,6 +166,7 @@ def route(r:Routing, logits, k:int, bias=None):
                          + (f" ({r.topk_group} of {r.n_group} groups)" if r.grouped else ""))
     if r.bias and bias is None: raise ValueError("this router needs its correction bias "
                                                  "(bias=None given)")
+    if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps)
     if r.kind == RouterKind.softmax_topk:
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
                             norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
@@ -670,6 +699,13 @@ def _step3p5(c, mt):
                          "separated by commas") from None
     return dict(d, moe_layers=_layers(n, lambda i: i in moe))
 
+# %% ../nbs/00_routing.ipynb #fam-c25
+def _phimoe(c, mt):
+    r = Routing(RouterKind.sparsemixer, jitter_eps=float(c.get('router_jitter_noise', 0.01)))
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'model.layers.{layer}.block_sparse_moe')
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -682,7 +718,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
-             'step3p5': _step3p5}
+             'step3p5': _step3p5, 'phimoe': _phimoe}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -729,7 +765,6 @@ _NOT_STREAMED |= {
     'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
                     "clamped float32 SwiGLU, and its layers mix hyper-connection streams",
     'longcat_flash': "it routes tokens to zero-compute identity experts beyond the stored ones",
-    'phimoe': "it routes by sparsemixer (K rounds of argmax, each weighed by a masked softmax)",
     'muse_spark': "mlx-lm runs its routing and weighted sum as Metal-only kernels and normalizes "
                   "each expert's output before weighing it",
 }
@@ -889,6 +924,7 @@ def same_routing(a, b) -> dict:
 def weigh(r:Routing, logits, inds):
     "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
     k, xp = inds.shape[-1], B.ops_of(logits)
+    if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps, given=inds)[1]
     if r.kind == RouterKind.softmax_topk:
         s = xp.take_along_axis(logits, inds,
                                axis=-1) if r.topk_first else xp.softmax(logits, axis=-1,

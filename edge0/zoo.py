@@ -146,7 +146,7 @@ def _named(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c23b
 def _routers(c, mt, E, F):
-    "Granite-MoE, gpt-oss, MiniMax, Hunyuan and Step 3.5"
+    "Granite-MoE, gpt-oss, MiniMax, Hunyuan, Step 3.5 and PhiMoE"
     L = c['num_hidden_layers']
     kinds = (['sliding_attention', 'full_attention'] * L)[:L]
     if mt == 'hunyuan':  # per-layer lists, all alike; cross-layer attention shares K/V in pairs
@@ -161,6 +161,7 @@ def _routers(c, mt, E, F):
                  moe_layers_enum=','.join(map(str, range(int(L > 2), L))),
                  partial_rotary_factors=[0.5] * L,
                  swiglu_limits=[0.5 * (i == int(L > 2) + 1) for i in range(L)])
+    if mt == 'phimoe': c.update(num_local_experts=E, intermediate_size=F, router_jitter_noise=0.01)
     if mt == 'granitemoe':
         c.update(num_local_experts=E, intermediate_size=F, attention_bias=False, logits_scaling=1.0,
                  embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0)

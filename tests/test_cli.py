@@ -174,7 +174,7 @@ def test_spec_answers_every_moe_type_of_mlx_lm(edge0_cmd, tmp_path, capsys):
             assert code == 2 and out == '' and len(err.strip().splitlines()) == 1, (mt, out, err)
             assert f"model_type {mt!r} is an MoE edge0 does not stream: " in err, (mt, err)
     # as a user sees it: one line on stderr, exit 2, no traceback
-    r = run(edge0_cmd, 'spec', tmp_path / 'phimoe')
-    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'sparsemixer' in r.stderr, r.stderr
+    r = run(edge0_cmd, 'spec', tmp_path / 'longcat_flash')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'identity experts' in r.stderr, r.stderr
     r = run(edge0_cmd, 'spec', tmp_path / 'gpt_oss')
     assert r.returncode == 0 and 'model_type     gpt_oss' in r.stdout, r.stderr

@@ -10,7 +10,8 @@ float32, bfloat16, int64 = torch.float32, torch.bfloat16, torch.int64
 
 # %% auto #0
 __all__ = ['float32', 'bfloat16', 'int64', 'array', 'astype', 'arange', 'concatenate', 'stop_gradient', 'softmax', 'sigmoid',
-           'amax', 'maximum', 'argpartition', 'topk', 'take_along_axis', 'put_along_axis', 'unflatten', 'flatten']
+           'amax', 'argmax', 'argsort', 'where', 'maximum', 'argpartition', 'topk', 'take_along_axis', 'put_along_axis',
+           'unflatten', 'flatten']
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000007
 def array(x, dtype=None):
@@ -45,6 +46,18 @@ def sigmoid(a):
 def amax(a, axis:int, keepdims:bool=False):
     "The largest entry along `axis`"
     return torch.amax(a, dim=axis, keepdim=keepdims)
+
+def argmax(a, axis:int=-1, keepdims:bool=False):
+    "The index of the largest entry along `axis` (the first, on ties)"
+    return torch.argmax(a, dim=axis, keepdim=keepdims)
+
+def argsort(a, axis:int=-1):
+    "Indices that sort `a` along `axis`, ascending"
+    return torch.argsort(a, dim=axis, stable=True)
+
+def where(cond, x, y):
+    "`x` where `cond`, else `y` (either may be a number)"
+    return torch.where(cond, x, y)
 
 def maximum(a, b):
     "The larger of `a` and `b` (a tensor or a number), entry by entry, in `a`'s dtype"
