@@ -52,9 +52,13 @@ def expert_mlp(x, # (..., D) hidden states
         order = B.argsort(flat)
         inv = B.argsort(order)
         x, idx = x.flatten(0, -3)[order // shape[-1]], flat[order]
-    up, gate = _linear(x, w, 'up_proj', idx, quant,
-                       do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
-    y = _linear(bnn.glu(act, gate, up), w, 'down_proj', idx, quant, do_sort)
+    if ('fc1', 'weight') in w:  # SwitchMLP: fc2(act(fc1(x))), no gate
+        y = _linear(bnn.mlp_act(act, _linear(x, w, 'fc1', idx, quant, do_sort)), w, 'fc2', idx,
+                    quant, do_sort)
+    else:
+        up, gate = _linear(x, w, 'up_proj', idx, quant,
+                           do_sort), _linear(x, w, 'gate_proj', idx, quant, do_sort)
+        y = _linear(bnn.glu(act, gate, up), w, 'down_proj', idx, quant, do_sort)
     if do_sort: y = B.unflatten(y[inv], 0, shape)
     return y.squeeze(-2)
 

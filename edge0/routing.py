@@ -284,6 +284,7 @@ def attr_at(obj, path:str):
 
 def expert_projs(layout:str) -> tuple:
     "The routed expert projections of a layout"
+    if layout == 'mlp': return ('fc1', 'fc2')  # mlx-lm's `SwitchMLP`: no gate
     return ('gate_up_proj',
             'down_proj') if layout == 'fused' else ('gate_proj', 'up_proj', 'down_proj')
 
@@ -476,7 +477,7 @@ def _bailing(c, mt):
 # %% ../nbs/00_routing.ipynb #fam-c01
 # the normalizing eps each copy of DeepSeek-V3's gate adds to the sum of its K weights
 _V3_EPS = {'deepseek_v32': 0.0, 'glm_moe_dsa': 0.0, 'glm4_moe_lite': 1e-20, 'exaone_moe': 1e-20,
-           'mimo_v2_flash': 1e-20, 'dots1': 0.0}
+           'mimo_v2_flash': 1e-20, 'dots1': 0.0, 'nemotron_h': 1e-20}
 
 def _given(c:dict, key:str, default):
     "`c[key]` unless it is absent or None (an `Optional` field mlx-lm replaces)"
@@ -485,7 +486,7 @@ def _given(c:dict, key:str, default):
 def _flags(c:dict, key:str, n:int) -> list:
     "`c[key]`: one entry per layer, else refused"
     v = c.get(key)
-    if not isinstance(v, (list, tuple)) or len(v) != n:
+    if not isinstance(v, (list, tuple, str)) or len(v) != n:
         raise InputError(f"config.json: {key} is {v!r}, expected a list with one entry per layer "
                          f"({n})")
     return list(v)
@@ -494,6 +495,7 @@ def _v3_layers(c:dict, mt:str, n:int) -> tuple:
     "The MoE layers of a V3 copy: a per-layer list (EXAONE, MiMo) or DeepSeek's first-k and freq"
     if mt == 'exaone_moe': flags = [bool(f) for f in _flags(c, 'is_moe_layer', n)]
     elif mt == 'mimo_v2_flash': flags = [f == 1 for f in _flags(c, 'moe_layer_freq', n)]
+    elif mt == 'nemotron_h': flags = [b == 'E' for b in _flags(c, 'hybrid_override_pattern', n)]
     else:
         first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
         flags = [i >= first and i % freq == 0 for i in range(n)]
@@ -706,6 +708,24 @@ def _phimoe(c, mt):
                 'model.layers.{layer}.block_sparse_moe')
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c27
+def _nemotron_h(c, mt):
+    if c.get('moe_latent_size') is not None:
+        raise InputError("config.json: moe_latent_size is set: this Nemotron-H runs its experts in a "
+                         "latent space between two projections, which edge0 does not stream")
+    return dict(_v3_like(c, mt), block_path='backbone.layers.{layer}.mixer', layout='mlp',
+                activation=Glu('relu2'))
+
+# %% ../nbs/00_routing.ipynb #fam-c29
+def _phixtral(c, mt):
+    D = c.get('model_dim')
+    c = dict(c, hidden_size=D, num_hidden_layers=c.get('num_layers'),
+             expert_size=4 * D if isinstance(D, int) and not isinstance(D, bool) else D)
+    r = Routing(RouterKind.softmax_topk, select='head', topk_first=True)
+    d = _common(c, mt, 'num_local_experts', 'expert_size', r, 'transformer.h.{layer}.moe',
+                expert_bias=True, layout='mlp', activation=Glu('gelu_precise'))
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -718,7 +738,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'afmoe': _afmoe, 'jamba': _jamba, 'granitemoehybrid': _granite, 'minimax': _minimax,
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
-             'step3p5': _step3p5, 'phimoe': _phimoe}
+             'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
+             'phixtral': _phixtral}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -746,9 +767,6 @@ def model_class(config:dict):
 _ACT = "its experts compute {}, and edge0's expert kernels compute SwiGLU and gpt-oss's variant"
 _NOT_STREAMED = {
     'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
-    'nemotron_h': "its experts are ungated relu² MLPs (`SwitchMLP` fc1/fc2), not `SwitchGLU`",
-    'phixtral': "its experts are ungated GELU MLPs with biases (`SwitchMLP` fc1/fc2), not "
-                "`SwitchGLU`",
     'Klear': "its block mixes its routed and shared experts' outputs by learned coefficients",
 }
 
@@ -874,6 +892,9 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
     if layout not in ('separate', 'fused'): raise ValueError("layout must be 'separate' or "
                                                              f"'fused', got {layout!r}")
     d = _FAMILIES[mt](model_args(config), mt)
+    if d.get('layout', layout) != layout and layout != 'separate':
+        raise ValueError(f"a {mt}'s experts are stored in the {d['layout']} layout, not {layout!r}")
+    layout = d.pop('layout', layout)  # a family whose experts have no gate says 'mlp'
     quant = QuantSpec.from_config(config, '')  # the default: '' is no module's path
     spec = MoESpec(**d, layout=layout, quant=quant,
                    quant_paths=_quant_paths(config, d['block_path'], d['moe_layers'], layout,

@@ -534,7 +534,8 @@ def expected_shapes(spec:MoESpec, quant:dict) -> dict:
     """`{(proj, part): (dtype, per-expert shape)}` that the config and each projection's
     quantization imply"""
     D, F = spec.hidden_size, spec.expert_size
-    io = {'gate_proj': (F, D), 'up_proj': (F, D), 'down_proj': (D, F), 'gate_up_proj': (2 * F, D)}
+    io = {'gate_proj': (F, D), 'up_proj': (F, D), 'down_proj': (D, F), 'gate_up_proj': (2 * F, D),
+          'fc1': (F, D), 'fc2': (D, F)}
     out = {}
     for p, q in quant.items():
         o, i = io[p]

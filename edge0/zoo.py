@@ -162,6 +162,9 @@ def _routers(c, mt, E, F):
                  partial_rotary_factors=[0.5] * L,
                  swiglu_limits=[0.5 * (i == int(L > 2) + 1) for i in range(L)])
     if mt == 'phimoe': c.update(num_local_experts=E, intermediate_size=F, router_jitter_noise=0.01)
+    if mt == 'phixtral':  # its expert width is 4 x model_dim, 256 here
+        c.update(model_dim=64, num_layers=L, num_heads=2, rotary_dim=4, num_vocab=c['vocab_size'],
+                 num_local_experts=E)
     if mt == 'granitemoe':
         c.update(num_local_experts=E, intermediate_size=F, attention_bias=False, logits_scaling=1.0,
                  embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0)
@@ -175,7 +178,7 @@ def _routers(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c25
 def _linear_mixers(c, mt, E, F):
-    "Kimi Linear, Kimi K3 and LFM2-MoE"
+    "Kimi Linear, Kimi K3, LFM2-MoE and Nemotron-H"
     L = c['num_hidden_layers']
     dense = int(L > 2)
     if mt in ('kimi_linear', 'kimi_k3'):
@@ -188,6 +191,15 @@ def _linear_mixers(c, mt, E, F):
                  routed_scaling_factor=2.5, kv_lora_rank=32, qk_nope_head_dim=16,
                  qk_rope_head_dim=8, v_head_dim=16, model_max_length=2048, linear_attn_config=kda)
     if mt == 'kimi_k3': c.update(activation_situ_beta=2.0, activation_situ_linear_beta=3.0)
+    if mt == 'nemotron_h':  # Mamba-2, MoE, attention, MoE, ...
+        pattern = ['E'] * L if L <= 2 else ['M'] + ['E' if i % 2 else '*' for i in range(1, L)]
+        c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 hybrid_override_pattern=pattern, moe_shared_expert_intermediate_size=64,
+                 n_shared_experts=1, n_group=4, topk_group=2, norm_topk_prob=True,
+                 routed_scaling_factor=2.5, mamba_num_heads=8, mamba_head_dim=16,
+                 mamba_proj_bias=False, ssm_state_size=8, conv_kernel=4, n_groups=1,
+                 mlp_bias=False, layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True,
+                 attention_bias=False)
     if mt == 'lfm2_moe':
         c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, norm_topk_prob=True,
                  use_expert_bias=True, num_dense_layers=dense, norm_eps=1e-5, conv_bias=False,
