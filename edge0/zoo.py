@@ -191,10 +191,12 @@ def _linear_mixers(c, mt, E, F):
                  routed_scaling_factor=2.5, kv_lora_rank=32, qk_nope_head_dim=16,
                  qk_rope_head_dim=8, v_head_dim=16, model_max_length=2048, linear_attn_config=kda)
     if mt == 'kimi_k3': c.update(activation_situ_beta=2.0, activation_situ_linear_beta=3.0)
-    if mt == 'nemotron_h':  # Mamba-2, MoE, attention, MoE, ...
-        pattern = ['E'] * L if L <= 2 else ['M'] + ['E' if i % 2 else '*' for i in range(1, L)]
+    if mt == 'nemotron_h':  # Mamba-2, MoE, attention, MoE, ...; its loop needs one of each
+        pattern = (['M', '*'] + ['E'] * L if L < 3
+                   else ['M'] + ['E' if i % 2 else '*' for i in range(1, L)])
         c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
                  hybrid_override_pattern=pattern, moe_shared_expert_intermediate_size=64,
+                 num_hidden_layers=len(pattern),
                  n_shared_experts=1, n_group=4, topk_group=2, norm_topk_prob=True,
                  routed_scaling_factor=2.5, mamba_num_heads=8, mamba_head_dim=16,
                  mamba_proj_bias=False, ssm_state_size=8, conv_kernel=4, n_groups=1,
