@@ -13,9 +13,7 @@ import mlx.optimizers as optim  # AdamW and the learning-rate schedules, as they
 from mlx.nn import Linear, QuantizedLinear  # the projections a recovery LoRA wraps
 # what the torch step reads of an mlx-lm model
 from mlx.nn import Embedding, QuantizedEmbedding, RMSNorm, RoPE
-from mlx_lm.models.activations import swiglu_oai  # gpt-oss's experts', with its alpha and limit
-from mlx_lm.models.kimi_k3 import _situ  # Kimi K3's experts' SiTU
-from mlx_lm.models.step3p5 import clamped_swiglu  # Step 3.5's, clamped at a limit per layer
+import importlib
 
 def silu(x): return _nn.silu(x)
 
@@ -52,9 +50,14 @@ def mlp_act(act, h):
         raise ValueError(f"ungated expert activation {name!r} is not one of {list(UNGATED)}")
     return UNGATED[name](h)
 
-GLUS = {'silu': swiglu, 'swiglu_oai': swiglu_oai,
-        'situ': lambda gate, up, beta, linear_beta: _situ(up, gate, beta, linear_beta),
-        'clamped': lambda gate, up, limit: clamped_swiglu(up, gate, limit)}
+def _mlx_lm(module:str, name:str):
+    "`name` of `mlx_lm.models.module`, imported at first use: importing mlx-lm costs ~250 MB"
+    return getattr(importlib.import_module(f'mlx_lm.models.{module}'), name)
+
+GLUS = {'silu': swiglu,  # gpt-oss's, Kimi K3's SiTU, Step 3.5's clamped: mlx-lm's own functions
+        'swiglu_oai': lambda gate, up: _mlx_lm('activations', 'swiglu_oai')(gate, up),
+        'situ': lambda gate, up, beta, lb: _mlx_lm('kimi_k3', '_situ')(up, gate, beta, lb),
+        'clamped': lambda gate, up, limit: _mlx_lm('step3p5', 'clamped_swiglu')(up, gate, limit)}
 
 def glu(act, gate, up):
     """The experts' gated activation `act` of `gate` and `up`: a key of `GLUS`, or an object with
