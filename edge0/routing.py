@@ -571,7 +571,7 @@ def _afmoe(c, mt):
                 scale=float(c.get('route_scale', 1.0)), n_group=_count(c, 'n_group', mt, default=1),
                 topk_group=_count(c, 'topk_group', mt, default=1), bias=True)
     shared = (c.get('num_shared_experts') or 0) > 0
-    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router='router',
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router='router.gate',
                 router_bias='expert_bias', shared='shared_experts' if shared else None,
                 out_cast='experts', experts='experts', gate='router')
     first = _count(c, 'num_dense_layers', mt, default=0, least=0)
@@ -905,8 +905,9 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
 # %% ../nbs/00_routing.ipynb #b3c7f3be
 def block_routing(spec:MoESpec, blk, x):
     "`(indices, weights)` exactly as `blk` itself routes `x` (reference for parity checks)"
-    # these routers return (indices, weights) themselves
-    if spec.router != spec.gate: return blk[spec.gate](x)
+    if spec.router != spec.gate:  # a router module: some return (indices, weights) themselves
+        out = blk[spec.gate](x)
+        if isinstance(out, tuple): return out
     seen = {}
     def probe(h, inds):
         seen['inds'] = inds
@@ -971,8 +972,9 @@ class RouterTap:
         for l, blk in self.blocks.items():
             def tapped(x, l=l, blk=blk, gate=blk[spec.gate]):
                 out = gate(x)
-                self.seen[l] = ((x, out, None) if spec.router == spec.gate
-                                else (x, router_logits(spec, blk, x), out[0]))
+                # a router that returns (indices, weights) itself: its logits read beside it
+                self.seen[l] = ((x, router_logits(spec, blk, x), out[0]) if isinstance(out, tuple)
+                                else (x, out, None))
                 return out
             # set in the instance __dict__ (Module.__setattr__ would drop the child): shadows the
             # router until `remove`
