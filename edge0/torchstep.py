@@ -19,13 +19,14 @@ from .decode import Executor, Step
 
 # %% auto #0
 __all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 'MLA', 'attention', 'DeltaNet', 'Recurrent',
-           'MLP', 'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts', 'TorchStep',
-           'TorchExecutor']
+           'Lightning', 'MLP', 'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts',
+           'TorchStep', 'TorchExecutor']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
 # attention it computes
 TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe',
-                  'deepseek_v2', 'deepseek_v3', 'glm4_moe_lite', 'qwen3_next', 'qwen3_5_moe')
+                  'deepseek_v2', 'deepseek_v3', 'glm4_moe_lite', 'qwen3_next', 'qwen3_5_moe',
+                  'bailing_moe_linear', 'bailing_hybrid')
 # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
 _INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu
 
@@ -272,7 +273,7 @@ class MLA:
         if self.q_a is None: self.q = Proj(a.q_proj)
         else: self.q, self.q_norm = Proj(a.q_b_proj), Norm(a.q_a_layernorm)
         self.kv_a, self.kv_norm = Proj(a.kv_a_proj_with_mqa), Norm(a.kv_a_layernorm)
-        self.o = Proj(a.o_proj)
+        self.o = Proj(a.o_proj if hasattr(a, 'o_proj') else a.dense)  # Ling's hybrid: `dense`
         # per head: latent to the key's unrotated part (H, rank, nope), to the value (H, v, rank)
         if hasattr(a, 'embed_q'): self.wk, self.wv = _dense(a.embed_q), _dense(a.unembed_out)
         else:  # V2: (H * (nope + v), rank) in one
@@ -314,6 +315,7 @@ def new_cache(self:MLA) -> KV: return KV(1, self.rank, v_dim=self.pe)
 def attention(a):
     "The torch attention of an mlx-lm attention module"
     if hasattr(a, 'A_log'): return DeltaNet(a)  # a decay per head: linear attention
+    if hasattr(a, 'g_proj'): return Lightning(a)  # Ling's, gated by a projection
     return MLA(a) if hasattr(a, 'kv_a_proj_with_mqa') else Attention(a)
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-1
@@ -383,6 +385,36 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
     y = cache.run(q, k, v.view(S, self.hv, self.dv), g, torch.sigmoid(b))
     y = self.norm(y) * F.silu(z.view(S, self.hv, self.dv))  # mlx-lm's gated RMSNorm
     return self.o(y.reshape(S, -1))
+
+# %% ../nbs/02c_torch_step.ipynb #gla-1
+class Lightning:
+    "Ling's linear attention in torch: each head's (key x value) state decays at a fixed rate"
+    def __init__(self, a):
+        self.qkv, self.g, self.o = Proj(a.query_key_value), Proj(a.g_proj), Proj(a.dense)
+        self.heads, self.head_dim, self.scale = a.num_attention_heads, a.head_dim, a.scale
+        self.rope, qn = Rope(a.rope), getattr(a, 'query_layernorm', None)
+        self.q_norm, self.k_norm = (None, None) if qn is None else (Norm(qn),
+                                                                    Norm(a.key_layernorm))
+        self.decay = torch.exp(_f32(a._slope))[:, None, None]  # (H, 1, 1): the state's rate a token
+        self.groups, self.g_w, self.g_eps = a.g_norm.groups, _f32(a.g_norm.weight), a.g_norm.eps
+    def new_cache(self): return Recurrent(0, 0, self.heads, self.head_dim, self.head_dim)
+
+# %% ../nbs/02c_torch_step.ipynb #gla-2
+@patch
+def __call__(self:Lightning, x, cache:Recurrent):
+    "`x` (L, D) after the tokens `cache` holds -> (L, D)"
+    L, H = x.shape[0], self.heads
+    q, k, v = self.qkv(x).view(L, 3, H, self.head_dim).transpose(0, 2).unbind(1)  # (H, L, hd)
+    if self.q_norm is not None: q, k = self.q_norm(q), self.k_norm(k)
+    q, k = self.rope(torch.cat([q, k]), cache.n).split([H, H])
+    s, ys = cache.state, []
+    for t in range(L):  # s: (H, key, value)
+        s = s * self.decay + k[:, t, :, None] * v[:, t, None, :]
+        ys.append((self.scale * q[:, t, None, :]) @ s)
+    cache.state, cache.n = s, cache.n + L
+    y = torch.cat(ys, 1).transpose(0, 1).reshape(L, self.groups, -1)
+    y = F.rms_norm(y, (y.shape[-1],), None, self.g_eps).reshape(L, -1) * self.g_w
+    return self.o(y * torch.sigmoid(self.g(x)))
 
 # %% ../nbs/02c_torch_step.ipynb #c008e600
 def _check_routing(r:Routing, spec:MoESpec):
