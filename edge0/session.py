@@ -178,8 +178,8 @@ def reuse(self:Session, ids:list) -> int:
     returns its length"""
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
     n = min(_shared(self.tokens, ids), len(ids) - 1)
-    if self.step is not None:  # the torch step's cache: always trimmable
-        self.step.trim(n)
+    if self.step is not None:  # the torch step's: trimmed, or emptied where a state cannot rewind
+        n = self.step.trim(n)
         self.tokens = self.tokens[:n]
         return n
     if self.cache is not None and n > 0 and (n == len(self.tokens)

@@ -18,12 +18,15 @@ from .experts import torch_quant
 from .decode import Executor, Step
 
 # %% auto #0
-__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 'MLP', 'Experts', 'MoE', 'Layer',
-           'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts', 'TorchStep', 'TorchExecutor']
+__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 'MLA', 'attention', 'DeltaNet', 'Recurrent',
+           'Lightning', 'MLP', 'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts',
+           'TorchStep', 'TorchExecutor']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
 # attention it computes
-TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe')
+TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe',
+                  'deepseek_v2', 'deepseek_v3', 'glm4_moe_lite', 'qwen3_next', 'qwen3_5_moe',
+                  'bailing_moe_linear', 'bailing_hybrid')
 # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
 _INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu
 
@@ -116,6 +119,24 @@ def fuse(projs:list) -> Proj|None:
         if p.source is not None: p.source._packed = p.packed
     return f
 
+# %% ../nbs/02c_torch_step.ipynb #rope-yarn
+# the mlx-lm rotary embeddings `Rope` computes, by class name: frequencies fixed when built
+_ROPES = ('RoPE', 'YarnRoPE', 'Llama3RoPE', 'DeepseekV2YarnRotaryEmbedding')
+
+def _rope_fields(m) -> tuple:
+    """`(dims, traditional, mscale, inverse frequencies)` of an mlx-lm rotary embedding that `Rope`
+    computes"""
+    name = type(m).__name__
+    if name not in _ROPES:
+        raise InputError(f"its RoPE is {name} (the torch step computes {', '.join(_ROPES)})")
+    if isinstance(m, RoPE):
+        return m.dims, m.traditional, 1.0, m.scale * m.base ** (
+            -torch.arange(0, m.dims, 2, dtype=torch.float64) / m.dims)
+    inv = 1 / torch.from_numpy(np.array(m._freqs, np.float64))  # the module holds periods
+    # DeepSeek-V2's YaRN: its whole input rotated, interleaved, no fields but the table
+    if name == 'DeepseekV2YarnRotaryEmbedding': return 2 * len(inv), True, m.mscale, inv
+    return m.dims, m.traditional, getattr(m, 'mscale', 1.0), inv
+
 # %% ../nbs/02c_torch_step.ipynb #34106acc
 class Norm:
     "An mlx-lm `RMSNorm` in torch, float32"
@@ -124,18 +145,19 @@ class Norm:
     def __call__(self, x): return F.rms_norm(x, self.shape, self.w, self.eps)
 
 class Rope:
-    """An mlx-lm `RoPE` (default scaling: traditional or not, partial dims) in torch; cos/sin tables
-    grown as needed"""
-    def __init__(self, m:RoPE):
-        self.dims, self.traditional = m.dims, m.traditional
-        self.inv = m.scale * m.base ** (-torch.arange(0, m.dims, 2, dtype=torch.float64) / m.dims)
-        self.cos = self.sin = torch.empty(0, m.dims // 2)
+    """An mlx-lm rotary embedding in torch (`RoPE`: traditional or not, partial dims; YaRN's and
+    Llama 3's fixed frequencies and YaRN's magnitude scale); cos/sin tables grown as needed"""
+    def __init__(self, m):
+        self.dims, self.traditional, self.mscale, self.inv = _rope_fields(m)
+        self.cos = self.sin = torch.empty(0, self.dims // 2)
     def __call__(self, x, offset:int):
         "`x` (H, L, hd) rotated for positions offset..offset+L-1"
         end = offset + x.shape[-2]
         if end > len(self.cos):
             pos = torch.arange(-(-end // 256) * 256, dtype=torch.float64)[:, None] * self.inv
-            self.cos, self.sin = pos.cos().float(), pos.sin().float()
+            # YaRN scales the rotated part, which is a scale of the table
+            self.cos, self.sin = ((self.mscale * pos.cos()).float(),
+                                  (self.mscale * pos.sin()).float())
         cos, sin = self.cos[offset:end], self.sin[offset:end]
         r, rest = x[..., :self.dims], x[..., self.dims:]
         if self.traditional:
@@ -148,9 +170,11 @@ class Rope:
 
 # %% ../nbs/02c_torch_step.ipynb #dfa8e0c8
 class KV:
-    "One layer's key/value cache in torch: (heads, tokens, head_dim), grown in chunks"
-    def __init__(self, heads:int, head_dim:int, chunk:int=256):
-        self.k = self.v = torch.empty(heads, 0, head_dim)
+    """One layer's key/value cache in torch: (heads, tokens, head_dim) keys, values of `v_dim`
+    (default head_dim), grown in chunks"""
+    rewinds = True  # `trim` can go back to any earlier length
+    def __init__(self, heads:int, head_dim:int, chunk:int=256, v_dim:int|None=None):
+        self.k, self.v = torch.empty(heads, 0, head_dim), torch.empty(heads, 0, v_dim or head_dim)
         self.n, self.chunk = 0, chunk
     def add(self, k, v) -> tuple:
         "Append `k`, `v` (heads, L, hd); the keys and values of every token so far"
@@ -183,9 +207,10 @@ class Attention:
         else:
             self.q, self.k, self.v, self.o = (Proj(getattr(a, n)) for n in ('q_proj', 'k_proj',
                                                                             'v_proj', 'o_proj'))
-            self.heads = getattr(a, 'n_heads', None) or a.num_heads
+            self.heads = (getattr(a, 'n_heads', None) or getattr(a, 'num_heads', None)
+                          or a.num_attention_heads)
             self.kv_heads = getattr(a, 'n_kv_heads', None) or a.num_key_value_heads
-            self.head_dim = self.q.out_features // self.heads
+            self.head_dim = getattr(a, 'head_dim', None) or self.q.out_features // self.heads
             self.sizes = [self.q.out_features, self.k.out_features, self.v.out_features]
             self.qkv = fuse([self.q, self.k, self.v])  # one product where the three share a packing
             qn, kn = getattr(a, 'q_norm', None), getattr(a, 'k_norm', None)
@@ -200,11 +225,13 @@ class Attention:
 @patch
 def __call__(self:Attention, x, cache:KV):
     "`x` (L, D) at positions cache.n.. -> (L, D)"
-    L = x.shape[0]
+    L, gate = x.shape[0], None
     q, k, v = self.qkv(x).split(self.sizes,
                                 -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
+    if q.shape[-1] > self.heads * self.head_dim:  # Qwen3-Next: each head's queries, then a gate
+        q, gate = q.view(L, self.heads, 2, self.head_dim).unbind(2)
     if self.q_norm is not None and not self.per_head: q, k = self.q_norm(q), self.k_norm(k)
-    qk = torch.cat([q.view(L, self.heads, self.head_dim),
+    qk = torch.cat([q.reshape(L, self.heads, self.head_dim),
                     k.view(L, self.kv_heads, self.head_dim)], 1)
     qk = qk.transpose(0, 1)
     if self.per_head: qk = F.rms_norm(qk, (self.head_dim,), None, self.q_norm.eps) * self.qk_w
@@ -217,13 +244,177 @@ def __call__(self:Attention, x, cache:KV):
     out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                          scale=self.scale,
                                          enable_gqa=self.heads != self.kv_heads)[0]
-    return self.o(out.transpose(0, 1).reshape(L, -1))
+    out = out.transpose(0, 1).reshape(L, -1)
+    return self.o(out if gate is None else out * torch.sigmoid(gate.reshape(L, -1)))
 
 # %% ../nbs/02c_torch_step.ipynb #6c3660d9-1
 def _attention(lyr):
-    "A decoder layer's attention module (Ling names it `attention`)"
-    a = getattr(lyr, 'self_attn', None)
-    return a if a is not None else lyr.attention
+    """A decoder layer's attention module (Ling names it `attention`, Qwen3-Next a linear one
+    `linear_attn`)"""
+    for name in ('self_attn', 'attention', 'linear_attn'):
+        a = getattr(lyr, name, None)
+        if a is not None: return a
+    raise TypeError(f"no attention module in {type(lyr).__name__}")
+
+# %% ../nbs/02c_torch_step.ipynb #mla-1
+def _dense(m) -> torch.Tensor:
+    "The float32 weight of a projection or per-head projection (`MultiLinear`), quantized or not"
+    if isinstance(m, bq.TorchLinear): return _f32(m.dense_weight()) if m._int4 else m._w
+    if m.get('scales') is None: return _f32(m.weight)
+    return _f32(bq.dequantize(m.weight, m.scales, m.get('biases'), m.group_size, m.bits,
+                              getattr(m, 'mode', 'affine')))
+
+class MLA:
+    "Multi-head latent attention in torch: the cache holds each token's latent and rotated key part"
+    def __init__(self, a):
+        self.scale, self.rope, self.heads = a.scale, Rope(a.rope), a.num_heads
+        self.nope, self.pe, self.rank = a.qk_nope_head_dim, a.qk_rope_head_dim, a.kv_lora_rank
+        self.q_a = None if getattr(a, 'q_lora_rank', None) is None else Proj(a.q_a_proj)
+        if self.q_a is None: self.q = Proj(a.q_proj)
+        else: self.q, self.q_norm = Proj(a.q_b_proj), Norm(a.q_a_layernorm)
+        self.kv_a, self.kv_norm = Proj(a.kv_a_proj_with_mqa), Norm(a.kv_a_layernorm)
+        self.o = Proj(a.o_proj if hasattr(a, 'o_proj') else a.dense)  # Ling's hybrid: `dense`
+        # per head: latent to the key's unrotated part (H, rank, nope), to the value (H, v, rank)
+        if hasattr(a, 'embed_q'): self.wk, self.wv = _dense(a.embed_q), _dense(a.unembed_out)
+        else:  # V2: (H * (nope + v), rank) in one
+            w = _dense(a.kv_b_proj).view(self.heads, -1, self.rank)
+            self.wk = w[:, :self.nope].transpose(1, 2).contiguous()
+            self.wv = w[:, self.nope:].contiguous()
+
+# %% ../nbs/02c_torch_step.ipynb #mla-2
+@patch
+def __call__(self:MLA, x, cache:KV):
+    "`x` (L, D) at positions cache.n.. -> (L, D)"
+    L, H, start = x.shape[0], self.heads, cache.n
+    q = self.q(x if self.q_a is None else self.q_norm(self.q_a(x)))
+    q = q.view(L, H, self.nope + self.pe).transpose(0, 1)
+    latent, k_pe = self.kv_a(x).split([self.rank, self.pe], -1)
+    pe = self.rope(torch.cat([q[..., self.nope:], k_pe[None]]), start)  # one rotation for both
+    lat, kpe = cache.add(self.kv_norm(latent)[None], pe[-1:])  # (1, T, rank), (1, T, pe)
+    q_nope, q_pe = q[..., :self.nope], pe[:-1]
+    if L == 1:  # the query into the latent space; keys and values are the cached latents
+        qq = torch.cat([q_nope @ self.wk.transpose(1, 2), q_pe], -1)
+        out = F.scaled_dot_product_attention(qq[None], torch.cat([lat, kpe], -1)[None], lat[None],
+                                             scale=self.scale, enable_gqa=True)[0]
+        out = out @ self.wv.transpose(1, 2)
+    else:  # the latents expanded into each head's keys and values
+        k = torch.cat([lat @ self.wk, kpe.expand(H, -1, -1)], -1)
+        mask = torch.arange(k.shape[1])[None] <= torch.arange(start, start + L)[:, None]
+        out = F.scaled_dot_product_attention(torch.cat([q_nope, q_pe], -1)[None], k[None],
+                                             (lat @ self.wv.transpose(1, 2))[None],
+                                             attn_mask=mask, scale=self.scale)[0]
+    return self.o(out.transpose(0, 1).reshape(L, -1))
+
+# %% ../nbs/02c_torch_step.ipynb #mla-3
+@patch
+def new_cache(self:Attention) -> KV: return KV(self.kv_heads, self.head_dim)
+
+@patch
+def new_cache(self:MLA) -> KV: return KV(1, self.rank, v_dim=self.pe)
+
+def attention(a):
+    "The torch attention of an mlx-lm attention module"
+    if hasattr(a, 'A_log'): return DeltaNet(a)  # a decay per head: linear attention
+    if hasattr(a, 'g_proj'): return Lightning(a)  # Ling's, gated by a projection
+    return MLA(a) if hasattr(a, 'kv_a_proj_with_mqa') else Attention(a)
+
+# %% ../nbs/02c_torch_step.ipynb #gdn-1
+class DeltaNet:
+    "The gated delta rule of Qwen3-Next and Qwen3.5 in torch: a convolution and a state per head"
+    def __init__(self, a):
+        self.hk, self.hv = a.num_k_heads, a.num_v_heads
+        self.dk, self.dv = a.head_k_dim, a.head_v_dim
+        self.width, self.channels = a.conv_kernel_size - 1, a.conv_dim
+        # Qwen3-Next: q, k, v and z interleaved by key head in one projection, b and a in another
+        self.qkvz = Proj(a.in_proj_qkvz) if hasattr(a, 'in_proj_qkvz') else None
+        if self.qkvz is not None: self.ba = Proj(a.in_proj_ba)
+        else: self.qkv, self.z, self.b, self.a = (Proj(getattr(a, f'in_proj_{n}'))
+                                                  for n in ('qkv', 'z', 'b', 'a'))
+        self.conv = _f32(a.conv1d.weight)[..., 0]  # (channels, kernel): depthwise
+        self.decay, self.dt_bias = -torch.exp(_f32(a.A_log)), _f32(a.dt_bias)
+        self.norm, self.o = Norm(a.norm), Proj(a.out_proj)
+
+    def inputs(self, x) -> tuple:
+        "`(qkv, z, b, a)` of rows `x`, each head's in mlx-lm's order"
+        if self.qkvz is None: return self.qkv(x), self.z(x), self.b(x), self.a(x)
+        S, r = x.shape[0], self.hv // self.hk
+        q, k, v, z = self.qkvz(x).view(S, self.hk, -1).split([self.dk, self.dk, r * self.dv,
+                                                              r * self.dv], -1)
+        b, a = self.ba(x).view(S, self.hk, -1).split([r, r], -1)
+        flat = lambda t: t.reshape(S, -1)
+        return torch.cat([flat(q), flat(k), flat(v)], -1), flat(z), flat(b), flat(a)
+
+    def new_cache(self): return Recurrent(self.width, self.channels, self.hv, self.dv, self.dk)
+
+# %% ../nbs/02c_torch_step.ipynb #gdn-2
+class Recurrent:
+    "One linear-attention layer's cache: the convolution's last inputs and each head's state"
+    rewinds = False
+    def __init__(self, width:int, channels:int, heads:int, dv:int, dk:int):
+        self.conv, self.state = torch.zeros(width, channels), torch.zeros(heads, dv, dk)
+        self.n = 0
+    def trim(self, n:int):
+        if n < self.n: raise ValueError(f"a recurrent state holds {self.n} tokens, cannot keep {n}")
+
+    def run(self, q, k, v, g, beta):
+        "The gated delta rule: q, k (S, H, dk), v (S, H, dv), g, beta (S, H) -> (S, H, dv)"
+        s, ys = self.state, []
+        for t in range(len(q)):
+            s = s * g[t, :, None, None]
+            delta = (v[t] - (s @ k[t, :, :, None])[..., 0]) * beta[t, :, None]
+            s = s + delta[..., None] * k[t, :, None, :]
+            ys.append((s @ q[t, :, :, None])[..., 0])
+        self.state, self.n = s, self.n + len(q)
+        return torch.stack(ys)
+
+# %% ../nbs/02c_torch_step.ipynb #gdn-3
+@patch
+def __call__(self:DeltaNet, x, cache:Recurrent):
+    "`x` (L, D) after the tokens `cache` holds -> (L, D)"
+    S, (qkv, z, b, a) = x.shape[0], self.inputs(x)
+    inp = torch.cat([cache.conv, qkv])  # the causal convolution reads the kept inputs first
+    cache.conv = inp[-self.width:]
+    conv = F.silu((inp.unfold(0, self.width + 1, 1) * self.conv).sum(-1))
+    q, k, v = conv.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], -1)
+    inv = self.dk ** -0.5  # queries and keys to unit length, the readout scale on the queries
+    q = inv ** 2 * F.rms_norm(q.view(S, self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
+    k = inv * F.rms_norm(k.view(S, self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
+    if self.hv > self.hk:
+        q, k = (t.repeat_interleave(self.hv // self.hk, 1) for t in (q, k))
+    g = torch.exp(self.decay * F.softplus(a + self.dt_bias))
+    y = cache.run(q, k, v.view(S, self.hv, self.dv), g, torch.sigmoid(b))
+    y = self.norm(y) * F.silu(z.view(S, self.hv, self.dv))  # mlx-lm's gated RMSNorm
+    return self.o(y.reshape(S, -1))
+
+# %% ../nbs/02c_torch_step.ipynb #gla-1
+class Lightning:
+    "Ling's linear attention in torch: each head's (key x value) state decays at a fixed rate"
+    def __init__(self, a):
+        self.qkv, self.g, self.o = Proj(a.query_key_value), Proj(a.g_proj), Proj(a.dense)
+        self.heads, self.head_dim, self.scale = a.num_attention_heads, a.head_dim, a.scale
+        self.rope, qn = Rope(a.rope), getattr(a, 'query_layernorm', None)
+        self.q_norm, self.k_norm = (None, None) if qn is None else (Norm(qn),
+                                                                    Norm(a.key_layernorm))
+        self.decay = torch.exp(_f32(a._slope))[:, None, None]  # (H, 1, 1): the state's rate a token
+        self.groups, self.g_w, self.g_eps = a.g_norm.groups, _f32(a.g_norm.weight), a.g_norm.eps
+    def new_cache(self): return Recurrent(0, 0, self.heads, self.head_dim, self.head_dim)
+
+# %% ../nbs/02c_torch_step.ipynb #gla-2
+@patch
+def __call__(self:Lightning, x, cache:Recurrent):
+    "`x` (L, D) after the tokens `cache` holds -> (L, D)"
+    L, H = x.shape[0], self.heads
+    q, k, v = self.qkv(x).view(L, 3, H, self.head_dim).transpose(0, 2).unbind(1)  # (H, L, hd)
+    if self.q_norm is not None: q, k = self.q_norm(q), self.k_norm(k)
+    q, k = self.rope(torch.cat([q, k]), cache.n).split([H, H])
+    s, ys = cache.state, []
+    for t in range(L):  # s: (H, key, value)
+        s = s * self.decay + k[:, t, :, None] * v[:, t, None, :]
+        ys.append((self.scale * q[:, t, None, :]) @ s)
+    cache.state, cache.n = s, cache.n + L
+    y = torch.cat(ys, 1).transpose(0, 1).reshape(L, self.groups, -1)
+    y = F.rms_norm(y, (y.shape[-1],), None, self.g_eps).reshape(L, -1) * self.g_w
+    return self.o(y * torch.sigmoid(self.g(x)))
 
 # %% ../nbs/02c_torch_step.ipynb #c008e600
 def _check_routing(r:Routing, spec:MoESpec):
@@ -345,7 +536,7 @@ class Layer:
     an RMSNorm"""
     def __init__(self, spec:MoESpec, model, i:int, engine):
         lyr = model.model.layers[i]
-        self.attn, self.norm1 = Attention(_attention(lyr)), Norm(lyr.input_layernorm)
+        self.attn, self.norm1 = attention(_attention(lyr)), Norm(lyr.input_layernorm)
         self.norm2 = Norm(lyr.post_attention_layernorm)
         self.moe = MoE(spec, block(spec, model, i), engine, i) if i in spec.moe_layers else None
         self.mlp = None if self.moe else MLP(getattr(lyr, 'mlp'))
@@ -373,9 +564,8 @@ def check_torch_step(handle) -> str|None:
     if inner.norm.weight.dtype != B.float32:
         return (f"the model is served in {inner.norm.weight.dtype} (the torch step computes in "
                 "float32)")
-    rope = _attention(inner.layers[0]).rope
-    if type(rope) is not RoPE:
-        return f"its RoPE is {type(rope).__name__} (the torch step computes plain RoPE)"
+    try: [_rope_fields(a.rope) for a in map(_attention, inner.layers) if hasattr(a, 'rope')]
+    except InputError as e: return str(e)
     return None
 
 # %% ../nbs/02c_torch_step.ipynb #a598bf43
@@ -431,7 +621,7 @@ class TorchStep(Step):
         self.embed, tied = _embedding(emb if emb is not None else inner.word_embeddings)
         self.layers = [Layer(spec, model, i, self.engine) for i in range(spec.num_layers)]
         self.norm = Norm(inner.norm)
-        head = getattr(model, 'lm_head', None)
+        head = getattr(getattr(model, 'language_model', model), 'lm_head', None)  # Qwen3.5: inside
         self.lm_head = Proj(head, bq.REFINE) if head is not None else _tied(tied, bq.REFINE)
         self.k = self.engine.k
         dec = self.dec
@@ -445,16 +635,19 @@ class TorchStep(Step):
 @patch
 def reset(self:TorchStep):
     "Start a new sequence: an empty KV cache, and the decoder's plan forgotten"
-    self.caches = [KV(L.attn.kv_heads, L.attn.head_dim) for L in self.layers]
+    self.caches = [L.attn.new_cache() for L in self.layers]
     if self.dec is not None: self.dec.reset()
 
 @patch(as_prop=True)
 def offset(self:TorchStep) -> int: return self.caches[0].n
 
 @patch
-def trim(self:TorchStep, n:int):
-    "Keep the KV cache of the first `n` tokens (a prompt that shares them continues from there)"
+def trim(self:TorchStep, n:int) -> int:
+    """Keep the caches of the first `n` tokens (a prompt that shares them continues from there);
+    how many are kept: none where a layer's recurrent state cannot go back that far"""
+    if n < self.offset and not all(c.rewinds for c in self.caches): self.reset()
     for c in self.caches: c.trim(n)
+    return self.offset
 
 # %% ../nbs/02c_torch_step.ipynb #e32e6b71-3
 @patch

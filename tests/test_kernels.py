@@ -11,6 +11,7 @@ from edge0.routing import SUPPORTED
 from edge0.streaming import load, load_resident
 from edge0.zoo import build_tiny
 import edge0.decode as D
+from edge0.torchstep import TORCH_FAMILIES
 
 N_TOKENS = 256
 AGREEMENT, LOGITS_REL = 0.99, 0.02  # teacher-forced top-1 agreement at least; relative L2 of the logits at most
@@ -26,6 +27,15 @@ def forced(path, ids, **kw):
 def compare(ref, got):
     agree = float((ref.argmax(-1) == got.argmax(-1)).mean())
     return agree, float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+def stepped(path, ids) -> tuple:
+    "The torch step's logits over `ids`: as one prompt (every position) and token by token"
+    from edge0.torchstep import TorchStep
+    with load(path, kernels='torch', pool_bytes=None) as h:
+        st = TorchStep(h)
+        prefill = st(ids[0].tolist(), every=True).numpy()
+        st.reset()
+        return prefill, np.stack([st([t]).numpy() for t in ids[0].tolist()])
 
 def torch_layout(path, dst):
     "The torch-cpu conversion of `path`, or None where torch's packing cannot take the experts (refused with a reason)"
@@ -51,6 +61,10 @@ def test_every_family_agrees_with_mlx_lm(family, tmp_path):
     if conv is not None:  # every projection by torch
         agree, rel = compare(ref, forced(conv, ids, kernels='torch'))
         assert agree >= floor and rel <= ceiling, (family, 'torch-cpu layout', agree, rel, 'mlx-lm bf16:', a_bf, r_bf)
+        if family in TORCH_FAMILIES:  # the whole step in torch, as a prompt and token by token
+            for how, got in zip(('prefill', 'decode'), stepped(conv, ids)):
+                agree, rel = compare(ref, got)
+                assert agree >= floor and rel <= ceiling, (family, 'torch step', how, agree, rel, 'mlx-lm bf16:', a_bf, r_bf)
 
 @pytest.mark.parametrize('teacher', ['edge0-tiny', 'edge0-tiny-ds'])
 def test_trained_teachers_meet_the_targets(teacher, tmp_path):
@@ -64,6 +78,9 @@ def test_trained_teachers_meet_the_targets(teacher, tmp_path):
     assert agree >= AGREEMENT and rel <= LOGITS_REL, (teacher, agree, rel)
     agree, rel = compare(ref, forced(conv, ids, resident=True))  # resident: every layer kept by the streaming layer
     assert agree >= AGREEMENT and rel <= LOGITS_REL, (teacher, 'resident', agree, rel)
+    for how, got in zip(('prefill', 'decode'), stepped(conv, ids)):  # the torch step (both teachers' families)
+        agree, rel = compare(ref, got)
+        assert agree >= AGREEMENT and rel <= LOGITS_REL, (teacher, 'torch step', how, agree, rel)
 
 def test_torch_is_the_cpu_default_and_close_restores(tiny_torch):
     with load(tiny_torch) as h: assert h.kernels == 'torch' and h.notes == []
