@@ -350,6 +350,13 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     at = B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape))
     y = expert_mlp(x, at, hs['stack'], self.quant[layer], self.act.of(layer))
     if hit.all(): return y
+    y_miss = self._hot_misses(layer, x, indices, flat, hit)
+    return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
+
+# %% ../nbs/01b3_engine.ipynb #hot-c01
+@patch
+def _hot_misses(self:StreamEngine, layer:int, x, indices, flat, hit):
+    "The hot path's misses computed from the pool (outputs at the hits are ignored)"
     miss = np.unique(flat[~hit]).tolist()
     bundles = self.pool.get(layer, miss, self.stats[layer])
     if len(flat) == indices.shape[-1]:  # one token: compute only the missed experts, no stacking
@@ -361,7 +368,7 @@ def _hot(self:StreamEngine, layer:int, x, indices):
         miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
         y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles),
                             self.quant[layer], self.act.of(layer))
-    return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
+    return y_miss
 
 # %% ../nbs/01b3_engine.ipynb #eb2e0d55
 @patch

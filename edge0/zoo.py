@@ -178,7 +178,7 @@ def _routers(c, mt, E, F):
 
 # %% ../nbs/00_zoo.ipynb #zoo-c25
 def _linear_mixers(c, mt, E, F):
-    "Kimi Linear, Kimi K3, LFM2-MoE and Nemotron-H"
+    "Kimi Linear, Kimi K3 and LFM2-MoE"
     L = c['num_hidden_layers']
     dense = int(L > 2)
     if mt in ('kimi_linear', 'kimi_k3'):
@@ -191,6 +191,17 @@ def _linear_mixers(c, mt, E, F):
                  routed_scaling_factor=2.5, kv_lora_rank=32, qk_nope_head_dim=16,
                  qk_rope_head_dim=8, v_head_dim=16, model_max_length=2048, linear_attn_config=kda)
     if mt == 'kimi_k3': c.update(activation_situ_beta=2.0, activation_situ_linear_beta=3.0)
+    if mt == 'lfm2_moe':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, norm_topk_prob=True,
+                 use_expert_bias=True, num_dense_layers=dense, norm_eps=1e-5, conv_bias=False,
+                 conv_L_cache=3, routed_scaling_factor=2.5,
+                 layer_types=(['conv', 'full_attention'] * L)[:L])
+    return c
+
+# %% ../nbs/00_zoo.ipynb #zoo-c25b
+def _nemotron(c, mt, E, F):
+    "Nemotron-H"
+    L = c['num_hidden_layers']
     if mt == 'nemotron_h':  # Mamba-2, MoE, attention, MoE, ...; its loop needs one of each
         pattern = (['M', '*'] + ['E'] * L if L < 3
                    else ['M'] + ['E' if i % 2 else '*' for i in range(1, L)])
@@ -202,11 +213,6 @@ def _linear_mixers(c, mt, E, F):
                  mamba_proj_bias=False, ssm_state_size=8, conv_kernel=4, n_groups=1,
                  mlp_bias=False, layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True,
                  attention_bias=False)
-    if mt == 'lfm2_moe':
-        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, norm_topk_prob=True,
-                 use_expert_bias=True, num_dense_layers=dense, norm_eps=1e-5, conv_bias=False,
-                 conv_L_cache=3, routed_scaling_factor=2.5,
-                 layer_types=(['conv', 'full_attention'] * L)[:L])
     return c
 
 # %% ../nbs/00_zoo.ipynb #zoo-c21
@@ -231,7 +237,7 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    for more in (_v3_copies, _named, _routers, _linear_mixers): c = more(c, mt, E, F)
+    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron): c = more(c, mt, E, F)
     return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
