@@ -139,12 +139,12 @@ def sparsemixer(logits, # (..., E) router logits
     "PhiMoE's routing: `(indices, weights)`, each (..., k), one expert per round"
     xp = B.ops_of(logits)
     if given is not None:  # the rounds' order: the given experts by their logits, largest first
-        order = xp.argsort(-xp.take_along_axis(logits, given, axis=-1), axis=-1)
-        given = xp.take_along_axis(given, order, axis=-1)
+        order = xp.stop_gradient(xp.argsort(-xp.take_along_axis(logits, given, axis=-1), axis=-1))
+        given = xp.stop_gradient(xp.take_along_axis(given, order, axis=-1))
     masked, inds, ws = logits, [], []
     for r in range(k):
         if given is None: ind = xp.stop_gradient(xp.argmax(masked, axis=-1, keepdims=True))
-        else: ind = given[..., r:r + 1]
+        else: ind = given[..., r:r + 1]  # indices carry no gradient: training differentiates w
         top = xp.take_along_axis(masked, ind, axis=-1)  # the round's max, for its own pick
         factor = xp.maximum(xp.maximum(logits, -logits), top)  # max(|logit|, max)
         band = xp.where((top - logits) / factor > 2 * jitter_eps, -math.inf, masked)
@@ -680,7 +680,7 @@ def _hunyuan(c, mt):
     size = ('moe_intermediate_size' if c.get('moe_intermediate_size') is not None
             else 'intermediate_size')
     d = _common(c, mt, 'num_experts', size, Routing(RouterKind.softmax_topk, select='head'),
-                k_key='moe_topk', weights_dtype='float32', out_cast='experts',
+                router='gate.wg', k_key='moe_topk', weights_dtype='float32', out_cast='experts',
                 shared='shared_mlp' if c.get('use_mixed_mlp_moe') else None)
     return dict(d, moe_layers=tuple(range(n)) if d['num_experts'] > 1 else ())
 
@@ -711,8 +711,8 @@ def _phimoe(c, mt):
 # %% ../nbs/00_routing.ipynb #fam-c27
 def _nemotron_h(c, mt):
     if c.get('moe_latent_size') is not None:
-        raise InputError("config.json: moe_latent_size is set: this Nemotron-H runs its experts in a "
-                         "latent space between two projections, which edge0 does not stream")
+        raise InputError("config.json: moe_latent_size is set: this Nemotron-H runs its experts in "
+                         "a latent space between two projections, which edge0 does not stream")
     return dict(_v3_like(c, mt), block_path='backbone.layers.{layer}.mixer', layout='mlp',
                 activation=Glu('relu2'))
 
