@@ -22,6 +22,8 @@ from edge0.zoo import FAMILIES, build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 EDGE0 = [sys.executable, '-m', 'edge0']
+PROMPTS = ('The expert weights stay on the disk', 'Once upon a time there was a little model',
+           'The quick brown fox jumps over the lazy dog')
 
 def family(name:str, root:Path, tokens:int, steps:int) -> dict:
     d = build_tiny(name, root / name, num_layers=4, overwrite=True, embed_rms=1.0)
@@ -33,16 +35,18 @@ def family(name:str, root:Path, tokens:int, steps:int) -> dict:
     if train.returncode: return dict(family=name, routing=routing, error=train.stderr.strip().splitlines()[-1])
     heads = d / 'prerouter.safetensors'
     recall = {int(n): r for n, r in json.loads(read_header(heads)[1]['heldout_recall']).items()}
-    gen = subprocess.run([*EDGE0, 'generate', '-m', str(d), '-p', 'The expert weights stay on the disk',
-                          '--ignore-chat-template', '--max-tokens', '24', '--mode', 'routing', '--stats'],
-                         capture_output=True, text=True, env=env)
-    if gen.returncode: return dict(family=name, error=gen.stderr.strip().splitlines()[-1])
-    line = next((l for l in gen.stdout.splitlines() if l.startswith('mode routing')), None)
-    if line is None: return dict(family=name, error="generate --stats printed no 'mode routing' line")
+    for prompt in PROMPTS:  # a random model may end its text at once: then the next prompt
+        gen = subprocess.run([*EDGE0, 'generate', '-m', str(d), '-p', prompt, '--ignore-chat-template',
+                              '--max-tokens', '24', '--mode', 'routing', '--stats'],
+                             capture_output=True, text=True, env=env)
+        if gen.returncode: return dict(family=name, error=gen.stderr.strip().splitlines()[-1])
+        line = next((l for l in gen.stdout.splitlines() if l.startswith('mode routing')), None)
+        if line is None: return dict(family=name, error="generate --stats printed no 'mode routing' line")
+        if not re.search(r': 0 steps,', line): break
     syncs = float(re.search(r'([\d.]+) host syncs/step', line).group(1))
     dropped = int(re.search(r'(\d+) dropped', line).group(1))
     note = next((l for l in gen.stderr.splitlines() if 'prerouter heads:' in l), '')
-    return dict(family=name, routing=routing, heads=recall, syncs_per_step=syncs, dropped=dropped, decoder=line,
+    return dict(family=name, routing=routing, heads=recall, syncs_per_step=syncs, dropped=dropped, decoder=line, prompt=prompt,
                 heads_note=note.strip(), phase3=phase3(d, root / f'{name}-work'))
 
 def phase3(d:Path, work:Path) -> dict:

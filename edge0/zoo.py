@@ -202,9 +202,8 @@ def _linear_mixers(c, mt, E, F):
 def _nemotron(c, mt, E, F):
     "Nemotron-H"
     L = c['num_hidden_layers']
-    if mt == 'nemotron_h':  # Mamba-2, MoE, attention, MoE, ...; its loop needs one of each
-        pattern = (['M', '*'] + ['E'] * L if L < 3
-                   else ['M'] + ['E' if i % 2 else '*' for i in range(1, L)])
+    if mt == 'nemotron_h':
+        pattern = ['M', '*'] + ['E'] * L  # L MoE blocks after one of each
         c.update(n_routed_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
                  hybrid_override_pattern=pattern, moe_shared_expert_intermediate_size=64,
                  num_hidden_layers=len(pattern),
