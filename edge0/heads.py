@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_heads.ipynb #e060b2cd
 from __future__ import annotations
-import errno, fcntl, hashlib, json, os, shutil, time
+import errno, fcntl, hashlib, inspect, json, os, shutil, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -47,6 +47,9 @@ class _Feed(B.Module):
         super().__init__()
         object.__setattr__(self, '_layer', layer)
         object.__setattr__(self, 'held', None)
+        # Hunyuan's layers return the keys and values they share (None without cross-layer attention)
+        object.__setattr__(self, '_kv', 'shared_kv_states' in
+                           inspect.signature(type(layer).__call__).parameters)
     def __getattr__(self, key):
         # what the families' loops read from a layer to pick its mask or cache (`is_linear`,
         # `is_sliding_window`, ...) is the layer's own
@@ -54,7 +57,8 @@ class _Feed(B.Module):
         except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
     def __call__(self, x, *args, **kw):
         # Kimi K3's layers thread the loop's `blocks` through: handed back as given
-        return (self.held, kw['blocks']) if 'blocks' in kw else self.held
+        if 'blocks' in kw: return self.held, kw['blocks']
+        return (self.held, None) if self._kv else self.held
 
 class _Catch(_Feed):
     """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output)
@@ -81,6 +85,9 @@ class LayerPass:
             raise InputError(f"this {spec.model_type}'s layers mix attention residuals across "
                              "blocks of layers (attn_res_block_size); phase 1 runs one layer at a "
                              "time and cannot carry that state")
+        if getattr(getattr(model, 'args', None), 'use_cla', False):
+            raise InputError(f"this {spec.model_type}'s layers share keys and values in pairs "
+                             "(use_cla); phase 1 runs one layer at a time and cannot carry them")
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)

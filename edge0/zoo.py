@@ -149,10 +149,10 @@ def _routers(c, mt, E, F):
     "Granite-MoE, gpt-oss, MiniMax, Hunyuan, Step 3.5 and PhiMoE"
     L = c['num_hidden_layers']
     kinds = (['sliding_attention', 'full_attention'] * L)[:L]
-    if mt == 'hunyuan':  # per-layer lists, all alike; cross-layer attention shares K/V in pairs
+    if mt == 'hunyuan':  # per-layer lists, all alike; no cross-layer attention (phase 1 refuses it)
         c.update(num_experts=E, moe_intermediate_size=[F] * L, intermediate_size=128, head_dim=16,
                  moe_topk=[c['num_experts_per_tok']] * L, num_shared_expert=1, use_qk_norm=True,
-                 use_mixed_mlp_moe=True, attention_bias=False, use_cla=True, cla_share_factor=2,
+                 use_mixed_mlp_moe=True, attention_bias=False, use_cla=False, cla_share_factor=2,
                  rope_scaling=dict(type='dynamic', factor=1.0, alpha=1000.0))
     if mt == 'step3p5':  # the second MoE layer's experts clamped
         c.update(moe_num_experts=E, moe_intermediate_size=F, moe_top_k=c['num_experts_per_tok'],
