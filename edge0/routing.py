@@ -496,10 +496,13 @@ def _v3_layers(c:dict, mt:str, n:int) -> tuple:
     if mt == 'exaone_moe': flags = [bool(f) for f in _flags(c, 'is_moe_layer', n)]
     elif mt == 'mimo_v2_flash': flags = [f == 1 for f in _flags(c, 'moe_layer_freq', n)]
     elif mt == 'nemotron_h': flags = [b == 'E' for b in _flags(c, 'hybrid_override_pattern', n)]
-    else:
-        first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
-        flags = [i >= first and i % freq == 0 for i in range(n)]
+    else: return _first_k_freq(c, mt, n)
     return _layers(n, lambda i: flags[i])
+
+def _first_k_freq(c:dict, mt:str, n:int) -> tuple:
+    "DeepSeek's MoE layers: every `moe_layer_freq`-th from `first_k_dense_replace` on"
+    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
+    return _layers(n, lambda i: i >= first and i % freq == 0)
 
 # %% ../nbs/00_routing.ipynb #fam-c02
 def _v3_like(c, mt):
@@ -527,8 +530,7 @@ def _deepseek_v1(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head')
     d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight',
                 shared='shared_experts' if c.get('n_shared_experts') is not None else None)
-    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
-    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+    return dict(d, moe_layers=_first_k_freq(c, mt, d['num_layers']))
 
 def _mistral4(c, mt):
     r = Routing(RouterKind.sigmoid_group, score='softmax', select='head',
@@ -628,8 +630,7 @@ def _kimi_linear(c, mt):
     shared = (c.get('num_shared_experts') or 0) > 0
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, k_key='num_experts_per_token',
                 router_bias='e_score_correction_bias', shared='shared_experts' if shared else None)
-    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
-    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+    return dict(d, moe_layers=_first_k_freq(c, mt, d['num_layers']))
 
 def _lfm2(c, mt):
     bias = bool(c.get('use_expert_bias', False))
@@ -660,8 +661,7 @@ def _kimi_k3(c, mt):
                 'language_model.model.layers.{layer}.mlp', k_key='num_experts_per_token',
                 router_bias='e_score_correction_bias', activation=situ,
                 shared='shared_experts' if shared else None)
-    first, freq = c.get('first_k_dense_replace', 0), _count(c, 'moe_layer_freq', mt, default=1)
-    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i >= first and i % freq == 0))
+    return dict(d, moe_layers=_first_k_freq(c, mt, d['num_layers']))
 
 # %% ../nbs/00_routing.ipynb #fam-c21
 def _same_per_layer(c:dict, key:str, n:int):
@@ -764,9 +764,9 @@ def model_class(config:dict):
     return module.Model, module.ModelArgs
 
 # %% ../nbs/00_routing.ipynb #fam-c09
-_ACT = "its experts compute {}, and edge0's expert kernels compute SwiGLU and gpt-oss's variant"
 _NOT_STREAMED = {
-    'minimax_m3_vl': _ACT.format("a clamped SwiGLU (swiglu_oai)"),
+    'minimax_m3_vl': "its experts compute swiglu_oai with the alpha and limit its config sets, "
+                     "inside a vision-language wrapper whose text config edge0 does not read",
     'Klear': "its block mixes its routed and shared experts' outputs by learned coefficients",
 }
 
