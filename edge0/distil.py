@@ -40,7 +40,7 @@ class _Resident:
         if w is None: raise RuntimeError(f"layer {self.layer}'s experts are not held: a pass holds "
                                          "each layer it runs")
         return expert_mlp(x, inds, w, self.engine.quant[self.layer],
-                          self.engine.spec.activation.of(self.layer))
+                          self.engine.acts[self.layer])
 
 # %% ../nbs/04g_distil.ipynb #7d80d611-1
 class ResidentExperts:

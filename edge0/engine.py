@@ -135,7 +135,8 @@ class StreamEngine:
     def __init__(self, store:ExpertStore, options:StreamOptions|None=None, k:int|None=None):
         self.store, self.spec, self.options = store, store.spec, options or StreamOptions()
         self.quant, self.num_experts, self.k = store.quant, self.spec.num_experts, k or self.spec.k
-        self.act = self.spec.activation  # the experts' gated activation
+        # each MoE layer's experts' activation, asked once (`Glu.of`)
+        self.acts = {l: self.spec.activation.of(l) for l in self.spec.moe_layers}
         self.ids = store.ids  # expert ids served: with a lower-bit copy, `E + e` is expert e's copy
         # the copies served, and `off`'s rule
         self.low_bits, self.low_below = store.low_bits, self.options.low_below
@@ -206,7 +207,7 @@ def __call__(self:StreamEngine, layer:int, x, indices):
     if layer == self.spec.moe_layers[0]: self.lend(x.size // x.shape[-1])
     self.stats[layer].calls += 1
     if layer in self.resident: y = expert_mlp(x, indices, self.resident[layer],
-                                              self.quant[layer], self.act.of(layer))
+                                              self.quant[layer], self.acts[layer])
     else: y = getattr(self, '_' + self.options.path(layer, phase))(layer, x, indices)
     B.async_eval(y)  # start the experts now: the host builds the next layer's graph meanwhile
     s = self.stats[layer]
@@ -228,11 +229,11 @@ def _exact(self:StreamEngine, layer:int, x, indices):
     bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
     if len(flat) == indices.shape[-1]:
         return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer],
-                              self.act.of(layer))
+                              self.acts[layer])
     table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
     return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles),
-                      self.quant[layer], self.act.of(layer))
+                      self.quant[layer], self.acts[layer])
 
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
@@ -299,7 +300,7 @@ def _staged(self:StreamEngine, layer:int, x, indices):
     # first: it updates the expert -> slot table
     stack = self.fill_slots(slots, layer, need, self.stats[layer], turn)
     return expert_mlp(x, B.take(B.array(slots.table), indices), stack, self.quant[layer],
-                      self.act.of(layer))
+                      self.acts[layer])
 
 # %% ../nbs/01b3_engine.ipynb #6d03336d-1
 @patch
@@ -348,7 +349,7 @@ def _hot(self:StreamEngine, layer:int, x, indices):
     hit = slot >= 0
     self.stats[layer].hits += int(hit.sum())
     at = B.array(np.where(hit, slot, 0).astype(np.uint32).reshape(indices.shape))
-    y = expert_mlp(x, at, hs['stack'], self.quant[layer], self.act.of(layer))
+    y = expert_mlp(x, at, hs['stack'], self.quant[layer], self.acts[layer])
     if hit.all(): return y
     y_miss = self._hot_misses(layer, x, indices, flat, hit)
     return B.where(B.array(hit.reshape(indices.shape))[..., None], y, y_miss)
@@ -362,12 +363,12 @@ def _hot_misses(self:StreamEngine, layer:int, x, indices, flat, hit):
     if len(flat) == indices.shape[-1]:  # one token: compute only the missed experts, no stacking
         missed = [None if h else e for e, h in zip(flat, hit)]
         y_miss = per_expert_mlp(x, missed, dict(zip(miss, bundles)), self.quant[layer],
-                                self.act.of(layer))
+                                self.acts[layer])
     else:
         miss_table = np.zeros(self.num_experts, np.uint32)
         miss_table[miss] = np.arange(len(miss), dtype=np.uint32)
         y_miss = expert_mlp(x, B.array(miss_table[flat].reshape(indices.shape)), _stack(bundles),
-                            self.quant[layer], self.act.of(layer))
+                            self.quant[layer], self.acts[layer])
     return y_miss
 
 # %% ../nbs/01b3_engine.ipynb #eb2e0d55
@@ -380,7 +381,7 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
         w, cost = pending.result() if pending else self.store.read_layer(layer)
         s.blocked_s += time.perf_counter() - t0
         s.load(cost, bundles=self.num_experts)
-    y = expert_mlp(x, indices, w, self.quant[layer], self.act.of(layer))
+    y = expert_mlp(x, indices, w, self.quant[layer], self.acts[layer])
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
     whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
@@ -460,7 +461,7 @@ def compute_planned(self:StreamEngine, layer:int, x, experts) -> tuple:
     holding that very expert"""
     at, exact = self.planned_at(layer, experts)
     y = expert_mlp(x, B.array(at.astype(np.uint32).reshape(1, 1, -1)),
-                   self.planned[layer].stacks[0], self.quant[layer], self.act.of(layer))
+                   self.planned[layer].stacks[0], self.quant[layer], self.acts[layer])
     B.async_eval(y)
     s = self.stats[layer]
     s.calls += 1
