@@ -28,11 +28,15 @@ copy). Parts, each arm in its own process, the arms alternating within each roun
   over its whole step and a cold probe through the store, the fastest of the three sets the roofline bound of
   `routing`: max(`off`'s compute, `routing`'s reads at that rate). Targets: `off` and `routing` >= 1.0 tok/s,
   `routing` within 1.15x of its bound.
+- fresh: as a user runs them, each in a fresh process with the page cache warm: `edge0 generate` on the torch-cpu
+  checkpoint with `--pool-mib 2048` (nothing copied or read into a pool first) against `llama-completion --no-repack
+  -lm mmap` on the GGUF, the same prompt text, 256 tokens, greedy; prefill and decode tok/s as each prints them,
+  medians of --rounds alternating rounds. Targets: decode >= 0.8x llama.cpp and prefill >= 1.0x.
 - profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
 """
-import argparse, cProfile, json, os, pstats, shutil, signal, statistics, subprocess, sys, threading, time
+import argparse, cProfile, json, os, pstats, re, shutil, signal, statistics, subprocess, sys, threading, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -188,6 +192,70 @@ def uncapped(a, model, bench, gguf) -> dict:
                 print(f"  round {r + 1} {name:17} {w}{n:<4} " + (f"{res['tps']:8.1f} tok/s" if not res.get('failed')
                       else f"failed: {res.get('stderr', '')[-200:]}"), flush=True)
     return rows
+
+
+FRESH_PROMPT = ("It was a bright cold day in April, and the clocks were striking thirteen. Winston Smith, his chin "
+                "nuzzled into his breast")
+EDGE0_RATES = re.compile(r"prefill (\d+) tokens at ([\d.]+) tok/s \| decode (\d+) tokens at ([\d.]+) tok/s")
+
+
+def fresh_edge0(model:Path, n:int) -> dict:
+    "`edge0 generate` in a fresh process, as a user runs it: its own prefill and decode figures"
+    cmd = [sys.executable, '-m', 'edge0', 'generate', '-m', str(model), '--pool-mib', '2048', '-p', FRESH_PROMPT,
+           '--max-tokens', str(n), '--ignore-chat-template']
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    m = EDGE0_RATES.search(r.stdout + r.stderr)
+    if r.returncode or not m:
+        return dict(failed=True, returncode=r.returncode, stderr=(r.stderr or r.stdout)[-400:], wall_s=time.time() - t0)
+    return dict(prompt=int(m[1]), pp_tps=float(m[2]), tokens=int(m[3]), tg_tps=float(m[4]), wall_s=time.time() - t0)
+
+
+def fresh_llama(bench:Path, gguf:Path, n:int) -> dict:
+    "`llama-completion` in a fresh process (no repacking, the weights mapped), greedy: its own prompt and eval rates"
+    cmd = [str(bench.parent / 'llama-completion'), '-m', str(gguf), '-p', FRESH_PROMPT, '-n', str(n), '--temp', '0',
+           '-t', '2', '-c', '1024', '-no-cnv', '--no-repack', '-lm', 'mmap', '--ignore-eos', '--simple-io']
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
+                                  r.stderr)
+    pp, tg = rate('prompt eval'), rate(r'(?<!prompt )\beval')
+    if r.returncode or not (pp and tg):
+        return dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:], wall_s=time.time() - t0)
+    return dict(prompt=int(pp[1]), pp_tps=float(pp[2]), tokens=int(tg[1]), tg_tps=float(tg[2]), wall_s=time.time() - t0)
+
+
+def fresh(a, model, bench, gguf) -> dict:
+    "The fresh-process rounds, alternating, after one unrecorded run of each (the page cache warm for both)"
+    arms = {'llama.cpp': lambda: fresh_llama(bench, gguf, DECODE), 'edge0 generate': lambda: fresh_edge0(model, DECODE)}
+    for f in arms.values(): f()
+    rows = {name: [] for name in arms}
+    for r in range(a.rounds):
+        for name, f in (arms.items() if r % 2 == 0 else reversed(arms.items())):
+            res = f()
+            rows[name].append(res)
+            print(f"  round {r + 1} {name:15} " + (f"prefill {res['prompt']} tokens {res['pp_tps']:7.1f} tok/s, decode "
+                  f"{res['tokens']} tokens {res['tg_tps']:6.1f} tok/s" if not res.get('failed') else
+                  f"failed (exit {res.get('returncode')}): {res.get('stderr', '')[-200:]}"), flush=True)
+    return rows
+
+
+def fresh_table(rows:dict) -> list:
+    "Medians of the fresh-process rounds and the targets' verdicts"
+    med = {name: {key: statistics.median(r[key] for r in rs if not r.get('failed'))
+                  for key in ('prompt', 'pp_tps', 'tokens', 'tg_tps')} if any(not r.get('failed') for r in rs) else None
+           for name, rs in rows.items()}
+    lines = [f"  {'':15} {'prompt':>6} {'prefill':>8} {'tokens':>6} {'decode':>7}"]
+    for name, m in med.items():
+        lines.append(f"  {name:15} " + (f"{m['prompt']:>6.0f} {m['pp_tps']:>8.1f} {m['tokens']:>6.0f} {m['tg_tps']:>7.1f}"
+                                         if m else 'failed: ' + rows[name][0].get('stderr', '')[-200:]))
+    e, l = med.get('edge0 generate'), med.get('llama.cpp')
+    if e and l:
+        for key, what, want in (('tg_tps', 'decode', 0.8), ('pp_tps', 'prefill', 1.0)):
+            x = e[key] / l[key]
+            lines.append(f"  target: edge0 generate >= {want}x llama.cpp at {what}: {x:.2f}x -> "
+                         f"{'MET' if x >= want else 'NOT MET'}")
+    return lines
 
 
 def warm_heads(mlx_model:Path, model:Path, k:int=8):
@@ -351,6 +419,10 @@ def report(d:dict) -> str:
         lines += ['', f"=== the 30B shape ({b['size_gb']:.1f} GB) under a {b['cap_mb']} MB cap: decode {b['tokens']} tokens "
                       f"after a {b['prompt']}-token prompt, page cache cold, default budget, medians of "
                       f"{len(next(iter(b['rows'].values())))} rounds", b['routing']] + big_table(b)
+    if 'fresh' in d:
+        lines += ['', f"=== fresh processes as a user runs them (edge0 generate --pool-mib 2048, llama-completion "
+                      f"--no-repack -lm mmap), page cache warm, {DECODE} tokens, medians of {d['rounds']} alternating "
+                      "rounds (tok/s)"] + fresh_table(d['fresh'])
     if 'profile' in d:
         lines += ['', f"=== per decode token ({d['profile_tokens']} tokens under cProfile, uncapped)"]
         for name, r in d['profile'].items():
@@ -364,7 +436,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
     ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp is built')
-    ap.add_argument('--parts', default='uncapped,capped,big,profile')
+    ap.add_argument('--parts', default='uncapped,fresh,capped,big,profile')
     ap.add_argument('--big-model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-30b'),
                     help='the 30B-shaped synthetic (built where missing: about 17 GB, and 17 GB more converted)')
     ap.add_argument('--big-cap', type=int, default=3072, help='the memory cap for the 30B shape, MB (MiB)')
@@ -398,6 +470,8 @@ def main():
     if 'capped' in parts: d['capped'] = capped(a, model, mlx_model, bench, gguf)
     save()
     if 'big' in parts: d['big'] = big(a)
+    save()
+    if 'fresh' in parts: d['fresh'] = fresh(a, model, bench, gguf)
     save()
     if 'profile' in parts: d['profile'] = profile(a, model)
     d['wall_s'] = time.time() - t0

@@ -36,9 +36,11 @@ def packed_here(packed:Path) -> bool:
     return (layout.get('packing') or {}).get('probe') == torch_packing()['probe']
 
 def stored_by_expert(packed:Path) -> bool:
-    "Whether the torch-cpu checkpoint `packed` stores its experts expert by expert (each one aligned read)"
+    """Whether the torch-cpu checkpoint `packed` stores its experts expert by expert (each one aligned read), gate
+    and up packed as one product"""
     from edge0.store import EXPERTS_META, read_header
-    return all(EXPERTS_META in read_header(f)[1] for f in packed.glob('model-experts-L*.safetensors'))
+    heads = [read_header(f)[1] for f in packed.glob('model-experts-L*.safetensors')]
+    return all(EXPERTS_META in m and '.gate_up_proj.packed' in m[EXPERTS_META] for m in heads)
 
 def checkpoint(model:Path, shape:dict|None=None) -> Path:
     "The mlx-layout checkpoint of `shape` (build_synthetic's arguments), built once, and its torch-cpu conversion"
@@ -52,7 +54,7 @@ def checkpoint(model:Path, shape:dict|None=None) -> Path:
     again = (packed / 'config.json').exists() and not packed_here(packed)
     if again: print(f'{packed} was packed by another CPU\'s torch (re-packing at every load would be measured)', flush=True)
     elif (packed / 'config.json').exists() and not stored_by_expert(packed):
-        print(f'{packed} stacks its experts tensor by tensor (converted by an older edge0): converting again', flush=True)
+        print(f'{packed} stacks its experts tensor by tensor or packs gate and up apart (converted by an older edge0): converting again', flush=True)
         again = True
     if again or not (packed / 'config.json').exists():
         from edge0.convert import convert

@@ -19,7 +19,7 @@ from .memory import MiB
 
 
 # %% auto #0
-__all__ = ['LAYOUTS', 'copy_tensors', 'convert', 'conversion_of', 'add_low_bits']
+__all__ = ['LAYOUTS', 'copy_tensors', 'torch_groups', 'convert', 'conversion_of', 'add_low_bits']
 
 # %% ../nbs/01c_convert.ipynb #14e8dcb7
 def _safetensors_header(tensors:list, metadata:dict|None, align:int=8) -> bytes:
@@ -129,19 +129,39 @@ def _check_torch(spec:MoESpec, tensors:dict, src:Path):
                                           "checkpoint with kernels='mlx')")
 
 # %% ../nbs/01c_convert.ipynb #f434f2c8
+def torch_groups(quant:dict) -> dict:
+    """`{stored projection: the source's projections}` of experts packed for torch: gate and up
+    stacked as one `gate_up_proj` where they share a quantization"""
+    if 'gate_proj' in quant and quant['gate_proj'] == quant.get('up_proj'):
+        return {'gate_up_proj': ('gate_proj', 'up_proj'),
+                **{p: (p,) for p in quant if p not in ('gate_proj', 'up_proj')}}
+    return {p: (p,) for p in quant}
+
+def _stacked(tensors:dict, keys:dict, srcs:tuple, part:str) -> tuple:
+    "`(bytes (E, ...), dtype, shape)` of the `part` of projections `srcs`, outputs stacked"
+    ts = [tensors[keys[s, part]] for s in srcs]
+    E = ts[0].shape[0]
+    raw = np.concatenate([_read_bytes(t).reshape(E, -1) for t in ts], 1)
+    return raw, ts[0].dtype, (E, sum(t.shape[1] for t in ts), *ts[0].shape[2:])
+
+def _add(infos:list, data:dict, name:str, a:np.ndarray, dtype:str, shape:tuple|None=None):
+    "Tensor `name` (`dtype`, `shape`, else `a`'s) with the bytes of `a`, added to a file to write"
+    infos.append(TensorInfo(name, dtype, tuple(shape or a.shape), None, 0, a.nbytes))
+    data[name] = np.ascontiguousarray(a)
+
+# %% ../nbs/01c_convert.ipynb #f434f2c8-b
 def _torch_layer(spec:MoESpec, tensors:dict, layer:int) -> tuple[list, dict]:
-    """`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch (bias tensors copied
-    as they are)"""
+    "`(TensorInfo list, {name: bytes})` of `layer`'s experts packed for torch, gate and up as one"
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
     keys, infos, data = expert_keys(spec, layer, quant), [], {}
-    for p, q in quant.items():
-        parts = (_read_array(tensors[keys[p, part]]) for part in ('weight', 'scales', 'biases'))
-        packed, sz = bq.torch_pack_experts(*parts, group_size=q.group_size)
-        for part, a, dt in (('packed', packed, 'U8'), ('sz', sz, 'BF16')):
-            name = spec.key_of(blk, p, part)
-            infos.append(TensorInfo(name, dt, a.shape, None, 0, a.nbytes))
-            data[name] = np.ascontiguousarray(a)
-        if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
+    for p, srcs in torch_groups(quant).items():
+        parts = (bio.from_buffer(*_stacked(tensors, keys, srcs, part))
+                 for part in ('weight', 'scales', 'biases'))
+        packed, sz = bq.torch_pack_experts(*parts, group_size=quant[srcs[0]].group_size)
+        _add(infos, data, spec.key_of(blk, p, 'packed'), packed, 'U8')
+        _add(infos, data, spec.key_of(blk, p, 'sz'), sz, 'BF16')
+        if (srcs[0], 'bias') in keys:
+            _add(infos, data, spec.key_of(blk, p, 'bias'), *_stacked(tensors, keys, srcs, 'bias'))
     return infos, data
 
 # %% ../nbs/01c_convert.ipynb #f838f2a4
@@ -171,32 +191,38 @@ def _expert_rows(ts:list, data:dict) -> tuple[list, dict, dict]:
             {name: [[t.name, t.dtype, list(t.shape[1:]), o] for t, o, _ in parts]})
 
 # %% ../nbs/01c_convert.ipynb #f838f2a4-1
+def _low_copy(tensors:dict, keys:dict, layer:int, p:str, q, bits:int) -> tuple:
+    "`(words, scales, biases, stored dtype)`: the `bits`-bit copy of projection `p`'s int4 experts"
+    w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
+    if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases "
+                                            f"{b.dtype}")
+    raw = lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape)
+    return (*lowbit.low_copy(raw(w), raw(s), raw(b), q.group_size, bits, s.dtype), s.dtype)
+
+# %% ../nbs/01c_convert.ipynb #f838f2a4-1b
 def _low_layer(spec:MoESpec, tensors:dict, layer:int, layout:str, bits:int, int4_path:Path):
     """Write the `bits`-bit copies of `layer`'s int4 experts (mlx-lm's, in `tensors`) beside their
-    file `int4_path`, in the parts of `layout` with the packed weight's nibbles as code planes
-    (`edge0.lowbit`), each expert one aligned range"""
+    file `int4_path`, in the parts of `layout` (gate and up as one in torch's) with the packed
+    weight's nibbles as code planes (`edge0.lowbit`), each expert one aligned range"""
     quant, blk = layer_quant(spec, tensors, layer), spec.block_path.format(layer=layer)
-    keys, infos, data = expert_keys(spec, layer, quant), [], {}
-    name = lambda p, part: spec.key_of(blk, p, part)
-    for p, q in quant.items():
-        w, s, b = (tensors[keys[p, part]] for part in ('weight', 'scales', 'biases'))
-        if s.dtype != b.dtype: raise StoreError(f"layer {layer} {p}: scales are {s.dtype}, biases "
-                                                f"{b.dtype}")
-        E, raw = (w.shape[0],
-                  lambda t: _read_bytes(t).view(f'u{bio.itemsize(t.dtype)}').reshape(t.shape))
-        words, scales, biases = lowbit.low_copy(raw(w), raw(s), raw(b), q.group_size, bits, s.dtype)
-        if layout == 'torch-cpu':
-            packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, s.dtype),
-                                               lowbit.floats(biases, b.dtype),
-                                               q.group_size)
-            parts = [('codes', 'U8', lowbit.compress(packed.reshape(E, -1), bits)),
-                     ('sz', 'BF16', sz)]
-        else: parts = [('codes', 'U8', lowbit.compress(words.view(np.uint8).reshape(E, -1), bits)),
-                       ('scales', s.dtype, scales), ('biases', b.dtype, biases)]
-        for part, dt, a in parts:
-            infos.append(TensorInfo(name(p, part), dt, a.shape, None, 0, a.nbytes))
-            data[name(p, part)] = np.ascontiguousarray(a)
-        if (p, 'bias') in keys: infos.append(tensors[keys[p, 'bias']])
+    keys, infos, data, torch = expert_keys(spec, layer, quant), [], {}, layout == 'torch-cpu'
+    for p, srcs in (torch_groups(quant) if torch else {p: (p,) for p in quant}).items():
+        q = quant[srcs[0]]
+        copies = [_low_copy(tensors, keys, layer, s, quant[s], bits) for s in srcs]
+        words, scales, biases = (np.concatenate([c[i] for c in copies], 1) for i in range(3))
+        E, dt, name = words.shape[0], copies[0][3], lambda part: spec.key_of(blk, p, part)
+        if torch:
+            packed, sz = bq.torch_pack_experts(words, lowbit.floats(scales, dt),
+                                               lowbit.floats(biases, dt), q.group_size)
+            _add(infos, data, name('codes'), lowbit.compress(packed.reshape(E, -1), bits), 'U8')
+            _add(infos, data, name('sz'), sz, 'BF16')
+        else:
+            _add(infos, data, name('codes'),
+                 lowbit.compress(words.view(np.uint8).reshape(E, -1), bits), 'U8')
+            _add(infos, data, name('scales'), scales, dt)
+            _add(infos, data, name('biases'), biases, dt)
+        if (srcs[0], 'bias') in keys:
+            _add(infos, data, name('bias'), *_stacked(tensors, keys, srcs, 'bias'))
     _write_low(infos, data, layer, bits, int4_path)
 
 # %% ../nbs/01c_convert.ipynb #f838f2a4-2

@@ -311,7 +311,7 @@ def expert_keys(spec:MoESpec, layer:int, quant:dict|None=None) -> dict:
     quant = quant or {p: spec.quant_of(layer, p) for p in expert_projs(spec.layout)}
     extra = ('bias',) if spec.expert_bias else ()
     return {(p, part): spec.key_of(blk, p, part)
-            for p in expert_projs(spec.layout) for part in quant_parts(quant[p]) + extra}
+            for p in quant for part in quant_parts(quant[p]) + extra}
 
 # %% ../nbs/00_routing.ipynb #9af4b4ec
 def block(spec:MoESpec, model, layer:int):

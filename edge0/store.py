@@ -522,12 +522,16 @@ def layer_quant(spec:MoESpec, tensors:dict, layer:int) -> dict:
     blk = spec.block_path.format(layer=layer)
     key = lambda p, part: spec.key_of(blk, p, part)
     def quant(p):
-        q = spec.quant_of(layer, p, key(p, 'scales') in tensors)
+        # gate and up packed for torch as one product: quantized as the gate was
+        q = spec.quant_of(layer, 'gate_proj' if p == 'gate_up_proj' else p,
+                          key(p, 'scales') in tensors)
         # converted with --layout torch-cpu: packed for torch's int4 kernel
         if key(p, 'packed') in tensors:
             return QuantSpec(4, q.group_size if q else 64, 'torch')
         return q
-    return {p: quant(p) for p in expert_projs(spec.layout)}
+    projs = expert_projs(spec.layout)
+    if key('gate_up_proj', 'packed') in tensors: projs = ('gate_up_proj', 'down_proj')
+    return {p: quant(p) for p in projs}
 
 # %% ../nbs/01a_store.ipynb #abaf0851-1
 def expected_shapes(spec:MoESpec, quant:dict) -> dict:

@@ -466,6 +466,16 @@ def mm(self:Experts, h, w:dict, proj:str):
     return y if (proj, 'bias') not in w else y + w[proj, 'bias'].to(y.dtype)
 
 @patch
+def gate_up(self:Experts, h, ws:list) -> tuple:
+    """`(gate, up)` float32 of rows `h` through each bundle of `ws` in turn (their outputs
+    stacked): one product an expert where gate and up are packed as one"""
+    if ('gate_up_proj', 'sz') in ws[0]:
+        return torch.cat([self.mm(h, w, 'gate_up_proj') for w in ws]).float().chunk(2, -1)
+    return tuple(torch.cat([self.mm(h, w, p) for w in ws]).float()
+                 for p in ('gate_proj', 'up_proj'))
+
+# %% ../nbs/02c_torch_step.ipynb #ca5f1d02-b2
+@patch
 def __call__(self:Experts, x, inds:np.ndarray, bundles:dict|None=None):
     """`(T, K, D)` float32: expert `inds[t, j]` on row `x[t]`; each distinct expert's rows in
     one product"""
@@ -479,9 +489,9 @@ def __call__(self:Experts, x, inds:np.ndarray, bundles:dict|None=None):
     out = torch.empty(*inds.shape, x.shape[-1])
     for e in uniq:
         rows, cols = (torch.from_numpy(a) for a in np.nonzero(inds == e))
-        w, h = bundles[e], xb[rows]
-        act = F.silu(self.mm(h, w, 'gate_proj').float()) * self.mm(h, w, 'up_proj').float()
-        out[rows, cols] = self.mm(act.to(torch.bfloat16), w, 'down_proj').float()
+        g, u = self.gate_up(xb[rows], [bundles[e]])
+        act = (F.silu(g) * u).to(torch.bfloat16)
+        out[rows, cols] = self.mm(act, bundles[e], 'down_proj').float()
     return out
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02-c
@@ -491,9 +501,7 @@ def one(self:Experts, x, ids:list, bundles:dict|None=None):
     for all K"""
     bundles = bundles or self.bundles(list(dict.fromkeys(ids)))
     ws = [bundles[e] for e in ids]
-    xb = x.to(torch.bfloat16)
-    g = torch.cat([self.mm(xb, w, 'gate_proj') for w in ws]).float()
-    u = torch.cat([self.mm(xb, w, 'up_proj') for w in ws]).float()
+    g, u = self.gate_up(x.to(torch.bfloat16), ws)
     act = (F.silu(g) * u).to(torch.bfloat16)
     return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
 

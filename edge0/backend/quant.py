@@ -287,7 +287,8 @@ def torch_expert_mlp(x, # (..., D) hidden states
                      # arrays}
                      w:dict,
                      group_size:int=GROUP_SIZE):
-    "`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel"
+    """`(..., K, D)`: each selected expert's `down(silu(gate(x)) * up(x))` by torch's int4 kernel
+    (gate and up in one product where they are packed as one, `gate_up_proj`)"""
     import torch
     B.eval(x, *[a for a in weight_arrays(w) if isinstance(a, mx.array) and id(a) not in _VIEWS])
     shape, k = x.shape, idx.shape[-1]
@@ -302,7 +303,8 @@ def torch_expert_mlp(x, # (..., D) hidden states
     for e in np.unique(ids).tolist():
         rows, cols = np.nonzero(ids == e)
         h = xt[torch.from_numpy(rows)]
-        g, u = mm(h, 'gate_proj', e).float(), mm(h, 'up_proj', e).float()
+        g, u = (mm(h, 'gate_up_proj', e).float().chunk(2, -1) if ('gate_up_proj', 'sz') in tw
+                else (mm(h, 'gate_proj', e).float(), mm(h, 'up_proj', e).float()))
         out[torch.from_numpy(rows),
             torch.from_numpy(cols)] = mm((torch.nn.functional.silu(g) * u).to(torch.bfloat16),
                                                                   'down_proj', e)
