@@ -374,7 +374,7 @@ def profile(a, model) -> dict:
 
 
 def report(d:dict) -> str:
-    lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}", '', d.get('routing', '')]
+    lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}"] + (['', d['routing']] if d.get('routing') else [])
     if 'uncapped' in d:
         u = d['uncapped']
         med = {key: median_of(rows) for key, rows in u.items()}

@@ -406,9 +406,9 @@ SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
 # attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few
 # experts: the hard case for any cache) or 'calibrated' (to published figures for trained MoEs)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
-# 'calibrated' where attention is in few layers: a direction common to every token's embedding,
-# at this RMS against the token's own (Qwen3.5's linear attention carries no context average)
-COMMON_EMBED = dict(qwen3_5_moe=1.5)
+# 'calibrated' where attention's gain is not enough: a direction common to every token's
+# embedding, at this RMS against the token's own (Qwen3.5's linear attention averages no context)
+COMMON_EMBED = dict(qwen3_5_moe=1.5, deepseek_v3=0.75)
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6-1
 def _synthetic_gains(num_layers:int, gains:dict|None, routing:str,
