@@ -227,8 +227,8 @@ def agreement(src:Path, gguf:Path, bench_bin:Path, prompts:int=24, n:int=8) -> d
     from edge0 import decode, torchstep
     from edge0.convert import convert
     from edge0.streaming import StreamOptions
-    packed = src.with_name(src.name + '-torch-cpu')
-    if not (packed / 'config.json').exists(): convert(src, packed, layout='torch-cpu')
+    packed = src.with_name(src.name + '-torch-cpu')  # converted again: `src` may have been rebuilt
+    convert(src, packed, layout='torch-cpu', overwrite=(packed / 'config.json').exists())
     h = decode.load(packed, 'off', options=StreamOptions(kernels='torch'), hold=True)
     config = json.loads((src / 'config.json').read_text())
     vocab = (config.get('text_config') or config)['vocab_size']
@@ -237,19 +237,21 @@ def agreement(src:Path, gguf:Path, bench_bin:Path, prompts:int=24, n:int=8) -> d
              "small head predicts the next layer routing one token ahead").split()
     import mlx.core as mx
     q4 = q4_0_model(src)
-    rng, first, shared, control, llama_control = np.random.default_rng(0), [], [], [], []
+    rng = np.random.default_rng(0)
+    first, shared, control, llama_control, firsts = [], [], [], [], []
     for _ in range(prompts):
         ids, text = llama_greedy(bench_bin, gguf, ' '.join(rng.choice(words, 6)), n)
         ours = [t for t, _ in decode.generate_ids(st, ids, n)]
         same = 0
         while same < n and text.startswith(b''.join(tb[t] for t in ours[:same + 1])): same += 1
         first.append(same > 0)
+        firsts.append(ours[0])
         shared.append(same)
         q = int(mx.argmax(q4(mx.array(ids)[None])[0, -1]).item())
         control.append(q == ours[0])
         llama_control.append(text.startswith(tb[q]))
     return dict(first=float(np.mean(first)), shared=float(np.mean(shared)), prompts=prompts,
-                tokens=n, control=float(np.mean(control)),
+                tokens=n, control=float(np.mean(control)), distinct=len(set(firsts)),
                 llama_control=float(np.mean(llama_control)))
 
 
@@ -264,7 +266,8 @@ def check(work:Path, llama:Path, families:list):
         gguf = q4_0_gguf(src, work / f'{mt}-Q4_0.gguf', llama)
         a = agreement(src, gguf, llama / 'bin' / 'llama-bench')
         print(f"{mt}: llama.cpp (Q4_0) and edge0's torch step (int4 g64) pick the same first "
-              f"greedy token after {a['first']:.0%} of {a['prompts']} prompts (chance 1/512) and "
+              f"greedy token after {a['first']:.0%} of {a['prompts']} prompts ({a['distinct']} "
+              f"distinct tokens among edge0's; chance 1/512) and "
               f"share {a['shared']:.1f} of {a['tokens']} greedy tokens before diverging",
               flush=True)
         print(f"{mt}: the control, mlx-lm's model in float32 with its matrices rounded as Q4_0: "
