@@ -24,7 +24,9 @@ the checkpoint, then gives llama.cpp (llama-completion, greedy) and edge0's torc
 prompts (the ids llama.cpp tokenized) and counts how often their first greedy token agrees (teacher-
 forced top-1 over the prompts) and how many tokens they share before diverging. Q4_0 is not mlx's
 int4 g64 and random weights have small logit margins, so they are not all equal; a wrong norm shift
-or rope layout drops agreement to chance (1 in the vocabulary, 1/512).
+or rope layout drops agreement to chance (1 in the vocabulary, 1/512: Qwen3.5's norms written
+without their shift gave 0%). A control sizes what rounding alone does: mlx-lm's model in float32
+with its matrices rounded as ggml rounds Q4_0, against the torch step and against llama.cpp.
 """
 import argparse, json, re, shutil, subprocess, sys, tempfile
 from pathlib import Path
