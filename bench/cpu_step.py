@@ -113,7 +113,10 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False, ti
         return dict(failed=True, timed_out=True, stderr=f'stopped after {timeout:.0f} s', wall_s=time.time() - t0)
     w.join()
     if p.returncode: return dict(failed=True, returncode=p.returncode, stderr=err[-400:], wall_s=time.time() - t0)
-    return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)
+    try: tps = json.loads(out)[0]['avg_ts']
+    except (ValueError, LookupError):  # it stopped before its result (seen of llama-completion on DeepSeek-V3)
+        return dict(failed=True, returncode=0, stderr=f'no result printed: {err[-400:]}', wall_s=time.time() - t0)
+    return dict(tps=tps, anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)
 
 
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,

@@ -180,8 +180,10 @@ def llama_greedy(bench_bin:Path, gguf:Path, prompt:str, n:int) -> tuple:
     cmd = [str(bench_bin.parent / 'llama-completion'), '-m', str(gguf), '-p', prompt, '-n', str(n),
            '--temp', '0', '-t', '2', '-c', '512', '-no-cnv', '--no-repack', '--ignore-eos',
            '--simple-io', '--no-warmup', '--verbose-prompt', '-sp', '--no-display-prompt']
-    r = subprocess.run(cmd, capture_output=True, timeout=600)
-    if r.returncode:
+    for _ in range(5):  # this build sometimes stops mid-generation, exit 0, before its timings
+        r = subprocess.run(cmd, capture_output=True, timeout=600)
+        if r.returncode or b'total time' in r.stderr: break
+    if r.returncode or b'total time' not in r.stderr:
         sys.exit(f"llama-completion failed: {r.stderr.decode(errors='replace')[-1500:]}")
     ids = [int(m) for m in re.findall(rb' I +(\d+) -> ', r.stderr)]
     return ids, r.stdout
