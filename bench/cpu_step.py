@@ -4,6 +4,7 @@ replaces, and against llama.cpp reading the same weights, from one run.
     python bench/cpu_step.py                  # build what is missing, run every part, write bench/results/cpu_step.*
     python bench/cpu_step.py --parts uncapped,profile --rounds 3
     python bench/cpu_step.py --report         # the tables again from the json
+    python bench/cpu_step.py --parts families # the tier families' table, into the report beside the rest
 
 The checkpoint is the 1.85 GB synthetic Qwen3-MoE (edge0.zoo.build_synthetic: 16 layers, 128 experts, top-8, hidden 1024,
 expert FFN 512; build/bench/qwen3moe-16l, the one bench/memory_budget.py uses) in its torch-cpu conversion; its routing
@@ -32,6 +33,13 @@ copy). Parts, each arm in its own process, the arms alternating within each roun
   checkpoint with `--pool-mib 2048` (nothing copied or read into a pool first) against `llama-completion --no-repack
   -lm mmap` on the GGUF, the same prompt text, 256 tokens, greedy; prefill and decode tok/s as each prints them,
   medians of --rounds alternating rounds. Targets: decode >= 0.8x llama.cpp and prefill >= 1.0x.
+- families: the decode table of the paper's two tier families, a `qwen3_5_moe`- and a `deepseek_v3`-shaped synthetic in
+  the same 16-layer shape (about 1.9 GB at int4; build_synthetic's model_type, routing calibrated to trained MoEs', its
+  statistics printed first; Qwen3.5's gated-delta layers with full attention every 4th, DeepSeek-V3's MLA and group
+  routing, one dense first layer), built, converted and written as Q4_0 GGUFs by bench/gguf_families.py (llama.cpp's
+  own converter) where missing, under --families-dir. The `uncapped` rounds, llama.cpp against the torch step; where
+  llama.cpp cannot convert, load or run a shape the table says so and gives edge0's figures alone. Run alone, the
+  part keeps the other parts' results already in --out.json and adds its table (with its own date and rounds).
 - profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
@@ -40,10 +48,12 @@ import argparse, cProfile, json, os, pstats, re, shutil, signal, statistics, sub
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_budget import checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
+from memory_budget import SHAPE_16L, checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
 from edge0.memory import process_memory  # noqa: E402
 
 SHAPE_30B = dict(num_layers=48, num_experts=128, k=8, hidden=2048, expert_size=768)  # Qwen3-30B-A3B's MoE shape
+# the paper's two tier families, in the 16-layer shape (memory_budget.SHAPE_16L) with routing calibrated to trained MoEs'
+FAMILY_MODELS = dict(qwen3_5_moe='qwen35moe-16l-calibrated', deepseek_v3='deepseekv3-16l-calibrated')
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
@@ -107,7 +117,10 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False, ti
         return dict(failed=True, timed_out=True, stderr=f'stopped after {timeout:.0f} s', wall_s=time.time() - t0)
     w.join()
     if p.returncode: return dict(failed=True, returncode=p.returncode, stderr=err[-400:], wall_s=time.time() - t0)
-    return dict(tps=json.loads(out)[0]['avg_ts'], anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)
+    try: tps = json.loads(out)[0]['avg_ts']
+    except (ValueError, LookupError):  # it stopped before its result (seen of llama-completion on DeepSeek-V3)
+        return dict(failed=True, returncode=0, stderr=f'no result printed: {err[-400:]}', wall_s=time.time() - t0)
+    return dict(tps=tps, anon_mb=anon[0] / 2**20, wall_s=time.time() - t0)
 
 
 def edge0(model:Path, what:str, n:int, step:bool, cap=None, mode:str='off', pool:str='all', profile:bool=False,
@@ -130,7 +143,8 @@ def arm(what:str, n:int, model:Path, step:bool, mode:str, pool:str, profile:bool
     h = decode.load(model, mode, options=opts, hold=pool == 'all')  # capped: the unpredicted layer read on demand
     if pool == 'all':  # every expert in memory before anything is timed, as the MLX graph's resident layers
         for layer in h.spec.moe_layers: h.engine.keep_resident(layer)
-    vocab = h.model.args.vocab_size
+    config = json.loads((Path(model) / 'config.json').read_text())
+    vocab = (config.get('text_config') or config)['vocab_size']  # Qwen3.5's in its text_config
     prompt = np.random.default_rng(0).integers(10, vocab, prompt_len if what == 'tg' else n).tolist()
     st = torchstep.TorchStep(h) if step else None
     def run(tokens:int, pr=None):
@@ -179,10 +193,9 @@ def median_of(rows:list) -> float|None:
     return statistics.median(ok) if ok else None
 
 
-def uncapped(a, model, bench, gguf) -> dict:
+def alternate(a, arms:dict) -> dict:
+    "`arms` (`{name: f(what, n)}`) over prefill 23 and 512 and decode 256, alternating their order each round"
     tests = [('pp', SHORT), ('pp', LONG), ('tg', DECODE)]
-    arms = {'llama.cpp': lambda w, n: llama(bench, gguf, w, n), 'edge0 torch step': lambda w, n: edge0(model, w, n, True),
-            'edge0 MLX graph': lambda w, n: edge0(model, w, n, False)}
     rows = {f'{name}/{w}{n}': [] for name in arms for w, n in tests}
     for r in range(a.rounds):
         for w, n in tests:
@@ -211,18 +224,21 @@ def fresh_edge0(model:Path, n:int) -> dict:
     return dict(prompt=int(m[1]), pp_tps=float(m[2]), tokens=int(m[3]), tg_tps=float(m[4]), wall_s=time.time() - t0)
 
 
-def fresh_llama(bench:Path, gguf:Path, n:int) -> dict:
-    "`llama-completion` in a fresh process (no repacking, the weights mapped), greedy: its own prompt and eval rates"
+def fresh_llama(bench:Path, gguf:Path, n:int, tries:int=3) -> dict:
+    """`llama-completion` in a fresh process (no repacking, the weights mapped), greedy: its own prompt and eval rates.
+    This build sometimes stops mid-generation with exit 0 and no timings (bench/gguf_families.py): tried again"""
     cmd = [str(bench.parent / 'llama-completion'), '-m', str(gguf), '-p', FRESH_PROMPT, '-n', str(n), '--temp', '0',
            '-t', '2', '-c', '1024', '-no-cnv', '--no-repack', '-lm', 'mmap', '--ignore-eos', '--simple-io']
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
-                                  r.stderr)
-    pp, tg = rate('prompt eval'), rate(r'(?<!prompt )\beval')
-    if r.returncode or not (pp and tg):
-        return dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:], wall_s=time.time() - t0)
-    return dict(prompt=int(pp[1]), pp_tps=float(pp[2]), tokens=int(tg[1]), tg_tps=float(tg[2]), wall_s=time.time() - t0)
+    for attempt in range(tries):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
+                                      r.stderr)
+        pp, tg = rate('prompt eval'), rate(r'(?<!prompt )\beval')
+        if r.returncode == 0 and pp and tg and int(tg[1]) == n - 1: break
+    else: return dict(failed=True, returncode=r.returncode, stderr=r.stderr[-400:], wall_s=time.time() - t0)
+    return dict(prompt=int(pp[1]), pp_tps=float(pp[2]), tokens=int(tg[1]), tg_tps=float(tg[2]), retries=attempt,
+                wall_s=time.time() - t0)
 
 
 def fresh(a, model, bench, gguf) -> dict:
@@ -255,6 +271,61 @@ def fresh_table(rows:dict) -> list:
             x = e[key] / l[key]
             lines.append(f"  target: edge0 generate >= {want}x llama.cpp at {what}: {x:.2f}x -> "
                          f"{'MET' if x >= want else 'NOT MET'}")
+    return lines
+
+
+def uncapped(a, model, bench, gguf) -> dict:
+    return alternate(a, {'llama.cpp': lambda w, n: llama(bench, gguf, w, n),
+                         'edge0 torch step': lambda w, n: edge0(model, w, n, True),
+                         'edge0 MLX graph': lambda w, n: edge0(model, w, n, False)})
+
+
+def family(a, mt:str, bench:Path) -> dict:
+    """One tier family's 2 GB synthetic (built, converted and written as a Q4_0 GGUF where missing; its routing printed
+    first) in the uncapped rounds: llama.cpp against edge0's torch step, or edge0 alone where llama.cpp cannot"""
+    from edge0.harness import routing_report
+    from gguf_families import q4_0_gguf
+    mlx_model = Path(a.families_dir) / FAMILY_MODELS[mt]
+    model = checkpoint(mlx_model, dict(SHAPE_16L, routing='calibrated', model_type=mt))
+    gguf = mlx_model.with_name(mlx_model.name + '-Q4_0.gguf')
+    d = dict(model=mlx_model.name, size_gb=sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9,
+             routing=routing_report(mlx_model))
+    print(d['routing'], flush=True)
+    try:
+        if not bench.exists(): sys.exit(f"{bench} is missing: build llama.cpp with {ANCHOR} {a.llama}")
+        if not gguf.exists():
+            print(f'writing {gguf.name} (bench/gguf_families.py: HF bf16, convert_hf_to_gguf.py, Q4_0) ...', flush=True)
+            q4_0_gguf(mlx_model, gguf, Path(a.llama))
+        probe = llama(bench, gguf, 'tg', 1)  # one token: whether this llama.cpp loads and runs the shape
+        if probe.get('failed'): d['llama_error'] = f"llama-bench: {probe.get('stderr', '').strip()[-300:]}"
+    except SystemExit as e: d['llama_error'] = str(e)[-300:]
+    arms = {'edge0 torch step': lambda w, n: edge0(model, w, n, True)}
+    if 'llama_error' in d: print(f"  llama.cpp cannot run {mt}: {d['llama_error']}", flush=True)
+    else:
+        d['gguf_gb'] = gguf.stat().st_size / 1e9
+        # stopped at 10 minutes: this llama.cpp decoded the DeepSeek-V3 synthetic at 63 and 4.9 tok/s in
+        # two runs and had not finished 256 tokens after 6 minutes in a third
+        arms = {'llama.cpp': lambda w, n: llama(bench, gguf, w, n, timeout=600), **arms}
+    d['rows'] = alternate(a, arms)
+    return d
+
+
+def family_table(mt:str, f:dict) -> list:
+    "A family's rows: tok/s medians of llama.cpp and the torch step, and their ratio, or why llama.cpp has none"
+    med = {key: median_of(rows) for key, rows in f['rows'].items()}
+    gguf = f" and its Q4_0 GGUF ({f['gguf_gb']:.2f} GB)" if 'gguf_gb' in f else ''
+    lines = ['', f"--- {mt}: {f['model']} ({f['size_gb']:.2f} GB int4){gguf}", f['routing'],
+             f"  {'':18} {'prefill 23':>10} {'prefill 512':>11} {'decode 256':>10}"]
+    for name in ('llama.cpp', 'edge0 torch step'):
+        if name == 'llama.cpp' and 'llama_error' in f:
+            lines.append(f"  llama.cpp          cannot run this shape: {f['llama_error']}")
+            continue
+        vals = [med.get(f'{name}/{t}') for t in ('pp23', 'pp512', 'tg256')]
+        lines.append(f"  {name:18} " + ' '.join(f"{v:>10.1f}" if v else f"{'failed':>10}" for v in vals))
+    ratio = [(med.get(f'edge0 torch step/{t}'), med.get(f'llama.cpp/{t}')) for t in ('pp23', 'pp512', 'tg256')]
+    if any(s and l for s, l in ratio):
+        lines.append(f"  {'edge0 / llama.cpp':18} " + ' '.join(f"{s / l:>9.2f}x" if s and l else f"{'':>10}"
+                                                            for s, l in ratio))
     return lines
 
 
@@ -379,7 +450,7 @@ def profile(a, model) -> dict:
 
 
 def report(d:dict) -> str:
-    lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}", '', d.get('routing', '')]
+    lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}"] + (['', d['routing']] if d.get('routing') else [])
     if 'uncapped' in d:
         u = d['uncapped']
         med = {key: median_of(rows) for key, rows in u.items()}
@@ -423,6 +494,12 @@ def report(d:dict) -> str:
         lines += ['', f"=== fresh processes as a user runs them (edge0 generate --pool-mib 2048, llama-completion "
                       f"--no-repack -lm mmap), page cache warm, {DECODE} tokens, medians of {d['rounds']} alternating "
                       "rounds (tok/s)"] + fresh_table(d['fresh'])
+    if d.get('families'):
+        fam = d['families']
+        lines += ['', f"=== the tier families, {fam['date']}, uncapped, page cache warm, medians of {fam['rounds']} "
+                      f"alternating rounds (tok/s): llama.cpp --repack 0 -lm mmap, edge0's torch step with every expert "
+                      f"in memory, `off`, greedy ({fam.get('wall_s', 0):.0f} s)"]
+        for mt, f in fam['runs'].items(): lines += family_table(mt, f)
     if 'profile' in d:
         lines += ['', f"=== per decode token ({d['profile_tokens']} tokens under cProfile, uncapped)"]
         for name, r in d['profile'].items():
@@ -442,6 +519,8 @@ def main():
     ap.add_argument('--big-cap', type=int, default=3072, help='the memory cap for the 30B shape, MB (MiB)')
     ap.add_argument('--big-tokens', type=int, default=16)
     ap.add_argument('--big-prompt', type=int, default=5)
+    ap.add_argument('--families-dir', default=str(ROOT / 'build' / 'bench'),
+                    help='where the tier families\' synthetics and their GGUFs are (built where missing)')
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
     ap.add_argument('--cap-tokens', type=int, default=32)
@@ -453,17 +532,19 @@ def main():
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
     from edge0.harness import routing_report
     a.caps = [int(c) for c in a.caps.split(',')]
-    mlx_model = Path(a.model)
-    model = checkpoint(mlx_model)
-    bench, gguf = anchor(mlx_model, Path(a.llama))
+    parts = a.parts.split(',')
     t0 = time.time()
     d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{os.uname().machine}, {os.cpu_count()} cores",
-             model=f"{model.name} ({sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9:.2f} GB) and "
-                   f"{gguf.name} ({gguf.stat().st_size / 1e9:.2f} GB)", rounds=a.rounds, caps=a.caps,
-             cap_tokens=a.cap_tokens, profile_tokens=a.profile_tokens, note=a.note)
-    d['routing'] = routing_report(mlx_model)
-    print(d['routing'], flush=True)
-    parts = a.parts.split(',')
+             model='the tier families\' (below)', rounds=a.rounds, caps=a.caps, cap_tokens=a.cap_tokens,
+             profile_tokens=a.profile_tokens, note=a.note)
+    if {'uncapped', 'fresh', 'capped', 'profile'} & set(parts):  # the Qwen3-MoE checkpoint and its GGUF
+        mlx_model = Path(a.model)
+        model = checkpoint(mlx_model)
+        bench, gguf = anchor(mlx_model, Path(a.llama))
+        d['model'] = (f"{model.name} ({sum(f.stat().st_size for f in model.glob('*.safetensors')) / 1e9:.2f} GB) "
+                      f"and {gguf.name} ({gguf.stat().st_size / 1e9:.2f} GB)")
+        d['routing'] = routing_report(mlx_model)
+        print(d['routing'], flush=True)
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))  # after each part: a crash keeps the rest
     if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
     save()
@@ -473,9 +554,18 @@ def main():
     save()
     if 'fresh' in parts: d['fresh'] = fresh(a, model, bench, gguf)
     save()
+    if parts == ['families'] and Path(a.out + '.json').exists():  # the other parts' results stay in the report
+        d = {**json.loads(Path(a.out + '.json').read_text()), 'families': None}
+    if 'families' in parts:
+        bench = Path(a.llama) / 'bin' / 'llama-bench'
+        d['families'] = dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, note=a.note, runs={})
+        for mt in FAMILY_MODELS:
+            d['families']['runs'][mt] = family(a, mt, bench)
+            save()
+        d['families']['wall_s'] = time.time() - t0
     if 'profile' in parts: d['profile'] = profile(a, model)
-    d['wall_s'] = time.time() - t0
-    text = report(d) + f"\n\n{a.note}\nwall {d['wall_s']:.0f} s"
+    if parts != ['families']: d['wall_s'] = time.time() - t0
+    text = report(d) + f"\n\n{d.get('note', '')}\nwall {d.get('wall_s', d['families']['wall_s']):.0f} s"
     Path(a.out + '.json').write_text(json.dumps(d, indent=1))
     Path(a.out + '.txt').write_text(text + '\n')
     print('\n' + text)

@@ -12,8 +12,9 @@ from .routing import SUPPORTED, spec_for, resolve_model_type, expert_keys, model
 from .files import InputError, atomic_dir
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS', 'tiny_config', 'randomize', 'tiny_model',
-           'tiny_tokenizer', 'build_tiny', 'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
+__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS', 'COMMON_EMBED', 'SYNTHETIC_FAMILIES',
+           'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny', 'zoo_path', 'build_synthetic',
+           'mlx_lm_checkpoint']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
@@ -380,18 +381,24 @@ def _draw_quantized(rng, shape, bits:int, chunk:int=16, gain:float=1.0):
     return out
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6
-def _synthetic_layer(rng, layer:int, num_experts:int, hidden:int, expert_size:int,
-                     router_gain:float=1.0) -> dict:
-    "Router (int8) and stacked int4 experts of one layer, by safetensors key"
-    pre, arrays = f"model.layers.{layer}.mlp", {}
-    router = _draw_quantized(rng, (num_experts, hidden), 8, gain=router_gain)
-    for part, a in zip(('weight', 'scales', 'biases'), router):
-        arrays[f"{pre}.gate.{part}"] = a
-    up = (num_experts, expert_size, hidden)
-    for proj, shape in (('gate_proj', up), ('up_proj', up),
-                        ('down_proj', (num_experts, hidden, expert_size))):
+def _synthetic_layer(rng, spec:MoESpec, layer:int, router_gain:float=1.0) -> dict:
+    """Router (int8, or bf16 where the family's router is a weight array; its correction bias)
+    and stacked int4 experts of MoE layer `layer` of `spec`, by safetensors key"""
+    pre, arrays = spec.block_path.format(layer=layer), {}
+    E, D, F = spec.num_experts, spec.hidden_size, spec.expert_size
+    if spec.router.endswith('.weight'):  # DeepSeek's MoEGate: mlx-lm leaves it unquantized
+        w = rng.standard_normal((E, D), np.float32) * (router_gain / np.sqrt(D))
+        arrays[f"{pre}.{spec.router}"] = B.array(w).astype(B.bfloat16)
+    else:
+        for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, (E, D), 8,
+                                                                          gain=router_gain)):
+            arrays[f"{pre}.{spec.router}.{part}"] = a
+    if spec.router_bias:  # float32, as mlx-lm keeps it
+        arrays[f"{pre}.{spec.router_bias}"] = B.array(0.05 * rng.standard_normal(E, np.float32))
+    up = (E, F, D)
+    for proj, shape in (('gate_proj', up), ('up_proj', up), ('down_proj', (E, D, F))):
         for part, a in zip(('weight', 'scales', 'biases'), _draw_quantized(rng, shape, 4)):
-            arrays[f"{pre}.switch_mlp.{proj}.{part}"] = a
+            arrays[spec.key_of(pre, proj, part)] = a
     return arrays
 
 # attn_out: up to 12 layers; less for deeper stacks
@@ -399,42 +406,82 @@ SYNTHETIC_GAINS = dict(embed=1.0, router=2.0, attn_out=0.7)
 # attention's share of the residual stream, by routing: 'uniform' (adjacent tokens share few
 # experts: the hard case for any cache) or 'calibrated' (to published figures for trained MoEs)
 ROUTINGS = dict(uniform=1.0, calibrated=1.6)
+# 'calibrated' where attention's gain is not enough: a direction common to every token's
+# embedding, at this RMS against the token's own (Qwen3.5's linear attention averages no context)
+COMMON_EMBED = dict(qwen3_5_moe=1.5, deepseek_v3=0.75)
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6-1
-def _synthetic_gains(num_layers:int, gains:dict|None, routing:str) -> dict:
+def _synthetic_gains(num_layers:int, gains:dict|None, routing:str,
+                     model_type:str='qwen3_moe') -> dict:
     "`SYNTHETIC_GAINS` for a stack of `num_layers` routing as `routing`, updated by `gains`"
     if routing not in ROUTINGS: raise InputError(f"routing {routing!r}: expected one of "
                                                  f"{', '.join(ROUTINGS)}")
     # attention averages the context: deeper stacks get less per layer
     depth = min(1.0, (12 / num_layers) ** 0.5)
+    common = model_type in COMMON_EMBED and routing == 'calibrated'
     return {**SYNTHETIC_GAINS, 'attn_out': SYNTHETIC_GAINS['attn_out'] * depth * ROUTINGS[routing],
-            **(gains or {})}
+            **({'embed_common': COMMON_EMBED[model_type]} if common else {}), **(gains or {})}
+
+# %% ../nbs/00_zoo.ipynb #syn-cfg
+SYNTHETIC_FAMILIES = ('qwen3_moe', 'qwen3_5_moe', 'deepseek_v3')
+
+def _synthetic_config(model_type:str, num_layers:int, num_experts:int, k:int, hidden:int,
+                      expert_size:int) -> dict:
+    """`tiny_config` of `model_type` at width `hidden`: 8 heads of hidden/8, a dense MLP of 4 expert
+    widths, and the family's own mixers and routing scaled with it"""
+    if model_type not in SYNTHETIC_FAMILIES:
+        raise InputError(f"synthetic model_type {model_type!r}: expected one of "
+                         f"{', '.join(SYNTHETIC_FAMILIES)}")
+    c = tiny_config(model_type, num_layers, num_experts=num_experts, k=k, hidden=hidden,
+                    expert_size=expert_size)
+    t, hd = c.get('text_config', c), hidden // 8
+    t.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hd,
+             intermediate_size=4 * expert_size)
+    if model_type == 'qwen3_5_moe':  # gated-delta layers, full attention every 4th, as Qwen3.5
+        rot = int(hd * t['rope_parameters']['partial_rotary_factor']) // 2
+        t['rope_parameters']['mrope_section'] = [rot // 3 + (i < rot % 3) for i in range(3)]
+        t.update(num_key_value_heads=2, full_attention_interval=4, linear_num_key_heads=4,
+                 linear_num_value_heads=8, linear_key_head_dim=hd, linear_value_head_dim=hd,
+                 shared_expert_intermediate_size=expert_size)
+    if model_type == 'deepseek_v3':  # MLA, 8 groups routed top-4, one dense first layer
+        t.update(num_key_value_heads=8, n_group=8, topk_group=4, first_k_dense_replace=1,
+                 q_lora_rank=3 * hd, kv_lora_rank=hd, qk_nope_head_dim=hd // 2,
+                 qk_rope_head_dim=hd // 4, v_head_dim=hd // 2, n_shared_experts=1)
+    return c
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6-2
 def _synthetic_rest(config:dict, seed:int, gains:dict, hidden:int) -> tuple:
-    "`(non-expert weights by key, quantized config)` of a small model of `config`'s shape"
+    """`(non-expert weights by key, quantized config)` of a small model of `config`'s shape: all
+    but its MoE layers' routers and routed experts"""
     from mlx_lm.utils import quantize_model
-    small, _ = tiny_model(config, seed)
-    # rows at unit RMS
-    scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n == 'model.embed_tokens.weight'
+    small, spec = tiny_model(config, seed)
+    if gains.get('embed_common'):  # one direction in every row, before the rows' scaling below
+        (n, w), = [(n, w) for n, w in B.tree_flatten(small.parameters())
+                   if n.endswith('embed_tokens.weight')]
+        u = np.random.default_rng(seed).standard_normal(hidden).astype(np.float32)
+        u *= gains['embed_common'] / np.sqrt(hidden)
+        small.update(B.tree_unflatten([(n, w + B.array(u))]))
+    # rows at unit RMS; attention's output (its context average) at `attn_out`
+    scale = lambda n: (gains['embed'] * np.sqrt(hidden) if n.endswith('embed_tokens.weight')
                        else gains['attn_out'] if n.endswith('self_attn.o_proj.weight') else 1.0)
     small.update(B.tree_unflatten([(n, (w * scale(n)).astype(B.bfloat16))
                                    for n, w in B.tree_flatten(small.parameters())]))
     small, config = quantize_model(small, config, 64, 4)
-    return {n: w for n, w in B.tree_flatten(small.parameters()) if '.mlp.' not in n}, config
+    routed = tuple(f"{spec.block_path.format(layer=l)}.{part}." for l in spec.moe_layers
+                   for part in (spec.experts, spec.gate))
+    return {n: w for n, w in B.tree_flatten(small.parameters()) if not n.startswith(routed)}, config
 
 # %% ../nbs/00_zoo.ipynb #cdb926d6-3
-def _write_layers(tmp:Path, rest:dict, seed:int, num_layers:int, num_experts:int, hidden:int,
-                  expert_size:int, router_gain:float):
-    "Write `rest` and each layer's router and experts as shards of an mlx-lm checkpoint in `tmp`"
-    rng, weight_map, n_shards = np.random.default_rng(seed), {}, num_layers + 1
+def _write_layers(tmp:Path, rest:dict, seed:int, spec:MoESpec, router_gain:float):
+    "Write `rest` and each MoE layer's router and experts as shards of a checkpoint in `tmp`"
+    rng, weight_map, n_shards = np.random.default_rng(seed), {}, len(spec.moe_layers) + 1
     shard = lambda i: f"model-{i:05d}-of-{n_shards:05d}.safetensors"
     B.save_safetensors(tmp / shard(1), rest, dict(format='mlx'))
     weight_map.update(dict.fromkeys(rest, shard(1)))
-    for layer in range(num_layers):
-        arrays = _synthetic_layer(rng, layer, num_experts, hidden, expert_size, router_gain)
-        B.save_safetensors(tmp / shard(layer + 2), arrays, dict(format='mlx'))
-        weight_map.update(dict.fromkeys(arrays, shard(layer + 2)))
+    for i, layer in enumerate(spec.moe_layers):
+        arrays = _synthetic_layer(rng, spec, layer, router_gain)
+        B.save_safetensors(tmp / shard(i + 2), arrays, dict(format='mlx'))
+        weight_map.update(dict.fromkeys(arrays, shard(i + 2)))
         del arrays
     index = dict(metadata={}, weight_map=dict(sorted(weight_map.items())))
     (tmp / 'model.safetensors.index.json').write_text(json.dumps(index, indent=1))
@@ -443,24 +490,27 @@ def _write_layers(tmp:Path, rest:dict, seed:int, num_layers:int, num_experts:int
 def build_synthetic(dst, num_layers:int=20, num_experts:int=128, k:int=8, hidden:int=1024,
                     expert_size:int=512,
                     seed:int=0, overwrite:bool=False, gains:dict|None=None,
-                    routing:str='uniform') -> Path:
-    """A Qwen3-MoE-shaped int4 checkpoint of any size with random weights that route like a trained
-    model's"""
-    gains = _synthetic_gains(num_layers, gains, routing)
+                    routing:str='uniform',
+                    model_type:str='qwen3_moe', # one of `SYNTHETIC_FAMILIES`
+                   ) -> Path:
+    """An int4 checkpoint of `model_type`'s shape of any size with random weights that route like
+    a trained model's"""
+    gains = _synthetic_gains(num_layers, gains, routing, model_type)
     from mlx_lm.utils import save_config
     dst = Path(dst)
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
                                                         "replace it")
-    config = tiny_config('qwen3_moe', num_layers, num_experts=k, k=k, hidden=hidden,
-                         expert_size=expert_size)
-    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=hidden // 8,
-                  intermediate_size=4 * expert_size)
-    rest, config = _synthetic_rest(config, seed, gains, hidden)
-    config['num_experts'] = num_experts
+    shape = dict(num_layers=num_layers, k=k, hidden=hidden, expert_size=expert_size)
+    small = _synthetic_config(model_type, num_experts=k, **shape)
+    if 'n_group' in small:  # K experts in one group: the small model is never routed
+        small.update(n_group=1, topk_group=1)
+    rest, small = _synthetic_rest(small, seed, gains, hidden)
+    config = _synthetic_config(model_type, num_experts=num_experts, **shape)
+    config.update({q: small[q] for q in ('quantization', 'quantization_config') if q in small})
     with atomic_dir(dst, overwrite) as tmp:
-        _write_layers(tmp, rest, seed, num_layers, num_experts, hidden, expert_size,
-                      gains['router'])
-        config['eos_token_id'] = tiny_tokenizer(tmp, config['vocab_size'])
+        _write_layers(tmp, rest, seed, spec_for(config), gains['router'])
+        text = config.get('text_config') or config
+        config['eos_token_id'] = tiny_tokenizer(tmp, text['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_synthetic', seed=seed,
                                           gains=gains, routing=routing)
         save_config(config, tmp / 'config.json')
