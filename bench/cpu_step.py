@@ -303,9 +303,9 @@ def family(a, mt:str, bench:Path) -> dict:
     if 'llama_error' in d: print(f"  llama.cpp cannot run {mt}: {d['llama_error']}", flush=True)
     else:
         d['gguf_gb'] = gguf.stat().st_size / 1e9
-        # stopped at 10 minutes: this llama.cpp decoded the DeepSeek-V3 synthetic at 63 and 4.9 tok/s in
+        # stopped at 4 minutes: this llama.cpp decoded the DeepSeek-V3 synthetic at 63 and 4.9 tok/s in
         # two runs and had not finished 256 tokens after 6 minutes in a third
-        arms = {'llama.cpp': lambda w, n: llama(bench, gguf, w, n, timeout=600), **arms}
+        arms = {'llama.cpp': lambda w, n: llama(bench, gguf, w, n, timeout=240), **arms}
     d['rows'] = alternate(a, arms)
     return d
 

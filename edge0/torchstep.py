@@ -292,11 +292,10 @@ def __call__(self:MLA, x, cache:KV):
     pe = self.rope(torch.cat([q[..., self.nope:], k_pe[None]]), start)  # one rotation for both
     lat, kpe = cache.add(self.kv_norm(latent)[None], pe[-1:])  # (1, T, rank), (1, T, pe)
     q_nope, q_pe = q[..., :self.nope], pe[:-1]
-    if L == 1:  # the query into the latent space; keys and values are the cached latents
-        qq = torch.cat([q_nope @ self.wk.transpose(1, 2), q_pe], -1)
-        out = F.scaled_dot_product_attention(qq[None], torch.cat([lat, kpe], -1)[None], lat[None],
-                                             scale=self.scale, enable_gqa=True)[0]
-        out = out @ self.wv.transpose(1, 2)
+    if L == 1:  # the query into the latent space: every head attends over the cached latents
+        q_lat = (q_nope @ self.wk.transpose(1, 2))[:, 0]  # (H, rank)
+        att = torch.softmax(self.scale * (q_lat @ lat[0].T + q_pe[:, 0] @ kpe[0].T), -1)  # (H, T)
+        out = (att @ lat[0])[:, None] @ self.wv.transpose(1, 2)  # (H, 1, v)
     else:  # the latents expanded into each head's keys and values
         k = torch.cat([lat @ self.wk, kpe.expand(H, -1, -1)], -1)
         mask = torch.arange(k.shape[1])[None] <= torch.arange(start, start + L)[:, None]
