@@ -16,7 +16,7 @@ copy). Parts, each arm in its own process, the arms alternating within each roun
 - uncapped: everything in memory, page cache warm. edge0 with a pool that holds every expert, `off` (own routing),
   greedy; llama.cpp's llama-bench with --repack 0 and -lm mmap (the weights read where they lie, as edge0 reads them).
   Prefill of 23- and 512-token prompts and decode of 256 tokens after the 23-token prompt, medians of --rounds rounds.
-  Targets: the torch step >= 0.5x llama.cpp at decode and at prefill.
+  Targets (issue 48): the torch step >= 0.8x llama.cpp at decode and >= 1.0x at prefill.
 - capped: the same decode (--cap-tokens tokens) in a child memory cgroup without swap at 600 and 1200 MB; edge0 with
   its default budget (`auto`) in `off` and in `routing` (heads warm-started from the routers: speed needs heads, not
   good ones); llama.cpp stock (mmap) and tuned (LD_PRELOAD of madv_random.so: MADV_RANDOM on the mapping). Targets:
@@ -207,8 +207,7 @@ def alternate(a, arms:dict) -> dict:
     return rows
 
 
-FRESH_PROMPT = ("It was a bright cold day in April, and the clocks were striking thirteen. Winston Smith, his chin "
-                "nuzzled into his breast")
+FRESH_PROMPT = "It was a bright cold day in April, and the clocks were"  # about 23 tokens, as SHORT
 EDGE0_RATES = re.compile(r"prefill (\d+) tokens at ([\d.]+) tok/s \| decode (\d+) tokens at ([\d.]+) tok/s")
 
 
@@ -217,7 +216,7 @@ def fresh_edge0(model:Path, n:int) -> dict:
     cmd = [sys.executable, '-m', 'edge0', 'generate', '-m', str(model), '--pool-mib', '2048', '-p', FRESH_PROMPT,
            '--max-tokens', str(n), '--ignore-chat-template']
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=3600)
     m = EDGE0_RATES.search(r.stdout + r.stderr)
     if r.returncode or not m:
         return dict(failed=True, returncode=r.returncode, stderr=(r.stderr or r.stdout)[-400:], wall_s=time.time() - t0)
@@ -231,7 +230,7 @@ def fresh_llama(bench:Path, gguf:Path, n:int, tries:int=3) -> dict:
            '-t', '2', '-c', '1024', '-no-cnv', '--no-repack', '-lm', 'mmap', '--ignore-eos', '--simple-io']
     t0 = time.time()
     for attempt in range(tries):
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=3600)
         rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
                                       r.stderr)
         pp, tg = rate('prompt eval'), rate(r'(?<!prompt )\beval')
@@ -451,6 +450,7 @@ def profile(a, model) -> dict:
 
 def report(d:dict) -> str:
     lines = [f"cpu step, {d['date']}, {d['machine']}: {d['model']}"] + (['', d['routing']] if d.get('routing') else [])
+    if d.get('kept'): lines.insert(1, f"({', '.join(d['kept']['parts'])}: from the run of {d['kept']['date']})")
     if 'uncapped' in d:
         u = d['uncapped']
         med = {key: median_of(rows) for key, rows in u.items()}
@@ -459,10 +459,11 @@ def report(d:dict) -> str:
         for name in ('llama.cpp', 'edge0 torch step', 'edge0 MLX graph'):
             vals = [med.get(f'{name}/{t}') for t in ('pp23', 'pp512', 'tg256')]
             lines.append(f"  {name:18} " + ' '.join(f"{v:>10.1f}" if v else f"{'failed':>10}" for v in vals))
-        for t, what in (('tg256', 'decode'), ('pp23', 'prefill 23'), ('pp512', 'prefill 512')):
+        # issue 48's targets (issue 44's were 0.5x at each)
+        for t, what, want in (('tg256', 'decode', 0.8), ('pp23', 'prefill 23', 1.0), ('pp512', 'prefill 512', 1.0)):
             s, l, g = med.get(f'edge0 torch step/{t}'), med.get(f'llama.cpp/{t}'), med.get(f'edge0 MLX graph/{t}')
-            if s and l: lines.append(f"  target: torch step >= 0.5x llama.cpp at {what}: {s / l:.2f}x -> "
-                                     f"{'MET' if s / l >= 0.5 else 'NOT MET'}" + (f" (the MLX graph: {g / l:.2f}x)" if g else ''))
+            if s and l: lines.append(f"  target: torch step >= {want}x llama.cpp at {what}: {s / l:.2f}x -> "
+                                     f"{'MET' if s / l >= want else 'NOT MET'}" + (f" (the MLX graph: {g / l:.2f}x)" if g else ''))
     if 'capped' in d:
         c = d['capped']
         lines += ['', f"=== decode under memory caps, {d['cap_tokens']} tokens, medians of {d['rounds']} rounds (tok/s)"]
@@ -527,6 +528,7 @@ def main():
     ap.add_argument('--profile-tokens', type=int, default=64)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'cpu_step'))
     ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
+    ap.add_argument('--keep', action='store_true', help="keep the results of the parts not run from --out.json")
     ap.add_argument('--report', action='store_true', help='print the tables again from --out.json; run nothing')
     a = ap.parse_args()
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
@@ -545,6 +547,10 @@ def main():
                       f"and {gguf.name} ({gguf.stat().st_size / 1e9:.2f} GB)")
         d['routing'] = routing_report(mlx_model)
         print(d['routing'], flush=True)
+    if a.keep and Path(a.out + '.json').exists():  # the parts not run now: their results as they were
+        old = json.loads(Path(a.out + '.json').read_text())
+        kept = [p for p in ('uncapped', 'fresh', 'capped', 'big', 'families', 'profile') if p not in parts and old.get(p)]
+        d.update({p: old[p] for p in kept}, kept=dict(date=old['date'], parts=kept))
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))  # after each part: a crash keeps the rest
     if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
     save()
