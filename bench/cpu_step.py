@@ -531,6 +531,7 @@ def main():
     ap.add_argument('--keep', action='store_true', help="keep the results of the parts not run from --out.json")
     ap.add_argument('--report', action='store_true', help='print the tables again from --out.json; run nothing')
     a = ap.parse_args()
+    if a.report and not Path(a.out + '.json').exists(): sys.exit(f"{a.out}.json is missing: run the parts first")
     if a.report: return print(report(json.loads(Path(a.out + '.json').read_text())))
     from edge0.harness import routing_report
     a.caps = [int(c) for c in a.caps.split(',')]
