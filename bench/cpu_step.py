@@ -548,10 +548,12 @@ def main():
                       f"and {gguf.name} ({gguf.stat().st_size / 1e9:.2f} GB)")
         d['routing'] = routing_report(mlx_model)
         print(d['routing'], flush=True)
-    if a.keep and Path(a.out + '.json').exists():  # the parts not run now: their results as they were
+    # the parts not run now keep their results (a families-only run adds its table to the others')
+    if (a.keep or parts == ['families']) and Path(a.out + '.json').exists():
         old = json.loads(Path(a.out + '.json').read_text())
         kept = [p for p in ('uncapped', 'fresh', 'capped', 'big', 'families', 'profile') if p not in parts and old.get(p)]
         d.update({p: old[p] for p in kept}, kept=dict(date=old['date'], parts=kept))
+        if kept and 'routing' not in d: d.update(model=old['model'], routing=old.get('routing', ''))
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))  # after each part: a crash keeps the rest
     if 'uncapped' in parts: d['uncapped'] = uncapped(a, model, bench, gguf)
     save()
@@ -561,8 +563,6 @@ def main():
     save()
     if 'fresh' in parts: d['fresh'] = fresh(a, model, bench, gguf)
     save()
-    if parts == ['families'] and Path(a.out + '.json').exists():  # the other parts' results stay in the report
-        d = {**json.loads(Path(a.out + '.json').read_text()), 'families': None}
     if 'families' in parts:
         bench = Path(a.llama) / 'bin' / 'llama-bench'
         d['families'] = dict(date=time.strftime('%Y-%m-%d %H:%M'), rounds=a.rounds, note=a.note, runs={})
@@ -571,8 +571,8 @@ def main():
             save()
         d['families']['wall_s'] = time.time() - t0
     if 'profile' in parts: d['profile'] = profile(a, model)
-    if parts != ['families']: d['wall_s'] = time.time() - t0
-    text = report(d) + f"\n\n{d.get('note', '')}\nwall {d.get('wall_s', d['families']['wall_s']):.0f} s"
+    d['wall_s'] = time.time() - t0
+    text = report(d) + f"\n\n{d.get('note', '')}\nwall {d['wall_s']:.0f} s"
     Path(a.out + '.json').write_text(json.dumps(d, indent=1))
     Path(a.out + '.txt').write_text(text + '\n')
     print('\n' + text)
