@@ -436,6 +436,8 @@ class Experts:
         self.engine, self.layer, self.group = (engine, layer,
                                                torch_quant(engine.quant[layer]).group_size)
         self.calls = 0  # kernel calls, for the profile
+        # gate and up packed as one product (a checkpoint converted before has them apart)
+        self.stacked = 'gate_up_proj' in engine.quant[layer]
         # the resident layer's arrays, and each expert's views into them
         self.held, self.views = None, {}
 
@@ -468,7 +470,7 @@ def mm(self:Experts, h, w:dict, proj:str):
 def gate_up(self:Experts, h, ws:list) -> tuple:
     """`(gate, up)` float32 of rows `h` through each bundle of `ws` in turn (their outputs
     stacked): one product an expert where gate and up are packed as one"""
-    if ('gate_up_proj', 'sz') in ws[0]:
+    if self.stacked:
         return torch.cat([self.mm(h, w, 'gate_up_proj') for w in ws]).float().chunk(2, -1)
     return tuple(torch.cat([self.mm(h, w, p) for w in ws]).float()
                  for p in ('gate_proj', 'up_proj'))
