@@ -687,8 +687,8 @@ def _open_files(self:ExpertStore, reader:str, threads:int, residency:bool):
     self.use_reader(reader)
     self.res = ({p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()}
                 if residency else {})
-    # reads in flight; the shards mapped for `mapped_expert`, on first use
-    self.threads, self.pool, self.maps = threads, None, {}
+    # reads in flight; the shards mapped for `mapped_expert`, and its layers' views, on first use
+    self.threads, self.pool, self.maps, self.layer_views = threads, None, {}, {}
     self.use_threads(threads)
 
 # %% ../nbs/01a_store.ipynb #768faaae-3
@@ -720,7 +720,7 @@ def close(self:ExpertStore):
     self.reader.close()
     for r in self.res.values(): r.close()
     for fd in self.fds.values(): os.close(fd)
-    self.fds, self.maps = {}, {}  # a view still alive keeps its map
+    self.fds, self.maps, self.layer_views = {}, {}, {}  # a view still alive keeps its map
 
 # %% ../nbs/01a_store.ipynb #b1e0c001
 @patch
@@ -926,11 +926,25 @@ def mapped_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadSt
                          "not stored packed for this machine's torch)")
     stats, out = LoadStats(), {}
     for key, t, off, n in self.ranges(layer, expert):
-        if t.path not in self.maps:  # two threads may both map it: each view keeps its own
-            self.maps[t.path] = memoryview(mmap.mmap(self.fds[t.path], 0,
-                                                     access=mmap.ACCESS_READ))
         if self.res:
             cold, pages = self.res[t.path].cold_pages(off, n)
             stats.cold, stats.pages = stats.cold + cold, stats.pages + pages
-        out[key] = bq.torch_from_buffer(self.maps[t.path][off:off + n], t.dtype, t.shape[1:])
+        out[key] = self.layer_view(layer, key)[expert]
     return out, stats
+
+# %% ../nbs/01a_store.ipynb #a5a0a021-lv
+@patch
+def layer_view(self:ExpertStore, layer:int, key:tuple):
+    """Part `key` of every expert of `layer` as one torch tensor (E, ...) viewing a read-only map of
+    its shard, made on its first use; an expert's view is its row"""
+    got = self.layer_views.get((layer, key))
+    if got is not None: return got
+    t = self.layers[layer][key]
+    if t.path not in self.maps:  # two threads may both map it: each view keeps its own
+        self.maps[t.path] = memoryview(mmap.mmap(self.fds[t.path], 0, access=mmap.ACCESS_READ))
+    whole = bq.torch_from_buffer(self.maps[t.path][t.start:t.end], t.dtype, (-1,))
+    if t.stride:  # the experts stored one by one, `stride` bytes apart
+        inner = [math.prod(t.shape[i + 1:]) for i in range(1, len(t.shape))]
+        whole = whole.as_strided(t.shape, [t.stride // whole.element_size()] + inner)
+    self.layer_views[layer, key] = got = whole.view(t.shape)
+    return got

@@ -153,11 +153,7 @@ class Rope:
     def __call__(self, x, offset:int):
         "`x` (H, L, hd) rotated for positions offset..offset+L-1"
         end = offset + x.shape[-2]
-        if end > len(self.cos):
-            pos = torch.arange(-(-end // 256) * 256, dtype=torch.float64)[:, None] * self.inv
-            # YaRN scales the rotated part, which is a scale of the table
-            self.cos, self.sin = ((self.mscale * pos.cos()).float(),
-                                  (self.mscale * pos.sin()).float())
+        self.grow(end)
         cos, sin = self.cos[offset:end], self.sin[offset:end]
         r, rest = x[..., :self.dims], x[..., self.dims:]
         if self.traditional:
@@ -167,6 +163,30 @@ class Rope:
             a, b = r[..., :self.dims // 2], r[..., self.dims // 2:]
             r = torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
         return torch.cat([r, rest], -1) if rest.shape[-1] else r
+
+# %% ../nbs/02c_torch_step.ipynb #34106acc-at
+@patch
+def grow(self:Rope, end:int):
+    "The tables for positions up to `end`, grown by 256 positions at a time"
+    if end <= len(self.cos): return
+    pos = torch.arange(-(-end // 256) * 256, dtype=torch.float64)[:, None] * self.inv
+    # YaRN scales the rotated part, which is a scale of the table
+    self.cos, self.sin = (self.mscale * pos.cos()).float(), (self.mscale * pos.sin()).float()
+    # `at`'s: each output's cos, and the signed sin its partner is multiplied by
+    if self.traditional: pair = lambda a, b: torch.stack([a, b], -1).flatten(-2)
+    else: pair = lambda a, b: torch.cat([a, b], -1)
+    self.cos2, self.sin2 = pair(self.cos, self.cos), pair(-self.sin, self.sin)
+
+@patch
+def at(self:Rope, x, pos:int):
+    "`x` (R, hd) rotated for one position `pos`: `__call__`'s rotation in fewer operations"
+    self.grow(pos + 1)
+    d = self.dims
+    r = x[..., :d]
+    partner = (r.reshape(-1, d // 2, 2).flip(-1).reshape(r.shape) if self.traditional
+               else r.roll(d // 2, -1))
+    r = r * self.cos2[pos] + partner * self.sin2[pos]
+    return torch.cat([r, x[..., d:]], -1) if x.shape[-1] > d else r
 
 # %% ../nbs/02c_torch_step.ipynb #dfa8e0c8
 class KV:
@@ -226,6 +246,7 @@ class Attention:
 def __call__(self:Attention, x, cache:KV):
     "`x` (L, D) at positions cache.n.. -> (L, D)"
     L, gate = x.shape[0], None
+    if L == 1: return self.step(x, cache)
     q, k, v = self.qkv(x).split(self.sizes,
                                 -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
     if q.shape[-1] > self.heads * self.head_dim:  # Qwen3-Next: each head's queries, then a gate
@@ -239,13 +260,28 @@ def __call__(self:Attention, x, cache:KV):
     v = v.view(L, self.kv_heads, self.head_dim).transpose(0, 1)
     start = cache.n
     keys, values = cache.add(k, v)
-    mask = None
-    if L > 1: mask = torch.arange(keys.shape[1])[None] <= torch.arange(start, start + L)[:, None]
+    mask = torch.arange(keys.shape[1])[None] <= torch.arange(start, start + L)[:, None]
     out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                          scale=self.scale,
                                          enable_gqa=self.heads != self.kv_heads)[0]
     out = out.transpose(0, 1).reshape(L, -1)
     return self.o(out if gate is None else out * torch.sigmoid(gate.reshape(L, -1)))
+
+# %% ../nbs/02c_torch_step.ipynb #6c3660d9-s
+@patch
+def step(self:Attention, x, cache:KV):
+    "One token `x` (1, D) at position cache.n -> (1, D)"
+    H, Hk, d, gate = self.heads, self.kv_heads, self.head_dim, None
+    q, k, v = self.qkv(x).split(self.sizes, -1) if self.qkv else (self.q(x), self.k(x), self.v(x))
+    if q.shape[-1] > H * d: q, gate = q.view(H, 2, d).unbind(1)  # Qwen3-Next's gate
+    if self.q_norm is not None and not self.per_head: q, k = self.q_norm(q), self.k_norm(k)
+    qk = torch.cat([q.reshape(H, d), k.view(Hk, d)])
+    if self.per_head: qk = F.rms_norm(qk, (d,), None, self.q_norm.eps) * self.qk_w.view(H + Hk, d)
+    qk = self.rope.at(qk, cache.n)
+    keys, values = cache.add(qk[H:, None], v.view(Hk, 1, d))
+    s = torch.bmm(qk[:H].view(Hk, H // Hk, d), keys.transpose(1, 2)).mul_(self.scale)
+    out = torch.bmm(s.softmax(-1), values).view(1, H * d)
+    return self.o(out if gate is None else out * torch.sigmoid(gate.reshape(1, -1)))
 
 # %% ../nbs/02c_torch_step.ipynb #6c3660d9-1
 def _attention(lyr):
@@ -273,6 +309,8 @@ class MLA:
         if self.q_a is None: self.q = Proj(a.q_proj)
         else: self.q, self.q_norm = Proj(a.q_b_proj), Norm(a.q_a_layernorm)
         self.kv_a, self.kv_norm = Proj(a.kv_a_proj_with_mqa), Norm(a.kv_a_layernorm)
+        # both read the layer's input: one product where they share a packing
+        self.both = None if self.q_a is None else fuse([self.q_a, self.kv_a])
         self.o = Proj(a.o_proj if hasattr(a, 'o_proj') else a.dense)  # Ling's hybrid: `dense`
         # per head: latent to the key's unrotated part (H, rank, nope), to the value (H, v, rank)
         if hasattr(a, 'embed_q'): self.wk, self.wv = _dense(a.embed_q), _dense(a.unembed_out)
@@ -283,26 +321,45 @@ class MLA:
 
 # %% ../nbs/02c_torch_step.ipynb #mla-2
 @patch
+def inputs(self:MLA, x) -> tuple:
+    "`(q, latent, k_pe)` of rows `x` (L, D): the queries (L, H * (nope + pe)), the key's two parts"
+    if self.q_a is None: q, kv = self.q(x), self.kv_a(x)
+    else:
+        qa, kv = (self.both(x).split([self.q_a.out_features, self.kv_a.out_features], -1)
+                  if self.both else (self.q_a(x), self.kv_a(x)))
+        q = self.q(self.q_norm(qa))
+    return (q, *kv.split([self.rank, self.pe], -1))
+
+@patch
 def __call__(self:MLA, x, cache:KV):
     "`x` (L, D) at positions cache.n.. -> (L, D)"
     L, H, start = x.shape[0], self.heads, cache.n
-    q = self.q(x if self.q_a is None else self.q_norm(self.q_a(x)))
+    if L == 1: return self.step(x, cache)
+    q, latent, k_pe = self.inputs(x)
     q = q.view(L, H, self.nope + self.pe).transpose(0, 1)
-    latent, k_pe = self.kv_a(x).split([self.rank, self.pe], -1)
     pe = self.rope(torch.cat([q[..., self.nope:], k_pe[None]]), start)  # one rotation for both
     lat, kpe = cache.add(self.kv_norm(latent)[None], pe[-1:])  # (1, T, rank), (1, T, pe)
-    q_nope, q_pe = q[..., :self.nope], pe[:-1]
-    if L == 1:  # the query into the latent space: every head attends over the cached latents
-        q_lat = (q_nope @ self.wk.transpose(1, 2))[:, 0]  # (H, rank)
-        att = torch.softmax(self.scale * (q_lat @ lat[0].T + q_pe[:, 0] @ kpe[0].T), -1)  # (H, T)
-        out = (att @ lat[0])[:, None] @ self.wv.transpose(1, 2)  # (H, 1, v)
-    else:  # the latents expanded into each head's keys and values
-        k = torch.cat([lat @ self.wk, kpe.expand(H, -1, -1)], -1)
-        mask = torch.arange(k.shape[1])[None] <= torch.arange(start, start + L)[:, None]
-        out = F.scaled_dot_product_attention(torch.cat([q_nope, q_pe], -1)[None], k[None],
-                                             (lat @ self.wv.transpose(1, 2))[None],
-                                             attn_mask=mask, scale=self.scale)[0]
+    # the latents expanded into each head's keys and values
+    k = torch.cat([lat @ self.wk, kpe.expand(H, -1, -1)], -1)
+    mask = torch.arange(k.shape[1])[None] <= torch.arange(start, start + L)[:, None]
+    out = F.scaled_dot_product_attention(torch.cat([q[..., :self.nope], pe[:-1]], -1)[None],
+                                         k[None], (lat @ self.wv.transpose(1, 2))[None],
+                                         attn_mask=mask, scale=self.scale)[0]
     return self.o(out.transpose(0, 1).reshape(L, -1))
+
+# %% ../nbs/02c_torch_step.ipynb #mla-2s
+@patch
+def step(self:MLA, x, cache:KV):
+    "One token `x` (1, D) at position cache.n -> (1, D): the query taken into the latent space"
+    H = self.heads
+    q, latent, k_pe = self.inputs(x)
+    q = q.view(H, self.nope + self.pe)
+    pe = self.rope.at(torch.cat([q[:, self.nope:], k_pe]), cache.n)  # the heads', then the key's
+    lat, kpe = (t[0] for t in cache.add(self.kv_norm(latent)[None], pe[None, H:]))  # (T, rank|pe)
+    q_lat = torch.bmm(q[:, None, :self.nope], self.wk.transpose(1, 2))[:, 0]  # (H, rank)
+    # every head against the cached latents and rotated parts, then the latents read out
+    att = torch.addmm(pe[:H] @ kpe.T, q_lat, lat.T).mul_(self.scale).softmax(-1)  # (H, T)
+    return self.o(torch.bmm((att @ lat)[:, None], self.wv.transpose(1, 2)).view(1, -1))
 
 # %% ../nbs/02c_torch_step.ipynb #mla-3
 @patch
@@ -329,21 +386,29 @@ class DeltaNet:
         if self.qkvz is not None: self.ba = Proj(a.in_proj_ba)
         else: self.qkv, self.z, self.b, self.a = (Proj(getattr(a, f'in_proj_{n}'))
                                                   for n in ('qkv', 'z', 'b', 'a'))
+        # Qwen3.5: qkv and z in one product where they share a packing
+        self.qkv_z = None if self.qkvz is not None else fuse([self.qkv, self.z])
         self.conv = _f32(a.conv1d.weight)[..., 0]  # (channels, kernel): depthwise
+        self.conv_t = self.conv.T.contiguous()  # (kernel, channels): a decode step's window
         self.decay, self.dt_bias = -torch.exp(_f32(a.A_log)), _f32(a.dt_bias)
         self.norm, self.o = Norm(a.norm), Proj(a.out_proj)
 
-    def inputs(self, x) -> tuple:
-        "`(qkv, z, b, a)` of rows `x`, each head's in mlx-lm's order"
-        if self.qkvz is None: return self.qkv(x), self.z(x), self.b(x), self.a(x)
-        S, r = x.shape[0], self.hv // self.hk
-        q, k, v, z = self.qkvz(x).view(S, self.hk, -1).split([self.dk, self.dk, r * self.dv,
-                                                              r * self.dv], -1)
-        b, a = self.ba(x).view(S, self.hk, -1).split([r, r], -1)
-        flat = lambda t: t.reshape(S, -1)
-        return torch.cat([flat(q), flat(k), flat(v)], -1), flat(z), flat(b), flat(a)
-
     def new_cache(self): return Recurrent(self.width, self.channels, self.hv, self.dv, self.dk)
+
+# %% ../nbs/02c_torch_step.ipynb #gdn-1b
+@patch
+def inputs(self:DeltaNet, x) -> tuple:
+    "`(qkv, z, b, a)` of rows `x`, each head's in mlx-lm's order"
+    if self.qkv_z is not None:
+        qkv, z = self.qkv_z(x).split([self.qkv.out_features, self.z.out_features], -1)
+        return qkv, z, self.b(x), self.a(x)
+    if self.qkvz is None: return self.qkv(x), self.z(x), self.b(x), self.a(x)
+    S, r = x.shape[0], self.hv // self.hk
+    q, k, v, z = self.qkvz(x).view(S, self.hk, -1).split([self.dk, self.dk, r * self.dv,
+                                                          r * self.dv], -1)
+    b, a = self.ba(x).view(S, self.hk, -1).split([r, r], -1)
+    flat = lambda t: t.reshape(S, -1)
+    return torch.cat([flat(q), flat(k), flat(v)], -1), flat(z), flat(b), flat(a)
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-2
 class Recurrent:
@@ -370,6 +435,7 @@ class Recurrent:
 @patch
 def __call__(self:DeltaNet, x, cache:Recurrent):
     "`x` (L, D) after the tokens `cache` holds -> (L, D)"
+    if x.shape[0] == 1: return self.step(x, cache)
     S, (qkv, z, b, a) = x.shape[0], self.inputs(x)
     inp = torch.cat([cache.conv, qkv])  # the causal convolution reads the kept inputs first
     cache.conv = inp[-self.width:]
@@ -384,6 +450,26 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
     y = cache.run(q, k, v.view(S, self.hv, self.dv), g, torch.sigmoid(b))
     y = self.norm(y) * F.silu(z.view(S, self.hv, self.dv))  # mlx-lm's gated RMSNorm
     return self.o(y.reshape(S, -1))
+
+# %% ../nbs/02c_torch_step.ipynb #gdn-3s
+@patch
+def step(self:DeltaNet, x, cache:Recurrent):
+    "One token `x` (1, D) after the tokens `cache` holds -> (1, D)"
+    hk, hv, dk, dv = self.hk, self.hv, self.dk, self.dv
+    qkv, z, b, a = self.inputs(x)
+    inp = torch.cat([cache.conv, qkv])  # the convolution's window: the kept inputs, then this one
+    cache.conv = inp[1:]
+    q, k, v = F.silu((inp * self.conv_t).sum(0)).split([hk * dk, hk * dk, hv * dv])
+    inv = dk ** -0.5  # queries and keys to unit length, the readout scale on the queries
+    q = inv ** 2 * F.rms_norm(q.view(hk, dk), (dk,), None, 1e-6 * inv ** 2)
+    k = inv * F.rms_norm(k.view(hk, dk), (dk,), None, 1e-6 * inv ** 2)
+    if hv > hk: q, k = (t.repeat_interleave(hv // hk, 0) for t in (q, k))
+    s = cache.state * torch.exp(self.decay * F.softplus(a[0] + self.dt_bias))[:, None, None]
+    delta = (v.view(hv, dv) - torch.bmm(s, k[:, :, None])[..., 0]) * torch.sigmoid(b[0])[:, None]
+    s = torch.baddbmm(s, delta[:, :, None], k[:, None, :])  # (H, dv, dk)
+    cache.state, cache.n = s, cache.n + 1
+    y = torch.bmm(s, q[:, :, None]).view(hv, dv)
+    return self.o((self.norm(y) * F.silu(z.view(hv, dv))).view(1, -1))
 
 # %% ../nbs/02c_torch_step.ipynb #gla-1
 class Lightning:
@@ -426,7 +512,11 @@ class MLP:
     "A dense SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`) in torch"
     def __init__(self, m):
         self.gate, self.up, self.down = Proj(m.gate_proj), Proj(m.up_proj), Proj(m.down_proj)
-    def __call__(self, x): return self.down(F.silu(self.gate(x)) * self.up(x))
+        self.gate_up = fuse([self.gate, self.up])  # one product where they share a packing
+    def __call__(self, x):
+        if self.gate_up is None: return self.down(F.silu(self.gate(x)) * self.up(x))
+        g, u = self.gate_up(x).split([self.gate.out_features, self.up.out_features], -1)
+        return self.down(F.silu(g) * u)
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02
 class Experts:
@@ -484,16 +574,19 @@ def __call__(self:Experts, x, inds:np.ndarray, bundles:dict|None=None):
     if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))
     self.engine.stats[self.layer].calls += 1
     if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
-    uniq = np.unique(inds).tolist()
-    bundles = bundles or self.bundles(uniq)
-    xb = x.to(torch.bfloat16)
-    out = torch.empty(*inds.shape, x.shape[-1])
-    for e in uniq:
-        rows, cols = (torch.from_numpy(a) for a in np.nonzero(inds == e))
-        g, u = self.gate_up(xb[rows], [bundles[e]])
-        act = (F.silu(g) * u).to(torch.bfloat16)
-        out[rows, cols] = self.mm(act, bundles[e], 'down_proj').float()
-    return out
+    flat = inds.ravel()
+    order = np.argsort(flat, kind='stable')  # the (token, slot) pairs by expert, tokens in order
+    uniq, counts = np.unique(flat[order], return_counts=True)
+    bundles = bundles or self.bundles(uniq.tolist())
+    rows = x.to(torch.bfloat16)[torch.from_numpy(order // inds.shape[1])]
+    outs, start = [], 0
+    for e, n in zip(uniq.tolist(), counts.tolist()):
+        g, u = self.gate_up(rows[start:start + n], [bundles[e]])
+        outs.append(self.mm((F.silu(g) * u).to(torch.bfloat16), bundles[e], 'down_proj'))
+        start += n
+    out = torch.empty(flat.size, x.shape[-1])
+    out[torch.from_numpy(order)] = torch.cat(outs).float()
+    return out.view(*inds.shape, -1)
 
 # %% ../nbs/02c_torch_step.ipynb #ca5f1d02-c
 @patch
@@ -504,7 +597,7 @@ def one(self:Experts, x, ids:list, bundles:dict|None=None):
     ws = [bundles[e] for e in ids]
     g, u = self.gate_up(x.to(torch.bfloat16), ws)
     act = (F.silu(g) * u).to(torch.bfloat16)
-    return torch.cat([self.mm(act[j:j + 1], w, 'down_proj') for j, w in enumerate(ws)]).float()
+    return torch.cat([self.mm(a, w, 'down_proj') for a, w in zip(act.split(1), ws)]).float()
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
 def _router(m) -> Proj:
