@@ -524,6 +524,7 @@ def map_experts(self:StreamEngine) -> bool:
     nbytes = sum(t.nbytes for ts in st.layers.values() for t in ts.values())
     try: self.pool.map_all(st.mapped_expert, nbytes)
     except StoreError: return False
+    st.map_shards()  # mapped now, their residency asked once
     return True
 
 @patch

@@ -238,14 +238,17 @@ class Residency:
         self.size = size
         self.addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) if size else None
         if self.addr in (None, ctypes.c_void_p(-1).value): self.addr = None
+    def resident(self, start:int, n:int) -> np.ndarray|None:
+        "Whether each page of the range is in the page cache (None: not known)"
+        if self.addr is None or n <= 0: return None
+        a0 = start // PAGE * PAGE
+        vec = np.empty((start + n - a0 + PAGE - 1) // PAGE, np.uint8)
+        if _libc.mincore(self.addr + a0, len(vec) * PAGE, vec.ctypes.data) != 0: return None
+        return (vec & 1).astype(bool)
     def cold_pages(self, start:int, n:int) -> tuple[int, int]:
         "`(cold, total)` pages of the range"
-        if self.addr is None or n <= 0: return 0, 0
-        a0 = start // PAGE * PAGE
-        pages = (start + n - a0 + PAGE - 1) // PAGE
-        vec = np.empty(pages, np.uint8)
-        if _libc.mincore(self.addr + a0, pages * PAGE, vec.ctypes.data) != 0: return 0, 0
-        return pages - int(np.count_nonzero(vec & 1)), pages
+        r = self.resident(start, n)
+        return (0, 0) if r is None else (len(r) - int(np.count_nonzero(r)), len(r))
     def close(self):
         if self.addr:
             _libc.munmap(self.addr, self.size)
@@ -687,8 +690,9 @@ def _open_files(self:ExpertStore, reader:str, threads:int, residency:bool):
     self.use_reader(reader)
     self.res = ({p: Residency(fd, os.fstat(fd).st_size) for p, fd in self.fds.items()}
                 if residency else {})
-    # reads in flight; the shards mapped for `mapped_expert`, and its layers' views, on first use
-    self.threads, self.pool, self.maps, self.layer_views = threads, None, {}, {}
+    # reads in flight; the shards mapped for `mapped_expert` and its layers' views, on first use;
+    # the shards wholly in the page cache when mapped (`map_shards`)
+    self.threads, self.pool, self.maps, self.layer_views, self.warm = threads, None, {}, {}, set()
     self.use_threads(threads)
 
 # %% ../nbs/01a_store.ipynb #768faaae-3
@@ -720,7 +724,7 @@ def close(self:ExpertStore):
     self.reader.close()
     for r in self.res.values(): r.close()
     for fd in self.fds.values(): os.close(fd)
-    self.fds, self.maps, self.layer_views = {}, {}, {}  # a view still alive keeps its map
+    self.fds, self.maps, self.layer_views, self.warm = {}, {}, {}, set()  # a view keeps its map
 
 # %% ../nbs/01a_store.ipynb #b1e0c001
 @patch
@@ -927,7 +931,7 @@ def mapped_expert(self:ExpertStore, layer:int, expert:int) -> tuple[dict, LoadSt
     stats, out = LoadStats(), {}
     for key, t, off, n in self.ranges(layer, expert):
         if self.res:
-            cold, pages = self.res[t.path].cold_pages(off, n)
+            cold, pages = self._first_cold(t, off, n)
             stats.cold, stats.pages = stats.cold + cold, stats.pages + pages
         out[key] = self.layer_view(layer, key)[expert]
     return out, stats
@@ -948,3 +952,22 @@ def layer_view(self:ExpertStore, layer:int, key:tuple):
         whole = whole.as_strided(t.shape, [t.stride // whole.element_size()] + inner)
     self.layer_views[layer, key] = got = whole.view(t.shape)
     return got
+
+# %% ../nbs/01a_store.ipynb #a5a0a021-fc
+@patch
+def map_shards(self:ExpertStore):
+    """Map every shard for `mapped_expert` now, noting which are wholly in the page cache: those are
+    mapped populated (no expert faults on its first use) where the system can"""
+    for p, fd in self.fds.items():
+        cold, pages = self.res[p].cold_pages(0, self.res[p].size) if self.res else (1, 1)
+        if pages and not cold: self.warm.add(p)
+        if p in self.maps: continue
+        populate = getattr(mmap, 'MAP_POPULATE', 0) if p in self.warm else 0  # Linux's
+        self.maps[p] = memoryview(mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate,
+                                            prot=mmap.PROT_READ))
+
+@patch
+def _first_cold(self:ExpertStore, t:TensorInfo, off:int, n:int) -> tuple[int, int]:
+    "`(cold, total)` pages of the `n` bytes at `off` of `t`, served the first time"
+    if t.path not in self.warm: return self.res[t.path].cold_pages(off, n)
+    return 0, (off + n - 1) // PAGE - off // PAGE + 1
