@@ -40,6 +40,10 @@ copy). Parts, each arm in its own process, the arms alternating within each roun
   own converter) where missing, under --families-dir. The `uncapped` rounds, llama.cpp against the torch step; where
   llama.cpp cannot convert, load or run a shape the table says so and gives edge0's figures alone. Run alone, the
   part keeps the other parts' results already in --out.json and adds its table (with its own date and rounds).
+- contended: the fresh runs again, --contended-tokens tokens, one round, while busy loops (one a core: another program
+  using the machine) run: `edge0 generate` as a user gets it (edge0 sets OMP_WAIT_POLICY=PASSIVE before torch loads,
+  so torch's threads sleep while they wait), the same with torch's threads spinning (OMP_WAIT_POLICY=ACTIVE) and
+  llama-completion; a run that does not finish in --contended-timeout seconds says so.
 - profile: per decode token of the uncapped run, counted by cProfile over --profile-tokens tokens: MLX evaluations,
   arrays passed between MLX and torch, int4 kernel calls, Python function calls; the MLX graph (before) and the torch
   step (after).
@@ -211,26 +215,29 @@ FRESH_PROMPT = "It was a bright cold day in April, and the clocks were"  # about
 EDGE0_RATES = re.compile(r"prefill (\d+) tokens at ([\d.]+) tok/s \| decode (\d+) tokens at ([\d.]+) tok/s")
 
 
-def fresh_edge0(model:Path, n:int) -> dict:
+def fresh_edge0(model:Path, n:int, env:dict|None=None, timeout:float=3600) -> dict:
     "`edge0 generate` in a fresh process, as a user runs it: its own prefill and decode figures"
     cmd = [sys.executable, '-m', 'edge0', 'generate', '-m', str(model), '--pool-mib', '2048', '-p', FRESH_PROMPT,
            '--max-tokens', str(n), '--ignore-chat-template']
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=3600)
+    try: r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=timeout,
+                            env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired: return dict(failed=True, timed_out=timeout, wall_s=time.time() - t0)
     m = EDGE0_RATES.search(r.stdout + r.stderr)
     if r.returncode or not m:
         return dict(failed=True, returncode=r.returncode, stderr=(r.stderr or r.stdout)[-400:], wall_s=time.time() - t0)
     return dict(prompt=int(m[1]), pp_tps=float(m[2]), tokens=int(m[3]), tg_tps=float(m[4]), wall_s=time.time() - t0)
 
 
-def fresh_llama(bench:Path, gguf:Path, n:int, tries:int=3) -> dict:
+def fresh_llama(bench:Path, gguf:Path, n:int, tries:int=3, timeout:float=3600) -> dict:
     """`llama-completion` in a fresh process (no repacking, the weights mapped), greedy: its own prompt and eval rates.
     This build sometimes stops mid-generation with exit 0 and no timings (bench/gguf_families.py): tried again"""
     cmd = [str(bench.parent / 'llama-completion'), '-m', str(gguf), '-p', FRESH_PROMPT, '-n', str(n), '--temp', '0',
            '-t', '2', '-c', '1024', '-no-cnv', '--no-repack', '-lm', 'mmap', '--ignore-eos', '--simple-io']
     t0 = time.time()
     for attempt in range(tries):
-        r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=3600)
+        try: r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=timeout)
+        except subprocess.TimeoutExpired: return dict(failed=True, timed_out=timeout, wall_s=time.time() - t0)
         rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
                                       r.stderr)
         pp, tg = rate('prompt eval'), rate(r'(?<!prompt )\beval')
@@ -253,6 +260,29 @@ def fresh(a, model, bench, gguf) -> dict:
                   f"{res['tokens']} tokens {res['tg_tps']:6.1f} tok/s" if not res.get('failed') else
                   f"failed (exit {res.get('returncode')}): {res.get('stderr', '')[-200:]}"), flush=True)
     return rows
+
+
+def contended(a, model, bench, gguf) -> dict:
+    "The fresh runs, one round, while a busy loop runs on every core (`--contended-tokens` tokens each)"
+    n, t = a.contended_tokens, a.contended_timeout
+    hogs = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(os.cpu_count() or 1)]
+    try:
+        rows = {'llama.cpp': fresh_llama(bench, gguf, n, tries=1, timeout=t),
+                'edge0 generate': fresh_edge0(model, n, timeout=t),
+                'edge0, threads spinning': fresh_edge0(model, n, dict(OMP_WAIT_POLICY='ACTIVE'), timeout=t)}
+    finally:
+        for h in hogs: h.kill()
+    for name, r in rows.items(): print(f"  {name:24} {r}", flush=True)
+    return dict(tokens=n, timeout=t, hogs=len(hogs), rows=rows)
+
+
+def contended_table(c:dict) -> list:
+    lines = [f"  {'':24} {'prefill':>8} {'decode':>7}"]
+    for name, r in c['rows'].items():
+        lines.append(f"  {name:24} " + (f"{r['pp_tps']:>8.2f} {r['tg_tps']:>7.2f}" if not r.get('failed') else
+                                         f"did not finish {c['tokens']} tokens in {c['timeout']:.0f} s" if r.get('timed_out')
+                                         else 'failed: ' + r.get('stderr', '')[-200:]))
+    return lines
 
 
 def fresh_table(rows:dict) -> list:
@@ -495,6 +525,10 @@ def report(d:dict) -> str:
         lines += ['', f"=== fresh processes as a user runs them (edge0 generate --pool-mib 2048, llama-completion "
                       f"--no-repack -lm mmap), page cache warm, {DECODE} tokens, medians of {d['rounds']} alternating "
                       "rounds (tok/s)"] + fresh_table(d['fresh'])
+    if 'contended' in d:
+        c = d['contended']
+        lines += ['', f"=== fresh processes beside {c['hogs']} busy loops (another program on every core), {c['tokens']} "
+                      "tokens, one round (tok/s)"] + contended_table(c)
     if d.get('families'):
         fam = d['families']
         lines += ['', f"=== the tier families, {fam['date']}, uncapped, page cache warm, medians of {fam['rounds']} "
@@ -514,7 +548,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-16l'))
     ap.add_argument('--llama', default=str(ROOT / 'build' / 'llama'), help='where llama.cpp is built')
-    ap.add_argument('--parts', default='uncapped,fresh,capped,big,profile')
+    ap.add_argument('--parts', default='uncapped,fresh,contended,capped,big,profile')
     ap.add_argument('--big-model', default=str(ROOT / 'build' / 'bench' / 'qwen3moe-30b'),
                     help='the 30B-shaped synthetic (built where missing: about 17 GB, and 17 GB more converted)')
     ap.add_argument('--big-cap', type=int, default=3072, help='the memory cap for the 30B shape, MB (MiB)')
@@ -526,6 +560,8 @@ def main():
     ap.add_argument('--caps', default='600,1200', help='memory caps, MB (MiB), comma-separated')
     ap.add_argument('--cap-tokens', type=int, default=32)
     ap.add_argument('--profile-tokens', type=int, default=64)
+    ap.add_argument('--contended-tokens', type=int, default=16)
+    ap.add_argument('--contended-timeout', type=float, default=300, help='seconds a contended run may take')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'cpu_step'))
     ap.add_argument('--note', default='', help='a line for the results (e.g. another job shared the CPU)')
     ap.add_argument('--keep', action='store_true', help="keep the results of the parts not run from --out.json")
@@ -540,7 +576,7 @@ def main():
     d = dict(date=time.strftime('%Y-%m-%d %H:%M'), machine=f"{os.uname().machine}, {os.cpu_count()} cores",
              model='the tier families\' (below)', rounds=a.rounds, caps=a.caps, cap_tokens=a.cap_tokens,
              profile_tokens=a.profile_tokens, note=a.note)
-    if {'uncapped', 'fresh', 'capped', 'profile'} & set(parts):  # the Qwen3-MoE checkpoint and its GGUF
+    if {'uncapped', 'fresh', 'contended', 'capped', 'profile'} & set(parts):  # the Qwen3-MoE checkpoint and its GGUF
         mlx_model = Path(a.model)
         model = checkpoint(mlx_model)
         bench, gguf = anchor(mlx_model, Path(a.llama))
@@ -551,7 +587,8 @@ def main():
     # the parts not run now keep their results (a families-only run adds its table to the others')
     if (a.keep or parts == ['families']) and Path(a.out + '.json').exists():
         old = json.loads(Path(a.out + '.json').read_text())
-        kept = [p for p in ('uncapped', 'fresh', 'capped', 'big', 'families', 'profile') if p not in parts and old.get(p)]
+        kept = [p for p in ('uncapped', 'fresh', 'contended', 'capped', 'big', 'families', 'profile')
+                if p not in parts and old.get(p)]
         d.update({p: old[p] for p in kept}, kept=dict(date=old['date'], parts=kept))
         if kept and 'routing' not in d: d.update(model=old['model'], routing=old.get('routing', ''))
     save = lambda: Path(a.out + '.json').write_text(json.dumps(d, indent=1))  # after each part: a crash keeps the rest
@@ -562,6 +599,8 @@ def main():
     if 'big' in parts: d['big'] = big(a)
     save()
     if 'fresh' in parts: d['fresh'] = fresh(a, model, bench, gguf)
+    save()
+    if 'contended' in parts: d['contended'] = contended(a, model, bench, gguf)
     save()
     if 'families' in parts:
         bench = Path(a.llama) / 'bin' / 'llama-bench'

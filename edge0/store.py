@@ -238,17 +238,14 @@ class Residency:
         self.size = size
         self.addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) if size else None
         if self.addr in (None, ctypes.c_void_p(-1).value): self.addr = None
-    def resident(self, start:int, n:int) -> np.ndarray|None:
-        "Whether each page of the range is in the page cache (None: not known)"
-        if self.addr is None or n <= 0: return None
-        a0 = start // PAGE * PAGE
-        vec = np.empty((start + n - a0 + PAGE - 1) // PAGE, np.uint8)
-        if _libc.mincore(self.addr + a0, len(vec) * PAGE, vec.ctypes.data) != 0: return None
-        return (vec & 1).astype(bool)
     def cold_pages(self, start:int, n:int) -> tuple[int, int]:
         "`(cold, total)` pages of the range"
-        r = self.resident(start, n)
-        return (0, 0) if r is None else (len(r) - int(np.count_nonzero(r)), len(r))
+        if self.addr is None or n <= 0: return 0, 0
+        a0 = start // PAGE * PAGE
+        pages = (start + n - a0 + PAGE - 1) // PAGE
+        vec = np.empty(pages, np.uint8)
+        if _libc.mincore(self.addr + a0, pages * PAGE, vec.ctypes.data) != 0: return 0, 0
+        return pages - int(np.count_nonzero(vec & 1)), pages
     def close(self):
         if self.addr:
             _libc.munmap(self.addr, self.size)
