@@ -124,12 +124,13 @@ def test_streaming_keeps_its_names():
         for name in mod.__all__: assert getattr(s, name) is getattr(mod, name) and name in s.__all__, name
     assert s.kv_bytes is memory.kv_bytes and {'load', 'load_resident', 'Handle'} <= set(s.__all__)
 
-def test_import_makes_torch_threads_sleep_while_they_wait():
-    """`import edge0` sets OMP_WAIT_POLICY=PASSIVE before torch loads (spinning threads collapse a step where another
-    program uses the cores: bench/cpu_step.py's `contended` part); a value the user set is kept"""
+def test_import_sets_how_torch_threads_wait():
+    """`import edge0` sets OpenMP's wait (a short spin, then sleep: OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=10000) before
+    torch loads (bench/cpu_step.py's `contended` part); a value the user set is kept"""
     import os, subprocess, sys
-    code = "import edge0, os, sys; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
-    env = {k: v for k, v in os.environ.items() if k != 'OMP_WAIT_POLICY'}
+    code = ("import edge0, os, sys; print(os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'], "
+            "'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}
     run = lambda e: subprocess.run([sys.executable, '-c', code], env=e, capture_output=True, text=True).stdout.split()
-    assert run(env) == ['PASSIVE', 'False']  # set before anything loads torch
-    assert run(dict(env, OMP_WAIT_POLICY='ACTIVE'))[0] == 'ACTIVE'
+    assert run(env) == ['PASSIVE', '10000', 'False']  # set before anything loads torch
+    assert run(dict(env, OMP_WAIT_POLICY='ACTIVE', GOMP_SPINCOUNT='300000'))[:2] == ['ACTIVE', '300000']
