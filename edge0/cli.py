@@ -191,8 +191,7 @@ def _served_arguments(g):
     "The flags that say what is served: the model, its adapter, resident or streamed"
     g.add_argument('-m', '--model', required=True,
                    help='model directory, bundled model (edge0-tiny, edge0-tiny-ds, '
-                        'edge0-tiny-code) or Hugging Face '
-                   'repo id')
+                        'edge0-tiny-q35, edge0-tiny-code) or Hugging Face repo id')
     g.add_argument('--adapter-path', '--adapter', dest='adapter',
                    help="recovery LoRA file (default: lora-k{K}.safetensors beside the model, "
                         "when there is one)")
@@ -519,9 +518,9 @@ def _train_parser(sub):
                                      "tiny teacher "
                        "(teacher) or its recovery LoRA (sft, distil)")
     t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging '
-                                 'Face repo id; teacher '
-                   'and sft (and distil from its bf16 teacher): edge0-tiny, edge0-tiny-ds or '
-                   'edge0-tiny-code')
+                                 'Face repo id; teacher: edge0-tiny, edge0-tiny-ds, edge0-tiny-q35 '
+                   'or edge0-tiny-code; sft (and distil from its bf16 teacher): one of those with '
+                   'committed heads (all but edge0-tiny-q35)')
     t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES),
                    help="what is trained, by name or "
                    "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the "

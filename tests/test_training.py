@@ -35,7 +35,7 @@ def test_resume_after_interruption_matches(tmp_path):
     with pytest.raises(ValueError, match='another recipe'):  # a checkpoint of another recipe is refused, not mixed in
         reproduce('edge0-tiny-ds', corpus, tmp_path / 'b', tmp_path / 'outc', steps=5, show=False)
 
-@pytest.mark.parametrize('name', ['edge0-tiny', 'edge0-tiny-ds'])
+@pytest.mark.parametrize('name', ['edge0-tiny', 'edge0-tiny-ds', 'edge0-tiny-q35'])
 def test_committed_teachers_load_and_stream(name):
     import mlx_lm
     from edge0.backend import core as B
