@@ -55,6 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_budget import SHAPE_16L, checkpoint  # noqa: E402  the same checkpoint, built and converted where missing
 from edge0.memory import process_memory  # noqa: E402
+import edge0  # noqa: E402
 
 SHAPE_30B = dict(num_layers=48, num_experts=128, k=8, hidden=2048, expert_size=768)  # Qwen3-30B-A3B's MoE shape
 # the paper's two tier families, in the 16-layer shape (memory_budget.SHAPE_16L) with routing calibrated to trained MoEs'
@@ -65,12 +66,14 @@ MiB = 2**20
 NO_SWAP = ('memory.memsw.limit_in_bytes', 'memory.swap.max')
 ANCHOR = ROOT.parent / 'shared' / 'tools' / 'llama_anchor.sh'
 SHORT, LONG, DECODE = 23, 512, 256
+# llama.cpp (built with OpenMP) as a user runs it: without the OpenMP settings `import edge0` made for edge0's torch
+PEER_ENV = {k: v for k, v in os.environ.items() if k not in edge0.OPENMP_SET}
 
 
 def runs_here(bench:Path, gguf:Path) -> bool:
     """Whether the llama-bench at `bench` runs on this CPU: a build made on a CPU with other instruction sets (AVX512
     where this one has AVX2 only) dies of SIGILL at its first product, so one token is decoded to find out"""
-    r = subprocess.run([str(bench), '-m', str(gguf), '-n', '1', '-p', '0', '-r', '1', '-t', '1', '-o', 'json'],
+    r = subprocess.run([str(bench), '-m', str(gguf), '-n', '1', '-p', '0', '-r', '1', '-t', '1', '-o', 'json'], env=PEER_ENV,
                        capture_output=True, timeout=600)
     return r.returncode != -signal.SIGILL
 
@@ -105,7 +108,7 @@ def llama(bench:Path, gguf:Path, what:str, n:int, cap=None, tuned:bool=False, ti
     other = '-n' if what == 'pp' else '-p'
     cmd = [str(bench), '-m', str(gguf), flag, str(n), other, '0', '-r', '1', '-t', '2', '--repack', '0', '-lm', 'mmap',
            '-o', 'json']
-    env = dict(os.environ, LD_PRELOAD=str(gguf.parent / 'madv_random.so')) if tuned else None
+    env = dict(PEER_ENV, LD_PRELOAD=str(gguf.parent / 'madv_random.so')) if tuned else PEER_ENV
     t0, anon = time.time(), [0]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=cap.preexec if cap else None)
@@ -237,7 +240,7 @@ def fresh_llama(bench:Path, gguf:Path, n:int, tries:int=3, timeout:float=3600) -
            '-t', '2', '-c', '1024', '-no-cnv', '--no-repack', '-lm', 'mmap', '--ignore-eos', '--simple-io']
     t0 = time.time()
     for attempt in range(tries):
-        try: r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=timeout)
+        try: r = subprocess.run(cmd, capture_output=True, text=True, errors='replace', timeout=timeout, env=PEER_ENV)
         except subprocess.TimeoutExpired: return dict(failed=True, timed_out=timeout, wall_s=time.time() - t0)
         rate = lambda what: re.search(rf"{what} time =\s*[\d.]+ ms /\s*(\d+) (?:tokens|runs).*?([\d.]+) tokens per second",
                                       r.stderr)

@@ -7,5 +7,7 @@ __version__ = "0.1.0"
 # decoded fastest alone and beside another program; sleeping at once (OMP_WAIT_POLICY=PASSIVE, which other OpenMP
 # runtimes also read) lost a sixth alone. Set before torch is loaded; a value the user set wins.
 import os as _os
-_os.environ.setdefault('OMP_WAIT_POLICY', 'PASSIVE')
-_os.environ.setdefault('GOMP_SPINCOUNT', '10000')
+_WAIT = dict(OMP_WAIT_POLICY='PASSIVE', GOMP_SPINCOUNT='10000')
+# what this import set (a benchmark runs other programs, which read them too, without them)
+OPENMP_SET = tuple(k for k in _WAIT if k not in _os.environ)
+for _k, _v in _WAIT.items(): _os.environ.setdefault(_k, _v)

@@ -129,8 +129,8 @@ def test_import_sets_how_torch_threads_wait():
     torch loads (bench/cpu_step.py's `contended` part); a value the user set is kept"""
     import os, subprocess, sys
     code = ("import edge0, os, sys; print(os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'], "
-            "'torch' in sys.modules)")
+            "'torch' in sys.modules, len(edge0.OPENMP_SET))")
     env = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}
     run = lambda e: subprocess.run([sys.executable, '-c', code], env=e, capture_output=True, text=True).stdout.split()
-    assert run(env) == ['PASSIVE', '10000', 'False']  # set before anything loads torch
-    assert run(dict(env, OMP_WAIT_POLICY='ACTIVE', GOMP_SPINCOUNT='300000'))[:2] == ['ACTIVE', '300000']
+    assert run(env) == ['PASSIVE', '10000', 'False', '2']  # set before anything loads torch, and noted
+    assert run(dict(env, OMP_WAIT_POLICY='ACTIVE', GOMP_SPINCOUNT='300000')) == ['ACTIVE', '300000', 'False', '0']
