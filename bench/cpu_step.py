@@ -287,6 +287,8 @@ def contended_table(c:dict) -> list:
     for name, r in c['rows'].items():
         lines.append(f"  {name:30} " + (f"{r['pp_tps']:>8.2f} {r['tg_tps']:>7.2f}" if not r.get('failed') else
                                          f"did not finish {c['tokens']} tokens in {c['timeout']:.0f} s" if r.get('timed_out')
+                                         else f"stopped without its timings, exit 0, after {r['wall_s']:.0f} s (this "
+                                         "build's early stop: see fresh_llama)" if r.get('returncode') == 0
                                          else 'failed: ' + r.get('stderr', '')[-200:]))
     return lines
 
