@@ -397,6 +397,16 @@ class DeltaNet:
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-1b
 @patch
+def unit_qk(self:DeltaNet, q, k) -> tuple:
+    "Queries and keys (..., hk * dk) as (..., hv, dk): unit length, the readout scale on queries"
+    inv = self.dk ** -0.5
+    q, k = (F.rms_norm(t.unflatten(-1, (self.hk, self.dk)), (self.dk,), None, 1e-6 * inv ** 2)
+            for t in (q, k))
+    q, k = inv ** 2 * q, inv * k
+    if self.hv > self.hk: q, k = (t.repeat_interleave(self.hv // self.hk, -2) for t in (q, k))
+    return q, k
+
+@patch
 def inputs(self:DeltaNet, x) -> tuple:
     "`(qkv, z, b, a)` of rows `x`, each head's in mlx-lm's order"
     if self.qkv_z is not None:
@@ -441,11 +451,7 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
     cache.conv = inp[-self.width:]
     conv = F.silu((inp.unfold(0, self.width + 1, 1) * self.conv).sum(-1))
     q, k, v = conv.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], -1)
-    inv = self.dk ** -0.5  # queries and keys to unit length, the readout scale on the queries
-    q = inv ** 2 * F.rms_norm(q.view(S, self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
-    k = inv * F.rms_norm(k.view(S, self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
-    if self.hv > self.hk:
-        q, k = (t.repeat_interleave(self.hv // self.hk, 1) for t in (q, k))
+    q, k = self.unit_qk(q, k)
     g = torch.exp(self.decay * F.softplus(a + self.dt_bias))
     y = cache.run(q, k, v.view(S, self.hv, self.dv), g, torch.sigmoid(b))
     y = self.norm(y) * F.silu(z.view(S, self.hv, self.dv))  # mlx-lm's gated RMSNorm
@@ -460,10 +466,7 @@ def step(self:DeltaNet, x, cache:Recurrent):
     inp = torch.cat([cache.conv, qkv])  # the convolution's window: the kept inputs, then this one
     cache.conv = inp[1:]
     q, k, v = F.silu((inp * self.conv_t).sum(0)).split([hk * dk, hk * dk, hv * dv])
-    inv = dk ** -0.5  # queries and keys to unit length, the readout scale on the queries
-    q = inv ** 2 * F.rms_norm(q.view(hk, dk), (dk,), None, 1e-6 * inv ** 2)
-    k = inv * F.rms_norm(k.view(hk, dk), (dk,), None, 1e-6 * inv ** 2)
-    if hv > hk: q, k = (t.repeat_interleave(hv // hk, 0) for t in (q, k))
+    q, k = self.unit_qk(q, k)
     s = cache.state * torch.exp(self.decay * F.softplus(a[0] + self.dt_bias))[:, None, None]
     delta = (v.view(hv, dv) - torch.bmm(s, k[:, :, None])[..., 0]) * torch.sigmoid(b[0])[:, None]
     s = torch.baddbmm(s, delta[:, :, None], k[:, None, :])  # (H, dv, dk)
