@@ -2,6 +2,7 @@
 
     python bench/phase1_families.py                    # every family of edge0.zoo (about 45 s each)
     python bench/phase1_families.py --families qwen3_next deepseek_v3
+    python bench/phase1_families.py --families llama4 --merge   # these rows replaced, the others kept
 
 Each family's checkpoint is `edge0.zoo.build_tiny` with 4 layers (the DeepSeek, GLM and Ling families' first layer is
 dense, so they have 3 MoE layers and one head; the others 4 and two) and unit-RMS embedding rows (`embed_rms=1.0`: drawn
@@ -14,7 +15,7 @@ the adapter served by a `Session` in routing mode: a smoke run of the whole reci
 Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline, phase 3 trained and served.
 Writes bench/results/phase1_families.txt and .json.
 """
-import argparse, json, os, re, subprocess, sys, tempfile
+import argparse, json, os, re, subprocess, sys, tempfile, time
 from pathlib import Path
 from edge0.routing_stats import checkpoint_routing, format_routing
 from edge0.store import read_header
@@ -95,14 +96,24 @@ if __name__ == '__main__':
     ap.add_argument('--tokens', type=int, default=8192)
     ap.add_argument('--steps', type=int, default=300)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'phase1_families'))
+    ap.add_argument('--merge', action='store_true',
+                    help="replace these families' rows in the results at --out and keep the others' (each row names its run)")
     a = ap.parse_args()
+    run = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for name in a.families:
-            rows.append(family(name, Path(tmp), a.tokens, a.steps))
+            rows.append(dict(family(name, Path(tmp), a.tokens, a.steps), run=run))
             print(report(rows[-1:]).splitlines()[1], flush=True)
+    if a.merge and Path(a.out + '.json').exists():
+        kept = {r['family']: r for r in json.loads(Path(a.out + '.json').read_text())}
+        rows = [{**kept, **{r['family']: r for r in rows}}[f] for f in FAMILIES
+                if f in kept or f in a.families]
+    runs = {}
+    for r in rows: runs.setdefault(f"the run of {r['run']}" if 'run' in r else 'an earlier, undated run', []).append(r['family'])
     text = '\n'.join([f"phase 1 on every family (4-layer zoo checkpoints, {a.tokens:,} calibration tokens, {a.steps} steps)",
-                      *(r['routing'] for r in rows), report(rows)])
+                      *(r['routing'] for r in rows), report(rows),
+                      *(f"from {when}: {', '.join(fams)}" for when, fams in runs.items())])
     print(text)
     Path(a.out + '.txt').write_text(text + '\n')
     Path(a.out + '.json').write_text(json.dumps(rows, indent=1))

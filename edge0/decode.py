@@ -13,7 +13,8 @@ import numpy as np
 from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError, read_json
-from .routing import MoESpec, block, route, weigh, router_logits, router_bias, attr_at
+from .routing import (MoESpec, block, route, weigh, router_logits, router_bias, attr_at,
+                           check_k)
 from .store import model_spec
 from .engine import StreamEngine, StreamOptions, stats as stream_stats
 from .streaming import Handle, load as stream_load, load_resident
@@ -21,18 +22,21 @@ from .prerouter import Prerouter, features, find_heads, heads_file, load_prerout
 from .memory import MiB
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len', 'check_trace',
-           'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype', 'DecodeStats', 'Decoder',
-           'Executor', 'GraphExecutor', 'exact_top_sets', 'Sampling', 'generate_batch', 'Step', 'GraphStep',
-           'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
+__all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'expert_input', 'moe_forward', 'check_mode', 'check_exact_top',
+           'trace_len', 'check_trace', 'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype',
+           'DecodeStats', 'Decoder', 'Executor', 'GraphExecutor', 'exact_top_sets', 'Sampling', 'generate_batch',
+           'Step', 'GraphStep', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
     """The block's output from its experts' outputs `y` (..., K, D) and weights `w` (..., K), plus
     its shared expert"""
-    # MiniMax weighs in its input's dtype, Hunyuan in float32
-    if spec.weights_dtype: w = w.astype(x.dtype if spec.weights_dtype == 'input' else B.float32)
-    out = (y * w[..., None]).sum(axis=-2)
+    if w is None: out = y.sum(axis=-2)  # Llama 4: its weight went into the experts' input
+    else:
+        # MiniMax weighs in its input's dtype, Hunyuan in float32
+        if spec.weights_dtype: w = w.astype(x.dtype if spec.weights_dtype == 'input'
+                                            else B.float32)
+        out = (y * w[..., None]).sum(axis=-2)
     # as the model's block does
     if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
     if spec.shared:
@@ -41,13 +45,19 @@ def combine(spec:MoESpec, blk, x, y, w):
         out = out + sh
     return out
 
+def expert_input(spec:MoESpec, x, w) -> tuple:
+    """`(input, weights)`: what the experts compute on and what weighs their outputs; Llama 4's
+    one weight scales the input"""
+    return (x * w.astype(x.dtype), None) if spec.weigh_input else (x, w)
+
 def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     """`blk`'s output for `x`, its experts routed by its own router at `k`, or the given `inds`
     weighed by it"""
     logits = router_logits(spec, blk, x)
     if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
     else: w = weigh(spec.routing, logits, inds)
-    return combine(spec, blk, x, blk[spec.experts](x, inds), w)
+    xe, w = expert_input(spec, x, w)
+    return combine(spec, blk, x, blk[spec.experts](xe, inds), w)
 
 
 # %% ../nbs/02b_decode.ipynb #d0000010
@@ -237,6 +247,7 @@ def _served_k(k:int|None, spec:MoESpec, engine, prerouter) -> int:
     if engine is not None and engine.k != k:
         raise InputError(f"the engine serves K={engine.k}, the decoder K={k}: build both "
                          "with the same k")
+    check_k(spec, k)
     return k
 
 # %% ../nbs/02b_decode.ipynb #da14e472-c
@@ -381,15 +392,17 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
         if self.exact_top: ids = self._exact_top(ex, layer, logits, ids)
         inds = ex.token_ids(ids % spec.num_experts)
         w = weigh(spec.routing, logits, inds)
-        y = self._planned(ex, layer, blk, x, ids, inds)
+        xe, cw = expert_input(spec, x, w)
+        y = self._planned(ex, layer, blk, xe, ids, inds)
     else:
         if decode and self.beyond:
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step "
                              f"{self.step} has none (record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
+        xe, cw = expert_input(spec, x, w)
         # prefill: whole layers
-        y = self._own(ex, layer, blk, x, inds, w) if decode else ex.experts(blk, x, inds)
-    out = ex.combine(blk, x, y, w)
+        y = self._own(ex, layer, blk, xe, inds, w) if decode else ex.experts(blk, xe, inds)
+    out = ex.combine(blk, x, y, cw)
     if layer in self.owners: self.predict(ex, layer, x, inds, decode)
     return out
 

@@ -15,6 +15,7 @@ from .files import InputError, atomic_file, edge0_home
 from .memory import kv_bytes
 from .store import ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH
 from .experts import torch_quant, expert_mlp, per_expert_mlp
+from .routing import check_k
 from .pool import POLICIES, LayerStats, ExpertPool
 from . import lowbit
 from fastcore.basics import patch, patch_to
@@ -144,9 +145,7 @@ class StreamEngine:
         # planned layers read at once (`stage`)
         self.stage_ahead = self.options.stage_ahead_for(packed)
         self.ahead_held = False  # whether the budget keeps what they hold (`hold_stage_ahead`)
-        if not 1 <= self.k <= self.num_experts:
-            raise InputError(f"k={self.k} is out of range: the model has {self.num_experts} "
-                             "experts per layer")
+        check_k(self.spec, self.k)
         if self.options.slots is not None and self.options.slots < self.k:
             raise InputError(f"{self.options.slots} staged slots per layer cannot hold K={self.k} "
                              "experts")

@@ -12,7 +12,8 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, atomic_file, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
-from .decode import Sampling, combine, exact_top_sets, generate_batch, shadow_blocks, unshadow
+from .decode import (Sampling, combine, exact_top_sets, expert_input, generate_batch,
+                          shadow_blocks, unshadow)
 from mlx_lm.models.cache import make_prompt_cache
 from fastcore.basics import patch
 from .prerouter import Prerouter, features, heads_file, heads_fingerprint, load_prerouter
@@ -150,12 +151,12 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
-    own = blk[spec.experts]
-    y = grouped_experts(own, x, inds) if self.grouped else own(x, inds)
-    w = weigh(spec.routing, logits, inds)
+    own, w = blk[spec.experts], weigh(spec.routing, logits, inds)
+    xe, cw = expert_input(spec, x, w)
+    y = grouped_experts(own, xe, inds) if self.grouped else own(xe, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
-    if low is not None and layer in self.low: y = self._with_copies(layer, blk, x, inds, y, low)
-    out = combine(spec, blk, x, y, w)
+    if low is not None and layer in self.low: y = self._with_copies(layer, blk, xe, inds, y, low)
+    out = combine(spec, blk, x, y, cw)
     if layer in self.owners and not forced: self._predict(layer, x, inds)
     return out
 

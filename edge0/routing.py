@@ -15,7 +15,7 @@ from .files import InputError
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'sparsemixer', 'route', 'QuantSpec', 'Glu',
            'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block',
-           'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'absent_args',
+           'router_logits', 'router_bias', 'route_block', 'check_k', 'resolve_model_type', 'model_class', 'absent_args',
            'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap',
            'routed_windows']
 
@@ -32,7 +32,7 @@ class Routing:
     "A model's routing function, with every detail that changes its bits"
     kind:RouterKind
     score:str='softmax'      # 'softmax' or 'sigmoid' of the router logits
-    topk_first:bool=False    # top-K of the logits, then softmax over those K (Mixtral)
+    topk_first:bool=False    # top-K of the logits, then `score` those K (Mixtral's softmax)
     select:str='head'        # 'head': argpartition(-s, K-1)[:K]; 'tail': argpartition(s, -K)[-K:]
     norm:bool=False          # renormalize the K weights to sum to 1
     norm_eps:float=0.0       # added to the renormalizing sum
@@ -89,18 +89,24 @@ def _normalize(w, k:int, norm:bool, eps:float, k1:bool, clamp:bool=False):
     return w / (d + eps) if eps else w / d
 
 # %% ../nbs/00_routing.ipynb #43084c65
+def _score_chosen(t, score:str, f32:bool):
+    "Weights of the K chosen logits `t`: a precise softmax over them, or each one's sigmoid"
+    xp = B.ops_of(t)
+    t = xp.astype(t, xp.float32) if f32 else t
+    return xp.sigmoid(t) if score == 'sigmoid' else xp.softmax(t, axis=-1, precise=True)
+
 def softmax_topk(logits, # (..., E) router logits
                  k:int, # experts per token (may be below the model's native K)
                  select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True,
                  norm_clamp:bool=False,
                  scale:float=1.0,
-                 topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False):
+                 topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False,
+                 score:str='softmax', cast_back:bool=False):
     "Softmax routing: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
     if topk_first:
         inds = _select(logits, k, select)
-        t = xp.take_along_axis(logits, inds, axis=-1)
-        w = xp.softmax(xp.astype(t, xp.float32) if topk_f32 else t, axis=-1, precise=True)
+        w = _score_chosen(xp.take_along_axis(logits, inds, axis=-1), score, topk_f32)
     else:
         s = xp.softmax(logits, axis=-1, precise=True)
         if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max',
@@ -108,7 +114,8 @@ def softmax_topk(logits, # (..., E) router logits
         inds = _select(s, k, select)
         w = xp.take_along_axis(s, inds, axis=-1)
     w = _normalize(w, k, norm, norm_eps, norm_k1, norm_clamp)
-    return inds, (w * scale if scale != 1.0 else w)
+    w = w * scale if scale != 1.0 else w
+    return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
 # %% ../nbs/00_routing.ipynb #36637c6a
 def sigmoid_group(logits, # (..., E) router logits
@@ -171,7 +178,8 @@ def route(r:Routing, logits, k:int, bias=None):
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
                             norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
                             scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
-                            topk_group=r.topk_group, topk_f32=r.topk_f32)
+                            topk_group=r.topk_group, topk_f32=r.topk_f32, score=r.score,
+                            cast_back=r.cast_back)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
@@ -246,6 +254,7 @@ class MoESpec:
     weights_dtype:str|None=None # weighing in the block 'input''s dtype or in 'float32'
     gate:str='gate'           # the block's child it calls to route (a router module)
     activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
+    weigh_input:bool=False    # the weight scales the chosen expert's input, not its output (K=1)
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -726,6 +735,27 @@ def _phixtral(c, mt):
                 expert_bias=True, layout='mlp', activation=Glu('gelu_precise'))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c31
+def _llama4(c, mt):
+    r = Routing(RouterKind.softmax_topk, select='head', topk_first=True, score='sigmoid',
+                topk_f32=True, cast_back=True)
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'language_model.model.layers.{layer}.feed_forward', router='router',
+                gate='router', experts='experts', shared='shared_expert', weights_dtype='input',
+                weigh_input=True)
+    step = _count(c, 'interleave_moe_layer_step', mt)
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: i % step == step - 1))
+
+# %% ../nbs/00_routing.ipynb #fam-c33
+def check_k(spec:MoESpec, k:int):
+    "Refuse a K `spec`'s blocks cannot serve: outside 1..E, or not 1 where the weight scales the input"
+    if not 1 <= k <= spec.num_experts:
+        raise InputError(f"k={k} is out of range: the model has {spec.num_experts} experts per "
+                         "layer")
+    if spec.weigh_input and k != 1:
+        raise InputError(f"k={k}: a {spec.model_type} routes one expert a token (its weight "
+                         "scales that expert's input), expected 1")
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -739,7 +769,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
              'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
-             'phixtral': _phixtral}
+             'phixtral': _phixtral, 'llama4': _llama4}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -776,8 +806,6 @@ _NOT_STREAMED |= {
                    "experts read another norm of the input than the router",
     'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
               "scales each expert's weight",
-    'llama4': "it scales the chosen expert's input by a sigmoid of its logit instead of weighing "
-              "its output",
     'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
               "after the weighted sum",
     'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
@@ -859,6 +887,9 @@ def _check(spec:MoESpec):
     r, E = spec.routing, spec.num_experts
     if not spec.moe_layers: raise InputError(f"config.json: no layer of this {spec.model_type} "
                                              "model has an MoE block")
+    if spec.weigh_input and spec.k != 1:
+        raise InputError(f"config.json: num_experts_per_tok is {spec.k}, expected 1 (a "
+                         f"{spec.model_type} scales its one expert's input by its weight)")
     if r.grouped and E % r.n_group:
         raise InputError(f"config.json: n_group is {r.n_group}, expected a divisor of the {E} "
                          "experts")
@@ -908,18 +939,23 @@ def block_routing(spec:MoESpec, blk, x):
     if spec.router != spec.gate:  # a router module: some return (indices, weights) themselves
         out = blk[spec.gate](x)
         if isinstance(out, tuple): return out
-    seen = {}
+    seen, shadows = {}, [spec.experts, spec.shared]
     def probe(h, inds):
-        seen['inds'] = inds
+        seen['inds'], seen['h'] = inds, h
         eye = (B.arange(h.shape[-1])[None] == B.arange(inds.shape[-1])[:, None]).astype(B.float32)
         return B.zeros(inds.shape + (h.shape[-1],), B.float32) + eye
+    if spec.weigh_input:  # its router's logits for `x` on an input of ones: the experts get w
+        lg = blk[spec.gate](x)
+        object.__setattr__(blk, spec.gate, lambda _: lg)
+        shadows.append(spec.gate)
     # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
     # shadows it until popped
     object.__setattr__(blk, spec.experts, probe)
     if spec.shared: object.__setattr__(blk, spec.shared, lambda h: B.zeros(h.shape, h.dtype))
-    try: y = blk(x)
+    try: y = blk(B.ones(x.shape, x.dtype) if spec.weigh_input else x)
     finally:
-        for a in (spec.experts, spec.shared): blk.__dict__.pop(a, None)
+        for a in shadows: blk.__dict__.pop(a, None)
+    if spec.weigh_input: return seen['inds'], seen['h'][..., :seen['inds'].shape[-1]]
     # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
     # dtype, sigmoid-group scores are float32 unless the block casts them back
     r = spec.routing
@@ -948,14 +984,12 @@ def weigh(r:Routing, logits, inds):
     k, xp = inds.shape[-1], B.ops_of(logits)
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps, given=inds)[1]
     if r.kind == RouterKind.softmax_topk:
-        s = xp.take_along_axis(logits, inds,
-                               axis=-1) if r.topk_first else xp.softmax(logits, axis=-1,
-                                                                        precise=True)
-        if r.topk_first and r.topk_f32: s = xp.astype(s, xp.float32)
-        w = xp.softmax(s, axis=-1,
-                       precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
+        if r.topk_first: w = _score_chosen(xp.take_along_axis(logits, inds, axis=-1), r.score,
+                                           r.topk_f32)
+        else: w = xp.take_along_axis(xp.softmax(logits, axis=-1, precise=True), inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
-        return w * r.scale if r.scale != 1.0 else w
+        w = w * r.scale if r.scale != 1.0 else w
+        return xp.astype(w, logits.dtype) if r.cast_back else w
     x = xp.astype(logits, xp.float32) if r.score_f32 else logits
     s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,

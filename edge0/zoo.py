@@ -12,9 +12,9 @@ from .routing import SUPPORTED, spec_for, resolve_model_type, expert_keys, model
 from .files import InputError, atomic_dir
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS', 'COMMON_EMBED', 'SYNTHETIC_FAMILIES',
-           'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny', 'zoo_path', 'build_synthetic',
-           'mlx_lm_checkpoint']
+__all__ = ['FAMILIES', 'ONE_EXPERT', 'SPECIALS', 'CHAT_TEMPLATE', 'SYNTHETIC_GAINS', 'ROUTINGS', 'COMMON_EMBED',
+           'SYNTHETIC_FAMILIES', 'zoo_ks', 'tiny_config', 'randomize', 'tiny_model', 'tiny_tokenizer', 'build_tiny',
+           'zoo_path', 'build_synthetic', 'mlx_lm_checkpoint']
 
 # %% ../nbs/00_zoo.ipynb #8ffa0821
 FAMILIES = SUPPORTED  # the zoo has a tiny config for every architecture `spec_for` supports
@@ -215,6 +215,23 @@ def _nemotron(c, mt, E, F):
                  attention_bias=False)
     return c
 
+# %% ../nbs/00_zoo.ipynb #zoo-c27
+# Llama 4's block routes one expert a token (mlx-lm asserts it): no other K
+ONE_EXPERT = ('llama4',)
+
+def zoo_ks(model_type:str) -> tuple:
+    "The K cases the checks build `model_type` at: its native K (None), and K=2 where it has one"
+    return (None,) if model_type in ONE_EXPERT else (None, 2)
+
+def _llama4(c, mt, E, F):
+    "Llama 4"
+    if mt == 'llama4':  # mlx-lm's model indexes its 4th layer's cache
+        c.update(num_local_experts=E, intermediate_size=F, intermediate_size_mlp=128, head_dim=16,
+                 interleave_moe_layer_step=1, attention_bias=False, attention_chunk_size=8,
+                 use_qk_norm=True, rope_scaling=None,
+                 num_hidden_layers=max(c['num_hidden_layers'], 4))
+    return c
+
 # %% ../nbs/00_zoo.ipynb #zoo-c21
 def _others(c, mt, E, F):
     "MiMo-V2-Flash, Mellum and ERNIE 4.5 (and, through the helpers it calls, the rest)"
@@ -237,28 +254,36 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron): c = more(c, mt, E, F)
+    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron, _llama4):
+        c = more(c, mt, E, F)
     return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
+# (architecture, the text config's model_type) of the models whose language model nests
+_NESTED = {'qwen3_5_moe': ('Qwen3_5MoeForConditionalGeneration', 'qwen3_5_moe'),
+           'llama4': ('Llama4ForConditionalGeneration', 'llama4_text')}
+
 def tiny_config(model_type:str, # one of `FAMILIES`
                 num_layers:int=2, num_experts:int=16,
-                k:int|None=None, # experts per token (default 4)
+                k:int|None=None, # experts per token (default 4; Llama 4 has 1)
                 hidden:int=64, expert_size:int=64, vocab:int=512) -> dict:
     "A Hugging Face style config.json (as a dict) of a tiny `model_type` MoE"
     if model_type not in FAMILIES:
         raise ValueError(f"no tiny config for model_type {model_type!r}; the zoo has: "
                          f"{', '.join(FAMILIES)}")
-    c = _base(model_type, num_layers, k or 4, hidden, vocab)
+    if model_type in ONE_EXPERT and k not in (None, 1):
+        raise ValueError(f"a {model_type} routes one expert a token; asked for k={k}")
+    c = _base(model_type, num_layers, k or (1 if model_type in ONE_EXPERT else 4), hidden, vocab)
     family = (_bailing if model_type.startswith('bailing') else _family if model_type in _FIRST
               else _others)
     c = family(c, model_type, num_experts, expert_size)
     if model_type == 'qwen3_5_moe':
         c['rope_parameters'] = dict(type='default', rope_theta=10000.0, partial_rotary_factor=0.5,
                                     mrope_section=[2, 1, 1])
-        c = dict(model_type=model_type, architectures=['Qwen3_5MoeForConditionalGeneration'],
-                 tie_word_embeddings=False,
-                 torch_dtype='bfloat16', text_config=c)
+    if model_type in _NESTED:  # the language model's keys in `text_config`, as those checkpoints
+        arch, text = _NESTED[model_type]
+        c = dict(model_type=model_type, architectures=[arch], tie_word_embeddings=False,
+                 torch_dtype='bfloat16', text_config=dict(c, model_type=text))
     return c
 
 # %% ../nbs/00_zoo.ipynb #325df2f3
