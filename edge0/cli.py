@@ -39,7 +39,7 @@ _GLU_NAMES = {'silu': 'SwiGLU', 'swiglu_oai': "gpt-oss's clamped SwiGLU", 'situ'
               'clamped': 'clamped SwiGLU'}
 
 def _glu_name(g) -> str:
-    name = _GLU_NAMES.get(g.name, g.name)
+    name = _GLU_NAMES.get(g.name, g.name) + (f" {g.args}" if g.args else '')
     return name + (f" ({len(g.layers)} layers clamped)" if g.layers else '')
 
 def describe(spec:MoESpec) -> str:
@@ -49,12 +49,17 @@ def describe(spec:MoESpec) -> str:
     keys = expert_keys(s, s.moe_layers[0])
     routing = (f"{r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
                + (", correction bias" if r.bias else "")
-               + (f", scale {r.scale}" if r.scale != 1 else ""))
+               + (f", scale {r.scale}" if r.scale != 1 else "")
+               + (" after the weighted sum" if r.scale_after else "")
+               + (f", logits capped at {r.softcap}" if r.softcap else "")
+               + (", the weight scales the expert's input" if s.weigh_input else ""))
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
                                                f"({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
              f"{s.expert_size}, {_glu_name(s.activation)}",
-             f"routing        {routing}", f"shared expert  {s.shared or 'none'}",
+             f"routing        {routing}", f"shared expert  {s.shared or 'none'}"
+             + (f", mixed with the routed sum by the softmax of {s.shared_mix}" if s.shared_mix
+                else ''),
              f"experts stored {q}, {s.layout} layout",
              f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]
     return '\n'.join(lines)

@@ -39,12 +39,17 @@ def combine(spec:MoESpec, blk, x, y, w):
         out = (y * w[..., None]).sum(axis=-2)
     # as the model's block does
     if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
+    if spec.routing.scale_after: out = out * spec.routing.scale  # Laguna: after the cast
     if spec.shared:
         sh = blk[spec.shared](x)
         if spec.shared_gate: sh = B.sigmoid(blk[spec.shared_gate](x)) * sh
+        if spec.shared_mix:  # Klear: a softmax of two coefficients mixes the two outputs
+            c = B.softmax(blk[spec.shared_mix](x), axis=-1, precise=True)
+            return out * c[..., :1] + sh * c[..., 1:]
         out = out + sh
     return out
 
+# %% ../nbs/02b_decode.ipynb #d0000007-1
 def expert_input(spec:MoESpec, x, w) -> tuple:
     """`(input, weights)`: what the experts compute on and what weighs their outputs; Llama 4's
     one weight scales the input"""
@@ -58,7 +63,6 @@ def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     else: w = weigh(spec.routing, logits, inds)
     xe, w = expert_input(spec, x, w)
     return combine(spec, blk, x, blk[spec.experts](xe, inds), w)
-
 
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'

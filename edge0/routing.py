@@ -31,7 +31,7 @@ class RouterKind(str, Enum):
 class Routing:
     "A model's routing function, with every detail that changes its bits"
     kind:RouterKind
-    score:str='softmax'      # 'softmax' or 'sigmoid' of the router logits
+    score:str='softmax'      # 'softmax', 'sigmoid' or 'sqrtsoftplus' of the router logits
     topk_first:bool=False    # top-K of the logits, then `score` those K (Mixtral's softmax)
     select:str='head'        # 'head': argpartition(-s, K-1)[:K]; 'tail': argpartition(s, -K)[-K:]
     norm:bool=False          # renormalize the K weights to sum to 1
@@ -49,9 +49,13 @@ class Routing:
     group_fill:float=0.0     # score given to the experts of dropped groups
     bias:bool=False          # a correction bias steers selection, not the weights
     cast_back:bool=False     # weights returned in the logits' dtype
+    softcap:float=0.0        # logits capped softly to (-c, c), c * tanh(x / c), before scoring
+    scale_after:bool=False   # `scale` multiplies the weighted sum after its cast (Laguna)
 
     @property
     def grouped(self) -> bool: return self.n_group > 1 and self.topk_group < self.n_group
+    @property
+    def weight_scale(self) -> float: return 1.0 if self.scale_after else self.scale
 
 # %% ../nbs/00_routing.ipynb #50eb5662
 def _select(s, k:int, how:str):
@@ -118,6 +122,14 @@ def softmax_topk(logits, # (..., E) router logits
     return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
 # %% ../nbs/00_routing.ipynb #36637c6a
+def _scores(logits, score:str, f32:bool, softcap:float=0.0):
+    "Every expert's score: the sigmoid, precise softmax or sqrt-softplus of the (capped) logits"
+    xp = B.ops_of(logits)
+    x = xp.astype(logits, xp.float32) if f32 else logits
+    if softcap: x = xp.tanh(x / softcap) * softcap  # Laguna caps its logits softly
+    if score == 'sqrtsoftplus': return xp.sqrt(xp.softplus(x))
+    return xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
+
 def sigmoid_group(logits, # (..., E) router logits
                   k:int, # experts per token (may be below the model's native K)
                   bias=None, # (E,) correction bias, selection only
@@ -125,11 +137,10 @@ def sigmoid_group(logits, # (..., E) router logits
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
                   norm_clamp:bool=False,
                   scale:float=1.0, cast_back:bool=False, score_f32:bool=True,
-                  bias_add:str='promote'):
+                  bias_add:str='promote', softcap:float=0.0):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
-    x = xp.astype(logits, xp.float32) if score_f32 else logits
-    s = xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
+    s = _scores(logits, score, score_f32, softcap)
     sel = s if bias is None else _add_bias(s, bias, bias_add)
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
                                                                 group_fill)
@@ -177,15 +188,16 @@ def route(r:Routing, logits, k:int, bias=None):
     if r.kind == RouterKind.softmax_topk:
         return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
                             norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
-                            scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
+                            scale=r.weight_scale, topk_first=r.topk_first, n_group=r.n_group,
                             topk_group=r.topk_group, topk_f32=r.topk_f32, score=r.score,
                             cast_back=r.cast_back)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
                          norm_eps=r.norm_eps,
-                         norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.scale,
-                         cast_back=r.cast_back, score_f32=r.score_f32, bias_add=r.bias_add)
+                         norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.weight_scale,
+                         cast_back=r.cast_back, score_f32=r.score_f32, bias_add=r.bias_add,
+                         softcap=r.softcap)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
 @dataclass(frozen=True)
@@ -255,6 +267,7 @@ class MoESpec:
     gate:str='gate'           # the block's child it calls to route (a router module)
     activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
     weigh_input:bool=False    # the weight scales the chosen expert's input, not its output (K=1)
+    shared_mix:str|None=None  # a linear child whose softmax mixes routed and shared outputs
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -756,6 +769,49 @@ def check_k(spec:MoESpec, k:int):
         raise InputError(f"k={k}: a {spec.model_type} routes one expert a token (its weight "
                          "scales that expert's input), expected 1")
 
+# %% ../nbs/00_routing.ipynb #fam-c35
+def _klear(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head',
+                norm=bool(c.get('norm_topk_prob')), norm_k1=True, bias=True, cast_back=True)
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, experts='experts',
+                router_bias='expert_bias', shared='shared_experts', shared_mix='coefficient')
+    step, only = _count(c, 'decoder_sparse_step', mt, default=1), set(c.get('mlp_only_layers') or ())
+    return dict(d, moe_layers=_layers(d['num_layers'],
+                                      lambda i: i not in only and (i + 1) % step == 0))
+
+def _laguna(c, mt):
+    score = c.get('moe_router_score_func', 'sigmoid')
+    if score not in ('sigmoid', 'sqrtsoftplus'):
+        raise InputError(f"config.json: moe_router_score_func is {score!r}, expected 'sigmoid' or "
+                         "'sqrtsoftplus'")
+    cap = max(float(c.get('moe_router_logit_softcapping') or 0.0), 0.0)  # as the gate: > 0 caps
+    r = Routing(RouterKind.sigmoid_group, score=score, select='head', norm=True, norm_k1=True,
+                bias=True, softcap=cap, scale=float(c.get('moe_routed_scaling_factor', 1.0)),
+                scale_after=True)
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, router='gate.proj',
+                router_bias='gate.e_score_correction_bias', shared='shared_expert',
+                out_cast='input')
+    kinds = _flags(c, 'mlp_layer_types', d['num_layers'])
+    return dict(d, moe_layers=_layers(d['num_layers'], lambda i: kinds[i] == 'sparse'))
+
+# %% ../nbs/00_routing.ipynb #fam-c36
+def _minimax_m3(c, mt):
+    r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head', norm=True,
+                norm_eps=1e-20, norm_k1=True, bias=True, cast_back=True,
+                scale=float(c.get('routed_scaling_factor', 2.0)))
+    act = Glu('swiglu_oai', (float(c.get('swiglu_alpha', 1.702)), float(c.get('swiglu_limit', 7.0))))
+    d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
+                'language_model.model.layers.{layer}.block_sparse_moe',
+                router_bias='e_score_correction_bias', shared='shared_experts', activation=act)
+    n = d['num_layers']
+    if c.get('mlp_layer_types') is not None:  # as its args class's `is_moe`
+        kinds = _flags(c, 'mlp_layer_types', n)
+        return dict(d, moe_layers=_layers(n, lambda i: kinds[i] == 'sparse'))
+    if c.get('moe_layer_freq') is not None:
+        freq = _flags(c, 'moe_layer_freq', n)
+        return dict(d, moe_layers=_layers(n, lambda i: bool(freq[i])))
+    return dict(d, moe_layers=tuple(range(n)))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -769,7 +825,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
              'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
-             'phixtral': _phixtral, 'llama4': _llama4}
+             'phixtral': _phixtral, 'llama4': _llama4, 'Klear': _klear, 'laguna': _laguna,
+             'minimax_m3_vl': _minimax_m3}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -793,21 +850,12 @@ def model_class(config:dict):
     module = importlib.import_module(f"mlx_lm.models.{resolve_model_type(config)}")
     return module.Model, module.ModelArgs
 
-# %% ../nbs/00_routing.ipynb #fam-c09
-_NOT_STREAMED = {
-    'minimax_m3_vl': "its experts compute swiglu_oai with the alpha and limit its config sets, "
-                     "inside a vision-language wrapper whose text config edge0 does not read",
-    'Klear': "its block mixes its routed and shared experts' outputs by learned coefficients",
-}
-
 # %% ../nbs/00_routing.ipynb #fam-c10
-_NOT_STREAMED |= {
+_NOT_STREAMED = {
     'gemma4_text': "its router normalizes its own input and scales each expert's weight, and its "
                    "experts read another norm of the input than the router",
     'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
               "scales each expert's weight",
-    'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
-              "after the weighted sum",
     'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
                     "clamped float32 SwiGLU, and its layers mix hyper-connection streams",
     'longcat_flash': "it routes tokens to zero-compute identity experts beyond the stored ones",
@@ -820,7 +868,7 @@ _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
          'quantization_config')
 # the models whose language model reads a nested `text_config` (or, for Kimi K3, the config itself)
 _TEXT_ARGS = {'qwen3_5_moe': ('qwen3_5', 'TextModelArgs'), 'kimi_k3': ('kimi_k3', 'TextArgs'),
-              'llama4': ('llama4', 'TextArgs')}
+              'llama4': ('llama4', 'TextArgs'), 'minimax_m3_vl': ('minimax_m3_vl', 'TextArgs')}
 
 def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
@@ -933,28 +981,38 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
     _check(spec)
     return spec
 
+# %% ../nbs/00_routing.ipynb #b3c7f3be-0
+def _shadow_probe(spec:MoESpec, blk, x, probe) -> list:
+    "Shadow `blk`'s experts by `probe` and silence the rest of its output; the names shadowed"
+    # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
+    # shadows it until popped
+    put = lambda name, fn: object.__setattr__(blk, name, fn) or name
+    if spec.weigh_input:  # its router's logits for `x` on an input of ones: the experts get w
+        lg = blk[spec.gate](x)
+        names = [put(spec.gate, lambda _: lg)]
+    else: names = []
+    names.append(put(spec.experts, probe))
+    if spec.shared: names.append(put(spec.shared, lambda h: B.zeros(h.shape, h.dtype)))
+    if spec.shared_mix:  # Klear's mix at (1, 0): the routed sum as it is
+        names.append(put(spec.shared_mix, lambda h: B.zeros(h.shape[:-1] + (2,))
+                         + B.array([0.0, -math.inf])))
+    return names
+
 # %% ../nbs/00_routing.ipynb #b3c7f3be
 def block_routing(spec:MoESpec, blk, x):
     "`(indices, weights)` exactly as `blk` itself routes `x` (reference for parity checks)"
     if spec.router != spec.gate:  # a router module: some return (indices, weights) themselves
         out = blk[spec.gate](x)
         if isinstance(out, tuple): return out
-    seen, shadows = {}, [spec.experts, spec.shared]
+    seen = {}
     def probe(h, inds):
         seen['inds'], seen['h'] = inds, h
         eye = (B.arange(h.shape[-1])[None] == B.arange(inds.shape[-1])[:, None]).astype(B.float32)
         return B.zeros(inds.shape + (h.shape[-1],), B.float32) + eye
-    if spec.weigh_input:  # its router's logits for `x` on an input of ones: the experts get w
-        lg = blk[spec.gate](x)
-        object.__setattr__(blk, spec.gate, lambda _: lg)
-        shadows.append(spec.gate)
-    # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
-    # shadows it until popped
-    object.__setattr__(blk, spec.experts, probe)
-    if spec.shared: object.__setattr__(blk, spec.shared, lambda h: B.zeros(h.shape, h.dtype))
+    names = _shadow_probe(spec, blk, x, probe)
     try: y = blk(B.ones(x.shape, x.dtype) if spec.weigh_input else x)
     finally:
-        for a in shadows: blk.__dict__.pop(a, None)
+        for a in names: blk.__dict__.pop(a, None)
     if spec.weigh_input: return seen['inds'], seen['h'][..., :seen['inds'].shape[-1]]
     # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
     # dtype, sigmoid-group scores are float32 unless the block casts them back
@@ -988,12 +1046,11 @@ def weigh(r:Routing, logits, inds):
                                            r.topk_f32)
         else: w = xp.take_along_axis(xp.softmax(logits, axis=-1, precise=True), inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
-        w = w * r.scale if r.scale != 1.0 else w
+        w = w * r.weight_scale if r.weight_scale != 1.0 else w
         return xp.astype(w, logits.dtype) if r.cast_back else w
-    x = xp.astype(logits, xp.float32) if r.score_f32 else logits
-    s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
+    s = _scores(logits, r.score, r.score_f32, r.softcap)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
-                   r.norm_clamp) * r.scale
+                   r.norm_clamp) * r.weight_scale
     return xp.astype(w, logits.dtype) if r.cast_back else w
 
 # %% ../nbs/00_routing.ipynb #c0a1e006

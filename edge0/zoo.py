@@ -223,13 +223,28 @@ def zoo_ks(model_type:str) -> tuple:
     "The K cases the checks build `model_type` at: its native K (None), and K=2 where it has one"
     return (None,) if model_type in ONE_EXPERT else (None, 2)
 
-def _llama4(c, mt, E, F):
-    "Llama 4"
+def _late(c, mt, E, F):
+    "Llama 4, Klear, Laguna and MiniMax-M3"
+    L = c['num_hidden_layers']
+    dense, kinds = int(L > 2), (['sliding_attention', 'full_attention'] * L)[:L]
     if mt == 'llama4':  # mlx-lm's model indexes its 4th layer's cache
         c.update(num_local_experts=E, intermediate_size=F, intermediate_size_mlp=128, head_dim=16,
                  interleave_moe_layer_step=1, attention_bias=False, attention_chunk_size=8,
-                 use_qk_norm=True, rope_scaling=None,
-                 num_hidden_layers=max(c['num_hidden_layers'], 4))
+                 use_qk_norm=True, rope_scaling=None, num_hidden_layers=max(L, 4))
+    if mt == 'Klear':
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, n_shared_experts=1,
+                 attention_bias=False, mlp_only_layers=[], decoder_sparse_step=1,
+                 norm_topk_prob=True)
+    if mt == 'laguna':  # a cap the random logits reach, scored by sqrt-softplus
+        c.update(num_experts=E, moe_intermediate_size=F, intermediate_size=128, head_dim=16,
+                 shared_expert_intermediate_size=64, layer_types=kinds, sliding_window=8,
+                 mlp_layer_types=['dense'] * dense + ['sparse'] * (L - dense),
+                 moe_router_logit_softcapping=1.0, moe_router_score_func='sqrtsoftplus',
+                 moe_routed_scaling_factor=2.5)
+    if mt == 'minimax_m3_vl':  # its own alpha and limit
+        c.update(num_local_experts=E, intermediate_size=F, dense_intermediate_size=128,
+                 shared_intermediate_size=64, head_dim=16, rotary_dim=8, swiglu_alpha=1.5,
+                 swiglu_limit=5.0, moe_layer_freq=[int(i >= dense) for i in range(L)])
     return c
 
 # %% ../nbs/00_zoo.ipynb #zoo-c21
@@ -254,14 +269,15 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron, _llama4):
+    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron, _late):
         c = more(c, mt, E, F)
     return c
 
 # %% ../nbs/00_zoo.ipynb #a1efec71
 # (architecture, the text config's model_type) of the models whose language model nests
 _NESTED = {'qwen3_5_moe': ('Qwen3_5MoeForConditionalGeneration', 'qwen3_5_moe'),
-           'llama4': ('Llama4ForConditionalGeneration', 'llama4_text')}
+           'llama4': ('Llama4ForConditionalGeneration', 'llama4_text'),
+           'minimax_m3_vl': ('MiniMaxM3VLForConditionalGeneration', 'minimax_m3_vl')}
 
 def tiny_config(model_type:str, # one of `FAMILIES`
                 num_layers:int=2, num_experts:int=16,

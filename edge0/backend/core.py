@@ -16,7 +16,8 @@ from mlx.core import (array, float32, float16, bfloat16, uint8, uint16, uint32, 
                       argmax, expand_dims,
     gather_mm, zeros_like,
     value_and_grad, # of a function of arrays (`nn.value_and_grad`: of a model's parameters)
-    slice_update, log, exp, logsumexp, split, random, maximum)
+    slice_update, log, exp, logsumexp, split, random, maximum, tanh, sqrt)
+from mlx.nn import softplus  # mlx-lm's own: a compiled logaddexp(x, 0)
 
 # %% auto #0
 __all__ = ['device_kind', 'compute_dtype', 'eval', 'async_eval', 'compile', 'end_thread', 'seed', 'normal', 'categorical',

@@ -55,7 +55,8 @@ def _mlx_lm(module:str, name:str):
     return getattr(importlib.import_module(f'mlx_lm.models.{module}'), name)
 
 GLUS = {'silu': swiglu,  # gpt-oss's, Kimi K3's SiTU, Step 3.5's clamped: mlx-lm's own functions
-        'swiglu_oai': lambda gate, up: _mlx_lm('activations', 'swiglu_oai')(gate, up),
+        # gpt-oss's defaults, or MiniMax-M3's alpha and limit
+        'swiglu_oai': lambda gate, up, *a: _mlx_lm('activations', 'swiglu_oai')(gate, up, *a),
         'situ': lambda gate, up, beta, lb: _mlx_lm('kimi_k3', '_situ')(up, gate, beta, lb),
         'clamped': lambda gate, up, limit: _mlx_lm('step3p5', 'clamped_swiglu')(up, gate, limit)}
 

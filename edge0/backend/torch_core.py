@@ -10,8 +10,8 @@ float32, bfloat16, int64 = torch.float32, torch.bfloat16, torch.int64
 
 # %% auto #0
 __all__ = ['float32', 'bfloat16', 'int64', 'array', 'astype', 'arange', 'concatenate', 'stop_gradient', 'softmax', 'sigmoid',
-           'amax', 'argmax', 'argsort', 'where', 'maximum', 'argpartition', 'topk', 'take_along_axis', 'put_along_axis',
-           'unflatten', 'flatten']
+           'tanh', 'sqrt', 'softplus', 'amax', 'argmax', 'argsort', 'where', 'maximum', 'argpartition', 'topk',
+           'take_along_axis', 'put_along_axis', 'unflatten', 'flatten']
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000007
 def array(x, dtype=None):
@@ -42,6 +42,12 @@ def softmax(a, axis:int=-1, precise:bool=False):
 def sigmoid(a):
     "The logistic of `a`"
     return torch.sigmoid(a)
+
+def tanh(a): return torch.tanh(a)
+def sqrt(a): return torch.sqrt(a)
+def softplus(a):
+    "log(1 + exp(a)), as MLX's `logaddexp(a, 0)`"
+    return torch.logaddexp(a, torch.zeros((), dtype=a.dtype))
 
 def amax(a, axis:int, keepdims:bool=False):
     "The largest entry along `axis`"
