@@ -38,16 +38,18 @@ def combine(spec:MoESpec, blk, x, y, w):
                                             else B.float32)
         out = (y * w[..., None]).sum(axis=-2)
     # as the model's block does
-    if spec.out_cast: out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
+    if spec.out_cast in ('experts', 'input'):
+        out = out.astype(y.dtype if spec.out_cast == 'experts' else x.dtype)
     if spec.routing.scale_after: out = out * spec.routing.scale  # Laguna: after the cast
     if spec.shared:
         sh = blk[spec.shared](x)
         if spec.shared_gate: sh = B.sigmoid(blk[spec.shared_gate](x)) * sh
         if spec.shared_mix:  # Klear: a softmax of two coefficients mixes the two outputs
             c = B.softmax(blk[spec.shared_mix](x), axis=-1, precise=True)
-            return out * c[..., :1] + sh * c[..., 1:]
-        out = out + sh
-    return out
+            out = out * c[..., :1] + sh * c[..., 1:]
+        else: out = out + sh
+    # DeepSeek-V4.1 adds its shared expert to the float32 sum and casts the whole
+    return out.astype(x.dtype) if spec.out_cast == 'block' else out
 
 # %% ../nbs/02b_decode.ipynb #d0000007-1
 def expert_input(spec:MoESpec, x, w) -> tuple:
@@ -62,7 +64,7 @@ def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
     else: w = weigh(spec.routing, logits, inds)
     xe, w = expert_input(spec, x, w)
-    return combine(spec, blk, x, blk[spec.experts](xe, inds), w)
+    return combine(spec, blk, x, attr_at(blk, spec.experts)(xe, inds), w)
 
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'
@@ -373,7 +375,7 @@ class GraphExecutor(Executor):
     def __init__(self, dec): self.dec = dec
     def logits(self, blk, x): return router_logits(self.dec.spec, blk, x)
     def bias(self, layer): return self.dec.bias[layer]
-    def experts(self, blk, x, inds): return blk[self.dec.spec.experts](x, inds)
+    def experts(self, blk, x, inds): return attr_at(blk, self.dec.spec.experts)(x, inds)
     def planned(self, layer, x, ids): return self.dec.engine.compute_planned(layer, x, ids)
     def combine(self, blk, x, y, w): return combine(self.dec.spec, blk, x, y, w)
     def head(self, layer, h, now, prev):

@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, atomic_file, read_json, teacher_path
-from .routing import MoESpec, block, route, weigh, router_logits, router_bias
+from .routing import MoESpec, attr_at, block, route, weigh, router_logits, router_bias
 from .decode import (Sampling, combine, exact_top_sets, expert_input, generate_batch,
                           shadow_blocks, unshadow)
 from mlx_lm.models.cache import make_prompt_cache
@@ -151,7 +151,7 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
-    own, w = blk[spec.experts], weigh(spec.routing, logits, inds)
+    own, w = attr_at(blk, spec.experts), weigh(spec.routing, logits, inds)
     xe, cw = expert_input(spec, x, w)
     y = grouped_experts(own, xe, inds) if self.grouped else own(xe, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
@@ -181,7 +181,8 @@ def _with_copies(self:StudentPath, layer:int, blk, x, inds, y, low):
     "`y` with the slots `low` from position `low_from` on computed from `layer`'s lower-bit copies"
     # a prompt is read at int4
     low = low & (B.arange(self.pos, self.pos + x.shape[1]) >= self.low_from)[None, :, None]
-    return B.where(low[..., None], copies_of(blk[self.spec.experts], self.low[layer], x, inds), y)
+    return B.where(low[..., None], copies_of(attr_at(blk, self.spec.experts), self.low[layer], x,
+                                             inds), y)
 
 # %% ../nbs/04d_recovery.ipynb #e0b6175d-4
 @patch

@@ -14,7 +14,7 @@ from .files import InputError
 
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'sparsemixer', 'route', 'QuantSpec', 'Glu',
-           'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block',
+           'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'experts_at',
            'router_logits', 'router_bias', 'route_block', 'check_k', 'resolve_model_type', 'model_class', 'absent_args',
            'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap',
            'routed_windows']
@@ -50,12 +50,17 @@ class Routing:
     bias:bool=False          # a correction bias steers selection, not the weights
     cast_back:bool=False     # weights returned in the logits' dtype
     softcap:float=0.0        # logits capped softly to (-c, c), c * tanh(x / c), before scoring
+    temperature:float=1.0    # logits divided by it before scoring (DeepSeek-V4.1's gate_temp)
     scale_after:bool=False   # `scale` multiplies the weighted sum after its cast (Laguna)
 
     @property
     def grouped(self) -> bool: return self.n_group > 1 and self.topk_group < self.n_group
-    @property
-    def weight_scale(self) -> float: return 1.0 if self.scale_after else self.scale
+
+# %% ../nbs/00_routing.ipynb #frt-c01c
+@patch(as_prop=True)
+def weight_scale(self:Routing) -> float:
+    "The scale the weights carry: `scale`, unless the block applies it after the sum"
+    return 1.0 if self.scale_after else self.scale
 
 # %% ../nbs/00_routing.ipynb #50eb5662
 def _select(s, k:int, how:str):
@@ -122,10 +127,11 @@ def softmax_topk(logits, # (..., E) router logits
     return inds, (xp.astype(w, logits.dtype) if cast_back else w)
 
 # %% ../nbs/00_routing.ipynb #36637c6a
-def _scores(logits, score:str, f32:bool, softcap:float=0.0):
+def _scores(logits, score:str, f32:bool, softcap:float=0.0, temperature:float=1.0):
     "Every expert's score: the sigmoid, precise softmax or sqrt-softplus of the (capped) logits"
     xp = B.ops_of(logits)
     x = xp.astype(logits, xp.float32) if f32 else logits
+    if temperature != 1.0: x = x / temperature
     if softcap: x = xp.tanh(x / softcap) * softcap  # Laguna caps its logits softly
     if score == 'sqrtsoftplus': return xp.sqrt(xp.softplus(x))
     return xp.sigmoid(x) if score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
@@ -137,10 +143,10 @@ def sigmoid_group(logits, # (..., E) router logits
                   select:str='head', norm:bool=True, norm_eps:float=0.0, norm_k1:bool=False,
                   norm_clamp:bool=False,
                   scale:float=1.0, cast_back:bool=False, score_f32:bool=True,
-                  bias_add:str='promote', softcap:float=0.0):
+                  bias_add:str='promote', softcap:float=0.0, temperature:float=1.0):
     "Group-limited routing on sigmoid (or softmax) scores: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
-    s = _scores(logits, score, score_f32, softcap)
+    s = _scores(logits, score, score_f32, softcap, temperature)
     sel = s if bias is None else _add_bias(s, bias, bias_add)
     if n_group > 1 and topk_group < n_group: sel = _drop_groups(sel, n_group, topk_group, 'top2',
                                                                 group_fill)
@@ -197,7 +203,7 @@ def route(r:Routing, logits, k:int, bias=None):
                          norm_eps=r.norm_eps,
                          norm_k1=r.norm_k1, norm_clamp=r.norm_clamp, scale=r.weight_scale,
                          cast_back=r.cast_back, score_f32=r.score_f32, bias_add=r.bias_add,
-                         softcap=r.softcap)
+                         softcap=r.softcap, temperature=r.temperature)
 
 # %% ../nbs/00_routing.ipynb #b44bd5ac
 @dataclass(frozen=True)
@@ -256,7 +262,7 @@ class MoESpec:
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
     expert_bias:bool=False    # routed experts carry bias vectors
-    out_cast:str|None=None    # the weighted sum is cast to the 'experts' or the 'input' dtype
+    out_cast:str|None=None    # sum cast to the 'experts' or 'input' dtype, or the 'block' output
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.{experts}.{proj}.{part}'
     quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
@@ -340,6 +346,11 @@ def block(spec:MoESpec, model, layer:int):
     "The MoE block of `layer` in a loaded mlx-lm `model`"
     check_moe_layer(spec, layer)
     return attr_at(model, spec.block_path.format(layer=layer))
+
+def experts_at(spec:MoESpec, blk) -> tuple:
+    "`(holder, name)`: the module of `blk` holding its stacked experts (V4.1's wrapper), their name"
+    *path, name = spec.experts.split('.')
+    return (attr_at(blk, '.'.join(path)) if path else blk), name
 
 def router_logits(spec:MoESpec, blk, x):
     "The router logits (..., E) that `blk`'s own router computes for hidden states `x`"
@@ -761,7 +772,7 @@ def _llama4(c, mt):
 
 # %% ../nbs/00_routing.ipynb #fam-c33
 def check_k(spec:MoESpec, k:int):
-    "Refuse a K `spec`'s blocks cannot serve: outside 1..E, or not 1 where the weight scales the input"
+    "Refuse a K `spec`'s blocks cannot serve: outside 1..E, or not 1 if the weight scales the input"
     if not 1 <= k <= spec.num_experts:
         raise InputError(f"k={k} is out of range: the model has {spec.num_experts} experts per "
                          "layer")
@@ -775,7 +786,8 @@ def _klear(c, mt):
                 norm=bool(c.get('norm_topk_prob')), norm_k1=True, bias=True, cast_back=True)
     d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, experts='experts',
                 router_bias='expert_bias', shared='shared_experts', shared_mix='coefficient')
-    step, only = _count(c, 'decoder_sparse_step', mt, default=1), set(c.get('mlp_only_layers') or ())
+    step = _count(c, 'decoder_sparse_step', mt, default=1)
+    only = set(c.get('mlp_only_layers') or ())
     return dict(d, moe_layers=_layers(d['num_layers'],
                                       lambda i: i not in only and (i + 1) % step == 0))
 
@@ -799,7 +811,8 @@ def _minimax_m3(c, mt):
     r = Routing(RouterKind.sigmoid_group, score='sigmoid', select='head', norm=True,
                 norm_eps=1e-20, norm_k1=True, bias=True, cast_back=True,
                 scale=float(c.get('routed_scaling_factor', 2.0)))
-    act = Glu('swiglu_oai', (float(c.get('swiglu_alpha', 1.702)), float(c.get('swiglu_limit', 7.0))))
+    act = Glu('swiglu_oai', (float(c.get('swiglu_alpha', 1.702)),
+                             float(c.get('swiglu_limit', 7.0))))
     d = _common(c, mt, 'num_local_experts', 'intermediate_size', r,
                 'language_model.model.layers.{layer}.block_sparse_moe',
                 router_bias='e_score_correction_bias', shared='shared_experts', activation=act)
@@ -811,6 +824,23 @@ def _minimax_m3(c, mt):
         freq = _flags(c, 'moe_layer_freq', n)
         return dict(d, moe_layers=_layers(n, lambda i: bool(freq[i])))
     return dict(d, moe_layers=tuple(range(n)))
+
+# %% ../nbs/00_routing.ipynb #fam-c38
+def _deepseek_v41(c, mt):
+    score = c.get('scoring_func', 'sqrtsoftplus')
+    if score not in ('sigmoid', 'softmax', 'sqrtsoftplus'):
+        raise InputError(f"config.json: scoring_func is {score!r}, expected 'sigmoid', 'softmax' "
+                         "or 'sqrtsoftplus'")
+    r = Routing(RouterKind.sigmoid_group, score=score, select='head',
+                norm=bool(c.get('norm_topk_prob', True)), norm_eps=1e-20, norm_k1=False, bias=True,
+                scale=float(c.get('routed_scaling_factor', 1.5)),
+                temperature=float(c.get('gate_temp', 1.0)))
+    act = Glu('clamped_f32', (float(c.get('swiglu_limit', 10.0)),))
+    d = _common(c, mt, 'n_routed_experts', 'moe_intermediate_size', r, router='gate.weight',
+                router_f32=True, router_bias='gate.e_score_correction_bias',
+                experts='experts.switch_mlp', shared='shared_experts', weights_dtype='float32',
+                out_cast='block', activation=act)
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
@@ -826,7 +856,7 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
              'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
              'phixtral': _phixtral, 'llama4': _llama4, 'Klear': _klear, 'laguna': _laguna,
-             'minimax_m3_vl': _minimax_m3}
+             'minimax_m3_vl': _minimax_m3, 'deepseek_v41': _deepseek_v41}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -856,8 +886,6 @@ _NOT_STREAMED = {
                    "experts read another norm of the input than the router",
     'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
               "scales each expert's weight",
-    'deepseek_v41': "its router scores by sqrt-softplus at a temperature, its experts compute a "
-                    "clamped float32 SwiGLU, and its layers mix hyper-connection streams",
     'longcat_flash': "it routes tokens to zero-compute identity experts beyond the stored ones",
     'muse_spark': "mlx-lm runs its routing and weighted sum as Metal-only kernels and normalizes "
                   "each expert's output before weighing it",
@@ -983,15 +1011,16 @@ def spec_for(config:dict, layout:str='separate') -> MoESpec:
 
 # %% ../nbs/00_routing.ipynb #b3c7f3be-0
 def _shadow_probe(spec:MoESpec, blk, x, probe) -> list:
-    "Shadow `blk`'s experts by `probe` and silence the rest of its output; the names shadowed"
+    "Shadow `blk`'s experts by `probe`, silence the rest of its output; `(module, name)` shadowed"
     # Set in the instance __dict__ (not through Module.__setattr__, which would drop the child):
     # shadows it until popped
-    put = lambda name, fn: object.__setattr__(blk, name, fn) or name
+    put = lambda name, fn, obj=blk: object.__setattr__(obj, name, fn) or (obj, name)
     if spec.weigh_input:  # its router's logits for `x` on an input of ones: the experts get w
         lg = blk[spec.gate](x)
         names = [put(spec.gate, lambda _: lg)]
     else: names = []
-    names.append(put(spec.experts, probe))
+    holder, name = experts_at(spec, blk)
+    names.append(put(name, probe, holder))
     if spec.shared: names.append(put(spec.shared, lambda h: B.zeros(h.shape, h.dtype)))
     if spec.shared_mix:  # Klear's mix at (1, 0): the routed sum as it is
         names.append(put(spec.shared_mix, lambda h: B.zeros(h.shape[:-1] + (2,))
@@ -1012,7 +1041,7 @@ def block_routing(spec:MoESpec, blk, x):
     names = _shadow_probe(spec, blk, x, probe)
     try: y = blk(B.ones(x.shape, x.dtype) if spec.weigh_input else x)
     finally:
-        for a in names: blk.__dict__.pop(a, None)
+        for obj, a in names: obj.__dict__.pop(a, None)
     if spec.weigh_input: return seen['inds'], seen['h'][..., :seen['inds'].shape[-1]]
     # the probe's float32 sum holds the weights exactly: softmax routers weigh in the hidden states'
     # dtype, sigmoid-group scores are float32 unless the block casts them back
@@ -1048,7 +1077,7 @@ def weigh(r:Routing, logits, inds):
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
         w = w * r.weight_scale if r.weight_scale != 1.0 else w
         return xp.astype(w, logits.dtype) if r.cast_back else w
-    s = _scores(logits, r.score, r.score_f32, r.softcap)
+    s = _scores(logits, r.score, r.score_f32, r.softcap, r.temperature)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
                    r.norm_clamp) * r.weight_scale
     return xp.astype(w, logits.dtype) if r.cast_back else w

@@ -223,8 +223,9 @@ def zoo_ks(model_type:str) -> tuple:
     "The K cases the checks build `model_type` at: its native K (None), and K=2 where it has one"
     return (None,) if model_type in ONE_EXPERT else (None, 2)
 
+# %% ../nbs/00_zoo.ipynb #zoo-c27c
 def _late(c, mt, E, F):
-    "Llama 4, Klear, Laguna and MiniMax-M3"
+    "Llama 4, Klear, Laguna, MiniMax-M3 and DeepSeek-V4.1"
     L = c['num_hidden_layers']
     dense, kinds = int(L > 2), (['sliding_attention', 'full_attention'] * L)[:L]
     if mt == 'llama4':  # mlx-lm's model indexes its 4th layer's cache
@@ -241,6 +242,11 @@ def _late(c, mt, E, F):
                  mlp_layer_types=['dense'] * dense + ['sparse'] * (L - dense),
                  moe_router_logit_softcapping=1.0, moe_router_score_func='sqrtsoftplus',
                  moe_routed_scaling_factor=2.5)
+    if mt == 'deepseek_v41':  # a temperature and a clamp that bite, two hyper-connection streams
+        c.update(n_routed_experts=E, moe_intermediate_size=F, head_dim=32, q_lora_rank=32,
+                 qk_rope_head_dim=8, o_groups=2, o_lora_rank=32, sliding_window=8,
+                 index_n_heads=2, index_head_dim=16, index_topk=8, hc_mult=2, gate_temp=1.5,
+                 swiglu_limit=1.0, routed_scaling_factor=1.5, rms_norm_eps=1e-6)
     if mt == 'minimax_m3_vl':  # its own alpha and limit
         c.update(num_local_experts=E, intermediate_size=F, dense_intermediate_size=128,
                  shared_intermediate_size=64, head_dim=16, rotary_dim=8, swiglu_alpha=1.5,

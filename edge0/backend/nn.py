@@ -58,7 +58,10 @@ GLUS = {'silu': swiglu,  # gpt-oss's, Kimi K3's SiTU, Step 3.5's clamped: mlx-lm
         # gpt-oss's defaults, or MiniMax-M3's alpha and limit
         'swiglu_oai': lambda gate, up, *a: _mlx_lm('activations', 'swiglu_oai')(gate, up, *a),
         'situ': lambda gate, up, beta, lb: _mlx_lm('kimi_k3', '_situ')(up, gate, beta, lb),
-        'clamped': lambda gate, up, limit: _mlx_lm('step3p5', 'clamped_swiglu')(up, gate, limit)}
+        'clamped': lambda gate, up, limit: _mlx_lm('step3p5', 'clamped_swiglu')(up, gate, limit),
+        # DeepSeek-V4.1's: clamped in float32, cast back
+        'clamped_f32': lambda gate, up, limit: _mlx_lm('deepseek_v41',
+                                                       'DeepseekV41SwiGLU')(limit)(up, gate)}
 
 def glu(act, gate, up):
     """The experts' gated activation `act` of `gate` and `up`: a key of `GLUS`, or an object with
