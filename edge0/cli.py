@@ -36,7 +36,7 @@ class CLIError(InputError):
 
 # %% ../nbs/09_cli.ipynb #5caaa2dc
 _GLU_NAMES = {'silu': 'SwiGLU', 'swiglu_oai': "gpt-oss's clamped SwiGLU", 'situ': 'SiTU',
-              'clamped': 'clamped SwiGLU'}
+              'clamped': 'clamped SwiGLU', 'geglu': 'GeGLU'}
 
 def _glu_name(g) -> str:
     name = _GLU_NAMES.get(g.name, g.name)
@@ -49,11 +49,14 @@ def describe(spec:MoESpec) -> str:
     keys = expert_keys(s, s.moe_layers[0])
     routing = (f"{r.kind.value}" + (f", {r.topk_group} of {r.n_group} groups" if r.grouped else "")
                + (", correction bias" if r.bias else "")
-               + (f", scale {r.scale}" if r.scale != 1 else ""))
+               + (f", scale {r.scale}" if r.scale != 1 else "")
+               + (", the router normalizes its input" if s.router_norm else "")
+               + (", per-expert weight scales" if r.scale_experts else ""))
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
                                                f"({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
-             f"{s.expert_size}, {_glu_name(s.activation)}",
+             f"{s.expert_size}, {_glu_name(s.activation)}"
+             + (f", input through {s.experts_norm}" if s.experts_norm else ""),
              f"routing        {routing}", f"shared expert  {s.shared or 'none'}",
              f"experts stored {q}, {s.layout} layout",
              f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]

@@ -21,7 +21,7 @@ from .memory import ROOM, headroom, peak_rss, MiB
 from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
                              router_bias_of, save_prerouter,
                              train_head)
-from .routing import MoESpec, RouterTap, attr_at, block, route
+from .routing import MoESpec, RouterTap, attr_at, block, experts_slot, route
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
 from .engine import StreamOptions
 from .serving import Serving, check_training
@@ -58,6 +58,8 @@ class _Feed(B.Module):
     def __call__(self, x, *args, **kw):
         # Kimi K3's layers thread the loop's `blocks` through: handed back as given
         if 'blocks' in kw: return self.held, kw['blocks']
+        # Gemma 4's hand back the keys and values a later layer may share, and their offset
+        if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
 class _Catch(_Feed):
@@ -88,6 +90,11 @@ class LayerPass:
         if getattr(getattr(model, 'args', None), 'use_cla', False):
             raise InputError(f"this {spec.model_type}'s layers share keys and values in pairs "
                              "(use_cla); phase 1 runs one layer at a time and cannot carry them")
+        if any(getattr(getattr(layer, 'self_attn', None), 'has_kv', True) is False
+               for layer in self.layers):
+            raise InputError(f"this {spec.model_type}'s last layers reuse earlier layers' keys and "
+                             "values (num_kv_shared_layers); phase 1 runs one layer at a time and "
+                             "cannot carry them")
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
@@ -116,14 +123,15 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
     blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
     if to_router:  # the tap has recorded the router once the experts are called: stop there
         def stop(*a, **kw): raise _Reached
-        object.__setattr__(blk, self.spec.experts, stop)
+        owner, name = experts_slot(self.spec, blk)
+        object.__setattr__(owner, name, stop)
     self.tap.seen.clear()
     out = None
     try: out = self.model(B.array(ids.astype(np.int32)))
     except _Reached: pass
     finally:
         L[:] = own
-        if to_router: blk.__dict__.pop(self.spec.experts, None)
+        if to_router: owner.__dict__.pop(name, None)
     return (out if catch is None else catch.held), self.tap.seen.get(layer)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, atomic_file, read_json, teacher_path
 from .routing import MoESpec, block, route, weigh, router_logits, router_bias
+from .routing import experts_input, experts_of
 from .decode import Sampling, combine, exact_top_sets, generate_batch, shadow_blocks, unshadow
 from mlx_lm.models.cache import make_prompt_cache
 from fastcore.basics import patch
@@ -150,11 +151,11 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
-    own = blk[spec.experts]
-    y = grouped_experts(own, x, inds) if self.grouped else own(x, inds)
-    w = weigh(spec.routing, logits, inds)
+    own, xe = experts_of(spec, blk), experts_input(spec, blk, x)  # Gemma 4's: a norm of x
+    y = grouped_experts(own, xe, inds) if self.grouped else own(xe, inds)
+    w = weigh(spec.routing, logits, inds, self.bias[layer])
     if self.low is not None and self.low_below is not None: low = w < self.low_below
-    if low is not None and layer in self.low: y = self._with_copies(layer, blk, x, inds, y, low)
+    if low is not None and layer in self.low: y = self._with_copies(layer, blk, xe, inds, y, low)
     out = combine(spec, blk, x, y, w)
     if layer in self.owners and not forced: self._predict(layer, x, inds)
     return out
@@ -169,7 +170,8 @@ def _predicted(self:StudentPath, layer:int, logits, inds, n:int) -> tuple:
     pred = self.preds.pop(layer)
     if self.keep:
         copies = self.low is not None and self.low_below is None
-        pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep,
+        pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds,
+                                                      self.bias[layer]), self.keep,
                                     spec.num_experts,
                                     copies)
         if copies: low = after_prompt & B.array(slots)
@@ -180,7 +182,8 @@ def _with_copies(self:StudentPath, layer:int, blk, x, inds, y, low):
     "`y` with the slots `low` from position `low_from` on computed from `layer`'s lower-bit copies"
     # a prompt is read at int4
     low = low & (B.arange(self.pos, self.pos + x.shape[1]) >= self.low_from)[None, :, None]
-    return B.where(low[..., None], copies_of(blk[self.spec.experts], self.low[layer], x, inds), y)
+    return B.where(low[..., None], copies_of(experts_of(self.spec, blk), self.low[layer], x, inds),
+                   y)
 
 # %% ../nbs/04d_recovery.ipynb #e0b6175d-4
 @patch

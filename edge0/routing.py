@@ -9,15 +9,15 @@ from enum import Enum
 import importlib, inspect, math
 import numpy as np
 from fastcore.basics import patch
-from .backend import core as B, quant as bq
+from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError
 
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'sparsemixer', 'route', 'QuantSpec', 'Glu',
            'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block',
-           'router_logits', 'router_bias', 'route_block', 'resolve_model_type', 'model_class', 'absent_args',
-           'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap',
-           'routed_windows']
+           'router_logits', 'router_bias', 'route_block', 'router_input', 'experts_input', 'experts_slot', 'experts_of',
+           'resolve_model_type', 'model_class', 'absent_args', 'model_args', 'check_buildable', 'spec_for',
+           'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -41,6 +41,8 @@ class Routing:
     score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
     bias_add:str='promote'   # scores + bias: as dtypes promote, in the 'scores' dtype, or 'float32'
     topk_f32:bool=False      # top-K-first softmax over float32 copies of the K logits (Granite)
+    precise:bool=True        # softmax-topk's softmax accumulates in float32 (Gemma 4's does not)
+    scale_experts:bool=False # weights times the router's per-expert scales, given as its `bias`
     jitter_eps:float=0.0     # sparsemixer: the relative band around each round's max
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
@@ -94,15 +96,16 @@ def softmax_topk(logits, # (..., E) router logits
                  select:str='head', norm:bool=False, norm_eps:float=0.0, norm_k1:bool=True,
                  norm_clamp:bool=False,
                  scale:float=1.0,
-                 topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False):
+                 topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False,
+                 precise:bool=True):
     "Softmax routing: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
     if topk_first:
         inds = _select(logits, k, select)
         t = xp.take_along_axis(logits, inds, axis=-1)
-        w = xp.softmax(xp.astype(t, xp.float32) if topk_f32 else t, axis=-1, precise=True)
+        w = xp.softmax(xp.astype(t, xp.float32) if topk_f32 else t, axis=-1, precise=precise)
     else:
-        s = xp.softmax(logits, axis=-1, precise=True)
+        s = xp.softmax(logits, axis=-1, precise=precise)
         if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max',
                                                                   0.0)
         inds = _select(s, k, select)
@@ -164,14 +167,16 @@ def route(r:Routing, logits, k:int, bias=None):
     if not 1 <= k <= avail:
         raise ValueError(f"k={k} is out of range: this router picks from {avail} of {E} experts"
                          + (f" ({r.topk_group} of {r.n_group} groups)" if r.grouped else ""))
-    if r.bias and bias is None: raise ValueError("this router needs its correction bias "
-                                                 "(bias=None given)")
+    if (r.bias or r.scale_experts) and bias is None:
+        raise ValueError("this router needs its per-expert array: its correction bias or its "
+                         "weight scales (bias=None given)")
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps)
     if r.kind == RouterKind.softmax_topk:
-        return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
-                            norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
-                            scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
-                            topk_group=r.topk_group, topk_f32=r.topk_f32)
+        inds, w = softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
+                               norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
+                               scale=r.scale, topk_first=r.topk_first, n_group=r.n_group,
+                               topk_group=r.topk_group, topk_f32=r.topk_f32, precise=r.precise)
+        return inds, (w * bias[inds] if r.scale_experts else w)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
@@ -246,6 +251,8 @@ class MoESpec:
     weights_dtype:str|None=None # weighing in the block 'input''s dtype or in 'float32'
     gate:str='gate'           # the block's child it calls to route (a router module)
     activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
+    router_norm:str|None=None # the block's router whose scaled RMS norm its input goes through
+    experts_norm:str|None=None  # the block's norm the experts read its input through
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -321,6 +328,7 @@ def block(spec:MoESpec, model, layer:int):
 
 def router_logits(spec:MoESpec, blk, x):
     "The router logits (..., E) that `blk`'s own router computes for hidden states `x`"
+    if spec.router_norm: x = router_input(spec, blk, x)  # Gemma 4's router normalizes its input
     r = attr_at(blk, spec.router)
     if callable(r): return r(x.astype(B.float32) if spec.router_f32 else x)
     if spec.router_f32: return x.astype(B.float32) @ r.astype(B.float32).T
@@ -726,6 +734,45 @@ def _phixtral(c, mt):
                 expert_bias=True, layout='mlp', activation=Glu('gelu_precise'))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c31
+@patch(as_prop=True)
+def split(self:MoESpec) -> bool:
+    "The block is the decoder layer itself, which calls its router and its experts (Gemma 4)"
+    return self.block_path.endswith('{layer}')
+
+def router_input(spec:MoESpec, blk, x):
+    "`x` as the router reads it: through its own scaled RMS norm where `spec.router_norm` says so"
+    r = attr_at(blk, spec.router_norm)
+    return bnn.rms_norm(x, r.scale * spec.hidden_size ** -0.5, r.eps)
+
+def experts_input(spec:MoESpec, blk, x):
+    "`x` as `blk`'s experts read it: through the block's norm `spec.experts_norm`, if it has one"
+    return x if spec.experts_norm is None else blk[spec.experts_norm](x)
+
+def experts_slot(spec:MoESpec, blk) -> tuple:
+    "`(module, name)`: where `blk` holds its stacked routed experts (`spec.experts` may be a path)"
+    owner, _, name = spec.experts.rpartition('.')
+    return (attr_at(blk, owner) if owner else blk), name
+
+def experts_of(spec:MoESpec, blk):
+    "`blk`'s stacked routed experts (mlx-lm's `SwitchGLU`, or edge0's streaming layer in its place)"
+    owner, name = experts_slot(spec, blk)
+    return owner[name]
+
+# %% ../nbs/00_routing.ipynb #fam-c33
+def _gemma4(c, mt):
+    if not c.get('enable_moe_block'):
+        raise InputError(f"config.json: enable_moe_block is {c.get('enable_moe_block')!r}: this "
+                         f"{mt} is a dense Gemma 4 (no MoE block), which edge0 does not stream")
+    r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True, precise=False,
+                scale_experts=True)
+    blk = ('language_model.' if mt == 'gemma4' else '') + 'model.layers.{layer}'
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk, k_key='top_k_experts',
+                router='router.proj', gate='router', router_bias='router.per_expert_scale',
+                router_norm='router', experts='experts.switch_glu',
+                experts_norm='pre_feedforward_layernorm_2', activation=Glu('geglu'))
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #7edbae38
 _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwen2_moe': _qwen2,
              'mixtral': _mixtral, 'olmoe': _olmoe,
@@ -739,7 +786,8 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
              'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
-             'phixtral': _phixtral}
+             'phixtral': _phixtral,
+             'gemma4_text': _gemma4, 'gemma4': _gemma4}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -772,10 +820,6 @@ _NOT_STREAMED = {
 
 # %% ../nbs/00_routing.ipynb #fam-c10
 _NOT_STREAMED |= {
-    'gemma4_text': "its router normalizes its own input and scales each expert's weight, and its "
-                   "experts read another norm of the input than the router",
-    'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
-              "scales each expert's weight",
     'llama4': "it scales the chosen expert's input by a sigmoid of its logit instead of weighing "
               "its output",
     'laguna': "its router soft-caps its logits and may score by sqrt-softplus, and it scales "
@@ -792,7 +836,8 @@ _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
          'quantization_config')
 # the models whose language model reads a nested `text_config` (or, for Kimi K3, the config itself)
 _TEXT_ARGS = {'qwen3_5_moe': ('qwen3_5', 'TextModelArgs'), 'kimi_k3': ('kimi_k3', 'TextArgs'),
-              'llama4': ('llama4', 'TextArgs')}
+              'llama4': ('llama4', 'TextArgs'),
+              'gemma4': ('gemma4_text', 'ModelArgs')}
 
 def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
@@ -943,19 +988,21 @@ def same_routing(a, b) -> dict:
                 weight_dtype_match=a[1].dtype == b[1].dtype)
 
 # %% ../nbs/00_routing.ipynb #c0a1e002
-def weigh(r:Routing, logits, inds):
-    "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
+def weigh(r:Routing, logits, inds, bias=None):
+    """Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)
+    (`bias`: the router's per-expert scales, where `r.scale_experts`)"""
     k, xp = inds.shape[-1], B.ops_of(logits)
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps, given=inds)[1]
     if r.kind == RouterKind.softmax_topk:
         s = xp.take_along_axis(logits, inds,
                                axis=-1) if r.topk_first else xp.softmax(logits, axis=-1,
-                                                                        precise=True)
+                                                                        precise=r.precise)
         if r.topk_first and r.topk_f32: s = xp.astype(s, xp.float32)
         w = xp.softmax(s, axis=-1,
-                       precise=True) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
+                       precise=r.precise) if r.topk_first else xp.take_along_axis(s, inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
-        return w * r.scale if r.scale != 1.0 else w
+        w = w * r.scale if r.scale != 1.0 else w
+        return w * bias[inds] if r.scale_experts else w
     x = xp.astype(logits, xp.float32) if r.score_f32 else logits
     s = xp.sigmoid(x) if r.score == 'sigmoid' else xp.softmax(x, axis=-1, precise=True)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
