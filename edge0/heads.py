@@ -37,8 +37,7 @@ __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'L
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
-    """Raised once a pass has what it came for: the input of the layer after the one it runs, or a
-    router's output"""
+    "Raised once a pass has what it came for: the input of the layer after its own, or a router's"
 
 class _Feed(B.Module):
     """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
@@ -56,9 +55,8 @@ class _Feed(B.Module):
         try: return super().__getattr__(key)
         except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
     def __call__(self, x, *args, **kw):
-        # Kimi K3's layers thread the loop's `blocks` through: handed back as given
+        # Kimi K3's layers thread the loop's `blocks` through, Gemma 4's its shared keys and values
         if 'blocks' in kw: return self.held, kw['blocks']
-        # Gemma 4's hand back the keys and values a later layer may share, and their offset
         if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
