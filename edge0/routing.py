@@ -992,6 +992,8 @@ def weigh(r:Routing, logits, inds, bias=None):
     """Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)
     (`bias`: the router's per-expert scales, where `r.scale_experts`)"""
     k, xp = inds.shape[-1], B.ops_of(logits)
+    if r.scale_experts and bias is None: raise ValueError("this router weighs by its per-expert "
+                                                          "scales (bias=None given)")
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps, given=inds)[1]
     if r.kind == RouterKind.softmax_topk:
         s = xp.take_along_axis(logits, inds,
