@@ -159,8 +159,8 @@ def score_probs(spec, lg):
 def weighted_nll(spec:MoESpec, q, target_logits, routed):
     """Mean over rows of -sum over the routed experts of (routing weight, summing to 1) x log q:
     heavy experts count more"""
-    # by the router's softmax over the routed set: Gemma 4's per-expert scales are left out (the
-    # heads hold no router's arrays), a fixed factor per expert that changes no set's softmax
+    # heavy by the router's softmax over the routed set: the heads hold no router's arrays, so
+    # Gemma 4's per-expert weight scales are left out of this weighting
     r = Routing(**{**vars(spec.routing), 'scale_experts': False})
     w = weigh(r, target_logits, routed).astype(B.float32)
     w = w / w.sum(axis=-1, keepdims=True)
