@@ -36,7 +36,7 @@ class CLIError(InputError):
 
 # %% ../nbs/09_cli.ipynb #5caaa2dc
 _GLU_NAMES = {'silu': 'SwiGLU', 'swiglu_oai': "gpt-oss's clamped SwiGLU", 'situ': 'SiTU',
-              'clamped': 'clamped SwiGLU'}
+              'clamped': 'clamped SwiGLU', 'geglu': 'GeGLU'}
 
 def _glu_name(g) -> str:
     name = _GLU_NAMES.get(g.name, g.name) + (f" {g.args}" if g.args else '')
@@ -52,11 +52,14 @@ def describe(spec:MoESpec) -> str:
                + (f", scale {r.scale}" if r.scale != 1 else "")
                + (" after the weighted sum" if r.scale_after else "")
                + (f", logits capped at {r.softcap}" if r.softcap else "")
-               + (", the weight scales the expert's input" if s.weigh_input else ""))
+               + (", the weight scales the expert's input" if s.weigh_input else "")
+               + (", the router normalizes its input" if s.router_norm else "")
+               + (", per-expert weight scales" if r.scale_experts else ""))
     lines = [f"model_type     {s.model_type}", f"layers         {s.num_layers} "
                                                f"({len(s.moe_layers)} MoE)",
              f"experts        {s.num_experts}, K={s.k}, hidden {s.hidden_size}, expert size "
-             f"{s.expert_size}, {_glu_name(s.activation)}",
+             f"{s.expert_size}, {_glu_name(s.activation)}"
+             + (f", input through {s.experts_norm}" if s.experts_norm else ""),
              f"routing        {routing}", f"shared expert  {s.shared or 'none'}"
              + (f", mixed with the routed sum by the softmax of {s.shared_mix}" if s.shared_mix
                 else ''),

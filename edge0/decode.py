@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError, read_json
 from .routing import (MoESpec, block, route, weigh, router_logits, router_bias, attr_at,
-                           check_k)
+                           check_k, experts_input, experts_of)
 from .store import model_spec
 from .engine import StreamEngine, StreamOptions, stats as stream_stats
 from .streaming import Handle, load as stream_load, load_resident
@@ -22,10 +22,10 @@ from .prerouter import Prerouter, features, find_heads, heads_file, load_prerout
 from .memory import MiB
 
 # %% auto #0
-__all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'expert_input', 'moe_forward', 'check_mode', 'check_exact_top',
-           'trace_len', 'check_trace', 'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'heads_dtype',
-           'DecodeStats', 'Decoder', 'Executor', 'GraphExecutor', 'exact_top_sets', 'Sampling', 'generate_batch',
-           'Step', 'GraphStep', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
+__all__ = ['TRACE_FORMAT', 'MODES', 'AUTO', 'combine', 'expert_args', 'moe_forward', 'check_mode', 'check_exact_top', 'trace_len',
+           'check_trace', 'save_trace', 'load_trace', 'shadow', 'shadow_blocks', 'unshadow', 'shadow_split',
+           'heads_dtype', 'DecodeStats', 'Decoder', 'Executor', 'GraphExecutor', 'exact_top_sets', 'Sampling',
+           'generate_batch', 'Step', 'GraphStep', 'generate_ids', 'token_loop', 'load', 'decode_stats', 'held_bytes']
 
 # %% ../nbs/02b_decode.ipynb #d0000007
 def combine(spec:MoESpec, blk, x, y, w):
@@ -52,19 +52,20 @@ def combine(spec:MoESpec, blk, x, y, w):
     return out.astype(x.dtype) if spec.out_cast == 'block' else out
 
 # %% ../nbs/02b_decode.ipynb #d0000007-1
-def expert_input(spec:MoESpec, x, w) -> tuple:
-    """`(input, weights)`: what the experts compute on and what weighs their outputs; Llama 4's
-    one weight scales the input"""
-    return (x * w.astype(x.dtype), None) if spec.weigh_input else (x, w)
+def expert_args(spec:MoESpec, blk, x, w) -> tuple:
+    """`(input, weights)`: what the experts compute on (Gemma 4: a norm of `x`) and what weighs
+    their outputs (None where Llama 4's one weight scaled the input)"""
+    xe = experts_input(spec, blk, x)
+    return (xe * w.astype(xe.dtype), None) if spec.weigh_input else (xe, w)
 
 def moe_forward(spec:MoESpec, blk, x, k:int|None=None, inds=None):
     """`blk`'s output for `x`, its experts routed by its own router at `k`, or the given `inds`
     weighed by it"""
     logits = router_logits(spec, blk, x)
     if inds is None: inds, w = route(spec.routing, logits, k or spec.k, router_bias(spec, blk))
-    else: w = weigh(spec.routing, logits, inds)
-    xe, w = expert_input(spec, x, w)
-    return combine(spec, blk, x, attr_at(blk, spec.experts)(xe, inds), w)
+    else: w = weigh(spec.routing, logits, inds, router_bias(spec, blk))
+    xe, w = expert_args(spec, blk, x, w)
+    return combine(spec, blk, x, experts_of(spec, blk)(xe, inds), w)
 
 # %% ../nbs/02b_decode.ipynb #d0000010
 TRACE_FORMAT = 'edge0-trace/1'
@@ -162,6 +163,8 @@ def shadow_blocks(spec:MoESpec, model, fn) -> list:
     """Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes
     back"""
     paths = [spec.block_path.format(layer=layer).rsplit('.', 1) for layer in spec.moe_layers]
+    if spec.split: return [s for layer in spec.moe_layers for s in shadow_split(
+        spec, block(spec, model, layer), partial(fn, layer, block(spec, model, layer)))]
     return [shadow(attr_at(model, parent), name, partial(fn, layer, block(spec, model, layer)))
             for layer, (parent, name) in zip(spec.moe_layers, paths)]
 
@@ -172,6 +175,14 @@ def unshadow(installed:list):
         if before is None: obj.__dict__.pop(name, None)
         else: object.__setattr__(obj, name, before)
     installed.clear()
+
+# %% ../nbs/02b_decode.ipynb #sbs-c01
+def shadow_split(spec:MoESpec, blk, fn) -> list:
+    """Route the MoE of a layer that calls its router and experts itself (`MoESpec.split`) through
+    `fn(x)`: the router hands its input on, the experts call `fn` on it"""
+    # the layer calls `router(h)`, then `experts(norm(h), *what router gave)`: that is (h, None)
+    return [shadow(blk, spec.gate, lambda h: (h, None)),
+            shadow(blk, spec.experts.split('.')[0], lambda _, h, __: fn(h))]
 
 # %% ../nbs/02b_decode.ipynb #d0000012
 def heads_dtype(spec:MoESpec):
@@ -375,7 +386,7 @@ class GraphExecutor(Executor):
     def __init__(self, dec): self.dec = dec
     def logits(self, blk, x): return router_logits(self.dec.spec, blk, x)
     def bias(self, layer): return self.dec.bias[layer]
-    def experts(self, blk, x, inds): return attr_at(blk, self.dec.spec.experts)(x, inds)
+    def experts(self, blk, x, inds): return experts_of(self.dec.spec, blk)(x, inds)
     def planned(self, layer, x, ids): return self.dec.engine.compute_planned(layer, x, ids)
     def combine(self, blk, x, y, w): return combine(self.dec.spec, blk, x, y, w)
     def head(self, layer, h, now, prev):
@@ -397,15 +408,15 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
         ids = self.plan[layer]  # with lower-bit slots, `E + e` is expert e read as its copy
         if self.exact_top: ids = self._exact_top(ex, layer, logits, ids)
         inds = ex.token_ids(ids % spec.num_experts)
-        w = weigh(spec.routing, logits, inds)
-        xe, cw = expert_input(spec, x, w)
+        w = weigh(spec.routing, logits, inds, ex.bias(layer))
+        xe, cw = expert_args(spec, blk, x, w)  # what the experts read, and what weighs them
         y = self._planned(ex, layer, blk, xe, ids, inds)
     else:
         if decode and self.beyond:
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step "
                              f"{self.step} has none (record a longer 'off' run)")
         inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
-        xe, cw = expert_input(spec, x, w)
+        xe, cw = expert_args(spec, blk, x, w)
         # prefill: whole layers
         y = self._own(ex, layer, blk, xe, inds, w) if decode else ex.experts(blk, xe, inds)
     out = ex.combine(blk, x, y, cw)

@@ -19,7 +19,7 @@ from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, 
 from .heads import LayerPass, decoder_layers, training_pool
 from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerouter
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
-from .routing import block, experts_at
+from .routing import block, experts_slot
 from .store import ExpertStore, fingerprint, model_spec
 from .experts import expert_mlp
 from .engine import StreamOptions
@@ -54,9 +54,9 @@ class ResidentExperts:
                              "mlx-layout checkpoint it came from")
         self.engine, self.blocks = engine, {layer: block(spec, model,
                                                          layer) for layer in spec.moe_layers}
-        self.holders = {layer: experts_at(spec, blk) for layer, blk in self.blocks.items()}
-        self.own = {layer: h[name] for layer, (h, name) in self.holders.items()}
-        for layer, (h, name) in self.holders.items(): h[name] = _Resident(engine, layer)
+        self.slots = {layer: experts_slot(spec, blk) for layer, blk in self.blocks.items()}
+        self.own = {layer: owner[name] for layer, (owner, name) in self.slots.items()}
+        for layer, (owner, name) in self.slots.items(): owner[name] = _Resident(engine, layer)
 
     def hold(self, layer:int):
         "Read `layer`'s experts (a dense layer: nothing)"
@@ -69,7 +69,8 @@ class ResidentExperts:
     def bytes_read(self) -> int: return sum(s.bytes_read for s in self.engine.stats.values())
 
     def close(self):
-        for layer, (h, name) in self.holders.items(): h[name] = self.own[layer]
+        for layer, (owner, name) in self.slots.items(): owner[name] = self.own[layer]
+
 
 # %% ../nbs/04g_distil.ipynb #fds-x03
 def _teacher_layer(lp:LayerPass, layer:int, last:bool, x_ids:np.ndarray, states, prefill:int,

@@ -21,7 +21,7 @@ from .memory import ROOM, headroom, peak_rss, MiB
 from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
                              router_bias_of, save_prerouter,
                              train_head)
-from .routing import MoESpec, RouterTap, attr_at, block, route
+from .routing import MoESpec, RouterTap, attr_at, block, experts_slot, route
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
 from .engine import StreamOptions
 from .serving import Serving, check_training
@@ -37,8 +37,7 @@ __all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'L
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
-    """Raised once a pass has what it came for: the input of the layer after the one it runs, or a
-    router's output"""
+    "Raised once a pass has what it came for: the input of the layer after its own, or a router's"
 
 class _Feed(B.Module):
     """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
@@ -56,8 +55,9 @@ class _Feed(B.Module):
         try: return super().__getattr__(key)
         except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
     def __call__(self, x, *args, **kw):
-        # Kimi K3's layers thread the loop's `blocks` through: handed back as given
+        # Kimi K3's layers thread the loop's `blocks` through, Gemma 4's its shared keys and values
         if 'blocks' in kw: return self.held, kw['blocks']
+        if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
 class _Catch(_Feed):
@@ -74,6 +74,20 @@ def decoder_layers(spec:MoESpec, model) -> list:
     `.{layer}...`)"""
     return attr_at(model, spec.block_path.split('.{layer}')[0])
 
+# %% ../nbs/04c_heads.ipynb #0959c515-0
+def _carried_state(model, layers) -> str|None:
+    "What `model`'s decoder layers carry from one to the next beside the hidden state (None: none)"
+    if any(getattr(layer, 'use_attn_res', False) for layer in layers):
+        return "layers mix attention residuals across blocks of layers (attn_res_block_size)"
+    if getattr(getattr(model, 'args', None), 'use_cla', False):
+        return "layers share keys and values in pairs (use_cla)"
+    if any(getattr(getattr(layer, 'self_attn', None), 'has_kv', True) is False for layer in layers):
+        return "last layers reuse earlier layers' keys and values (num_kv_shared_layers)"
+    # DeepSeek-V4.1's layers take and return (streams, mix)
+    if any('pre_mix' in inspect.signature(type(layer).__call__).parameters for layer in layers):
+        return "layers pass hyper-connection streams and their mix on to the next (hc_mult)"
+    return None
+
 # %% ../nbs/04c_heads.ipynb #0959c515-1
 class LayerPass:
     """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
@@ -81,13 +95,9 @@ class LayerPass:
     # the dtype the model is served in (`serving_dtype`)
     def __init__(self, spec:MoESpec, model, dtype=None):
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
-        if any(getattr(layer, 'use_attn_res', False) for layer in self.layers):
-            raise InputError(f"this {spec.model_type}'s layers mix attention residuals across "
-                             "blocks of layers (attn_res_block_size); phase 1 runs one layer at a "
-                             "time and cannot carry that state")
-        if getattr(getattr(model, 'args', None), 'use_cla', False):
-            raise InputError(f"this {spec.model_type}'s layers share keys and values in pairs "
-                             "(use_cla); phase 1 runs one layer at a time and cannot carry them")
+        why = _carried_state(model, self.layers)
+        if why: raise InputError(f"this {spec.model_type}'s {why}; phase 1 runs one layer at a time "
+                                 "and cannot carry that state")
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
@@ -116,14 +126,15 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
     blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
     if to_router:  # the tap has recorded the router once the experts are called: stop there
         def stop(*a, **kw): raise _Reached
-        object.__setattr__(blk, self.spec.experts, stop)
+        owner, name = experts_slot(self.spec, blk)
+        object.__setattr__(owner, name, stop)
     self.tap.seen.clear()
     out = None
     try: out = self.model(B.array(ids.astype(np.int32)))
     except _Reached: pass
     finally:
         L[:] = own
-        if to_router: blk.__dict__.pop(self.spec.experts, None)
+        if to_router: owner.__dict__.pop(name, None)
     return (out if catch is None else catch.held), self.tap.seen.get(layer)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d

@@ -47,6 +47,10 @@ PROJECTIONS = (bnn.Linear, bnn.QuantizedLinear, bq.TorchLinear)
 
 def _kind(spec:MoESpec, layer:int, rest:str) -> str|None:
     "The target kind of the module at `rest` (a path inside layer `layer`), or None"
+    if spec.split:  # the block is the layer (Gemma 4): its router and experts are no target
+        top = rest.split('.')[0]
+        if top in (spec.gate, spec.experts.split('.')[0]): return None
+        return 'dense' if top == 'mlp' else 'attention'  # the MLP beside the experts is dense
     mlp = spec.block_path.rsplit('.', 1)[1]
     if not rest.startswith(mlp + '.'):
         return 'linear_attention' if 'linear_attn' in rest.split('.') else 'attention'
@@ -59,7 +63,7 @@ def target_modules(spec:MoESpec, model, targets=TARGETS) -> dict:
     "`{path: kind}` of the projections of `model` an adapter with `targets` wraps"
     bad = [t for t in targets if t not in TARGETS]
     if bad: raise InputError(f"LoRA target {bad[0]!r} is not one of {TARGETS}")
-    layers = spec.block_path.rsplit('.', 1)[0].split('{layer}')[0]  # e.g. 'model.layers.'
+    layers = spec.block_path.split('{layer}')[0]  # e.g. 'model.layers.'
     out = {}
     for path, module in model.named_modules():
         if not (path.startswith(layers) and isinstance(module, PROJECTIONS)): continue

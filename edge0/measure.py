@@ -209,7 +209,9 @@ def _timed(fn, log:list):
 def _decoder_layers(spec, model) -> list:
     """`[(index, layer module, attention child name, MLP child name)]` of every decoder layer of
     `model`"""
-    path, mlp = spec.block_path.rsplit('.', 1)
+    # the block is the layer (Gemma 4): its MoE part is what the layer's `experts` call computes
+    path, mlp = ((spec.block_path, spec.experts.split('.')[0]) if spec.split
+                 else spec.block_path.rsplit('.', 1))
     out = []
     for i in range(spec.num_layers):
         layer = attr_at(model, path.format(layer=i))

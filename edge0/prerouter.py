@@ -159,7 +159,10 @@ def score_probs(spec, lg):
 def weighted_nll(spec:MoESpec, q, target_logits, routed):
     """Mean over rows of -sum over the routed experts of (routing weight, summing to 1) x log q:
     heavy experts count more"""
-    w = weigh(spec.routing, target_logits, routed).astype(B.float32)
+    # heavy by the router's softmax over the routed set: the heads hold no router's arrays, so
+    # Gemma 4's per-expert weight scales are left out of this weighting
+    r = Routing(**{**vars(spec.routing), 'scale_experts': False})
+    w = weigh(r, target_logits, routed).astype(B.float32)
     w = w / w.sum(axis=-1, keepdims=True)
     return -(w * B.log(B.take_along_axis(q, routed, axis=-1) + 1e-9)).sum(axis=-1).mean()
 

@@ -23,7 +23,8 @@ __all__ = ['PROBES_FORMAT', 'decoder_layer', 'PreAttnTap', 'capture_pre', 'Probe
 def decoder_layer(spec:MoESpec, model, layer:int):
     "The decoder layer (attention, norms, MoE block) of MoE `layer` in a loaded mlx-lm `model`"
     check_moe_layer(spec, layer)
-    return attr_at(model, spec.block_path.format(layer=layer).rsplit('.', 1)[0])
+    path = spec.block_path.format(layer=layer)  # Gemma 4's block is the layer itself
+    return attr_at(model, path if spec.split else path.rsplit('.', 1)[0])
 
 class PreAttnTap:
     """Records `{layer: [pre-attention hidden states (B, L, D), one per forward pass]}` at every MoE

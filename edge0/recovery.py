@@ -11,8 +11,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from .backend import core as B, nn as bnn
 from .files import InputError, atomic_file, read_json, teacher_path
-from .routing import MoESpec, attr_at, block, route, weigh, router_logits, router_bias
-from .decode import (Sampling, combine, exact_top_sets, expert_input, generate_batch,
+from .routing import MoESpec, block, route, weigh, router_logits, router_bias, experts_of
+from .decode import (Sampling, combine, exact_top_sets, expert_args, generate_batch,
                           shadow_blocks, unshadow)
 from mlx_lm.models.cache import make_prompt_cache
 from fastcore.basics import patch
@@ -151,8 +151,8 @@ def moe_block(self:StudentPath, layer:int, blk, x):
     if layer in self.preds and not forced:  # a planned layer: the prediction rules after the prompt
         inds, low = self._predicted(layer, logits, inds, n)
     self.used[layer] = inds
-    own, w = attr_at(blk, spec.experts), weigh(spec.routing, logits, inds)
-    xe, cw = expert_input(spec, x, w)
+    own, w = experts_of(spec, blk), weigh(spec.routing, logits, inds, self.bias[layer])
+    xe, cw = expert_args(spec, blk, x, w)  # Gemma 4's input: a norm of x; Llama 4's: x scaled
     y = grouped_experts(own, xe, inds) if self.grouped else own(xe, inds)
     if self.low is not None and self.low_below is not None: low = w < self.low_below
     if low is not None and layer in self.low: y = self._with_copies(layer, blk, xe, inds, y, low)
@@ -170,7 +170,8 @@ def _predicted(self:StudentPath, layer:int, logits, inds, n:int) -> tuple:
     pred = self.preds.pop(layer)
     if self.keep:
         copies = self.low is not None and self.low_below is None
-        pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds), self.keep,
+        pred, slots = keep_heaviest(pred, inds, weigh(spec.routing, logits, inds,
+                                                      self.bias[layer]), self.keep,
                                     spec.num_experts,
                                     copies)
         if copies: low = after_prompt & B.array(slots)
@@ -181,8 +182,9 @@ def _with_copies(self:StudentPath, layer:int, blk, x, inds, y, low):
     "`y` with the slots `low` from position `low_from` on computed from `layer`'s lower-bit copies"
     # a prompt is read at int4
     low = low & (B.arange(self.pos, self.pos + x.shape[1]) >= self.low_from)[None, :, None]
-    return B.where(low[..., None], copies_of(attr_at(blk, self.spec.experts), self.low[layer], x,
-                                             inds), y)
+    return B.where(low[..., None], copies_of(experts_of(self.spec, blk), self.low[layer], x, inds),
+                   y)
+
 
 # %% ../nbs/04d_recovery.ipynb #e0b6175d-4
 @patch

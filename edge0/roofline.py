@@ -57,8 +57,11 @@ def key_group(spec:MoESpec, key:str) -> tuple:
     i = int(m.group(1))
     blk = spec.block_path.format(layer=i)
     if not _under(key, blk): return f'layer{i}.attention', i
-    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.router,
-                                                                  spec.router_bias) if a):
+    # the block is the layer (Gemma 4): all but its router and its MLP is attention and norms
+    if spec.split and not any(_under(key, blk, a) for a in (spec.gate, 'mlp')):
+        return f'layer{i}.attention', i
+    if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.router, spec.router_bias,
+                                                                  spec.router_norm) if a):
         return f'layer{i}.router', i
     if i in spec.moe_layers and any(_under(key, blk, a) for a in (spec.shared,
                                                                   spec.shared_gate) if a):

@@ -9,15 +9,15 @@ from enum import Enum
 import importlib, inspect, math
 import numpy as np
 from fastcore.basics import patch
-from .backend import core as B, quant as bq
+from .backend import core as B, nn as bnn, quant as bq
 from .files import InputError
 
 # %% auto #0
 __all__ = ['SUPPORTED', 'RouterKind', 'Routing', 'softmax_topk', 'sigmoid_group', 'sparsemixer', 'route', 'QuantSpec', 'Glu',
-           'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys', 'block', 'experts_at',
-           'router_logits', 'router_bias', 'route_block', 'check_k', 'resolve_model_type', 'model_class', 'absent_args',
-           'model_args', 'check_buildable', 'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap',
-           'routed_windows']
+           'BlockWiring', 'MoESpec', 'attr_at', 'expert_projs', 'check_moe_layer', 'quant_parts', 'expert_keys',
+           'block', 'router_logits', 'router_bias', 'route_block', 'router_input', 'experts_input', 'experts_slot',
+           'experts_of', 'check_k', 'resolve_model_type', 'model_class', 'absent_args', 'model_args', 'check_buildable',
+           'spec_for', 'block_routing', 'same_routing', 'weigh', 'RouterTap', 'routed_windows']
 
 # %% ../nbs/00_routing.ipynb #5ec061cf
 class RouterKind(str, Enum):
@@ -41,6 +41,8 @@ class Routing:
     score_f32:bool=True      # sigmoid-group scores in float32 (else in the logits' dtype)
     bias_add:str='promote'   # scores + bias: as dtypes promote, in the 'scores' dtype, or 'float32'
     topk_f32:bool=False      # top-K-first softmax over float32 copies of the K logits (Granite)
+    precise:bool=True        # softmax-topk's softmax accumulates in float32 (Gemma 4's does not)
+    scale_experts:bool=False # weights times the router's per-expert scales, given as its `bias`
     jitter_eps:float=0.0     # sparsemixer: the relative band around each round's max
     scale:float=1.0          # routed scaling factor
     n_group:int=1            # expert groups
@@ -98,11 +100,11 @@ def _normalize(w, k:int, norm:bool, eps:float, k1:bool, clamp:bool=False):
     return w / (d + eps) if eps else w / d
 
 # %% ../nbs/00_routing.ipynb #43084c65
-def _score_chosen(t, score:str, f32:bool):
-    "Weights of the K chosen logits `t`: a precise softmax over them, or each one's sigmoid"
+def _score_chosen(t, score:str, f32:bool, precise:bool=True):
+    "Weights of the K chosen logits `t`: a softmax over them, or each one's sigmoid"
     xp = B.ops_of(t)
     t = xp.astype(t, xp.float32) if f32 else t
-    return xp.sigmoid(t) if score == 'sigmoid' else xp.softmax(t, axis=-1, precise=True)
+    return xp.sigmoid(t) if score == 'sigmoid' else xp.softmax(t, axis=-1, precise=precise)
 
 def softmax_topk(logits, # (..., E) router logits
                  k:int, # experts per token (may be below the model's native K)
@@ -110,14 +112,14 @@ def softmax_topk(logits, # (..., E) router logits
                  norm_clamp:bool=False,
                  scale:float=1.0,
                  topk_first:bool=False, n_group:int=1, topk_group:int=1, topk_f32:bool=False,
-                 score:str='softmax', cast_back:bool=False):
+                 score:str='softmax', cast_back:bool=False, precise:bool=True):
     "Softmax routing: `(indices, weights)`, each (..., k)"
     xp = B.ops_of(logits)
     if topk_first:
         inds = _select(logits, k, select)
-        w = _score_chosen(xp.take_along_axis(logits, inds, axis=-1), score, topk_f32)
+        w = _score_chosen(xp.take_along_axis(logits, inds, axis=-1), score, topk_f32, precise)
     else:
-        s = xp.softmax(logits, axis=-1, precise=True)
+        s = xp.softmax(logits, axis=-1, precise=precise)
         if n_group > 1 and topk_group < n_group: s = _drop_groups(s, n_group, topk_group, 'max',
                                                                   0.0)
         inds = _select(s, k, select)
@@ -188,15 +190,17 @@ def route(r:Routing, logits, k:int, bias=None):
     if not 1 <= k <= avail:
         raise ValueError(f"k={k} is out of range: this router picks from {avail} of {E} experts"
                          + (f" ({r.topk_group} of {r.n_group} groups)" if r.grouped else ""))
-    if r.bias and bias is None: raise ValueError("this router needs its correction bias "
-                                                 "(bias=None given)")
+    if (r.bias or r.scale_experts) and bias is None:
+        raise ValueError("this router needs its per-expert array: its correction bias or its "
+                         "weight scales (bias=None given)")
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps)
     if r.kind == RouterKind.softmax_topk:
-        return softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
-                            norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
-                            scale=r.weight_scale, topk_first=r.topk_first, n_group=r.n_group,
-                            topk_group=r.topk_group, topk_f32=r.topk_f32, score=r.score,
-                            cast_back=r.cast_back)
+        inds, w = softmax_topk(logits, k, select=r.select, norm=r.norm, norm_eps=r.norm_eps,
+                               norm_k1=r.norm_k1, norm_clamp=r.norm_clamp,
+                               scale=r.weight_scale, topk_first=r.topk_first, n_group=r.n_group,
+                               topk_group=r.topk_group, topk_f32=r.topk_f32, score=r.score,
+                               cast_back=r.cast_back, precise=r.precise)
+        return inds, (w * bias[inds] if r.scale_experts else w)
     return sigmoid_group(logits, k, bias if r.bias else None, n_group=r.n_group,
                          topk_group=r.topk_group,
                          score=r.score, group_fill=r.group_fill, select=r.select, norm=r.norm,
@@ -243,10 +247,23 @@ class Glu:
         "The activation of `layer`'s experts"
         return dict(self.layers).get(layer, Glu(self.name, self.args))
 
+# %% ../nbs/00_routing.ipynb #4d376140-w
+@dataclass(frozen=True, kw_only=True)
+class BlockWiring:
+    "What a family's MoE block does beyond the common case: how it weighs, casts, mixes and reads"
+    expert_bias:bool=False    # routed experts carry bias vectors
+    out_cast:str|None=None    # sum cast to the 'experts' or 'input' dtype, or the 'block' output
+    weights_dtype:str|None=None # weighing in the block 'input''s dtype or in 'float32'
+    activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
+    weigh_input:bool=False    # the weight scales the chosen expert's input, not its output (K=1)
+    shared_mix:str|None=None  # a linear child whose softmax mixes routed and shared outputs
+    router_norm:str|None=None # the block's router whose scaled RMS norm its input goes through
+    experts_norm:str|None=None  # the block's norm the experts read its input through
+
 # %% ../nbs/00_routing.ipynb #4d376140
 @dataclass(frozen=True)
-class MoESpec:
-    "What edge0 needs to know about a model's MoE blocks"
+class MoESpec(BlockWiring):
+    "What edge0 needs to know about a model's MoE blocks (`BlockWiring`'s fields by keyword)"
     model_type:str
     num_layers:int
     moe_layers:tuple          # indices of the layers whose MLP is an MoE block
@@ -261,19 +278,13 @@ class MoESpec:
     router_f32:bool=False     # the router runs in float32 (its weight array, or its module on x)
     shared:str|None=None      # shared-expert MLP attribute of the block
     shared_gate:str|None=None # sigmoid gate on the shared expert
-    expert_bias:bool=False    # routed experts carry bias vectors
-    out_cast:str|None=None    # sum cast to the 'experts' or 'input' dtype, or the 'block' output
     layout:str='separate'     # 'separate' gate/up/down, or 'fused' gate_up
     key_template:str='{block}.{experts}.{proj}.{part}'
     quant:QuantSpec|None=None   # the config's default for projections whose scales are stored
     quant_paths:tuple=()      # ((module path, QuantSpec|None), ...): the config's own entries
     dtype:str='bfloat16'      # checkpoint dtype of unquantized weights
-    experts:str='switch_mlp'  # the block's child holding its stacked routed experts
-    weights_dtype:str|None=None # weighing in the block 'input''s dtype or in 'float32'
+    experts:str='switch_mlp'  # the block's child (or path) holding its stacked routed experts
     gate:str='gate'           # the block's child it calls to route (a router module)
-    activation:Glu=Glu()      # the experts' gated activation (SwiGLU unless said)
-    weigh_input:bool=False    # the weight scales the chosen expert's input, not its output (K=1)
-    shared_mix:str|None=None  # a linear child whose softmax mixes routed and shared outputs
 
 # %% ../nbs/00_routing.ipynb #frt-x03
 @patch(as_prop=True)
@@ -347,13 +358,9 @@ def block(spec:MoESpec, model, layer:int):
     check_moe_layer(spec, layer)
     return attr_at(model, spec.block_path.format(layer=layer))
 
-def experts_at(spec:MoESpec, blk) -> tuple:
-    "`(holder, name)`: the module of `blk` holding its stacked experts (V4.1's wrapper), their name"
-    *path, name = spec.experts.split('.')
-    return (attr_at(blk, '.'.join(path)) if path else blk), name
-
 def router_logits(spec:MoESpec, blk, x):
     "The router logits (..., E) that `blk`'s own router computes for hidden states `x`"
+    if spec.router_norm: x = router_input(spec, blk, x)  # Gemma 4's router normalizes its input
     r = attr_at(blk, spec.router)
     if callable(r): return r(x.astype(B.float32) if spec.router_f32 else x)
     if spec.router_f32: return x.astype(B.float32) @ r.astype(B.float32).T
@@ -759,6 +766,45 @@ def _phixtral(c, mt):
                 expert_bias=True, layout='mlp', activation=Glu('gelu_precise'))
     return dict(d, moe_layers=tuple(range(d['num_layers'])))
 
+# %% ../nbs/00_routing.ipynb #fam-c31-g4
+@patch(as_prop=True)
+def split(self:MoESpec) -> bool:
+    "The block is the decoder layer itself, which calls its router and its experts (Gemma 4)"
+    return self.block_path.endswith('{layer}')
+
+def router_input(spec:MoESpec, blk, x):
+    "`x` as the router reads it: through its own scaled RMS norm where `spec.router_norm` says so"
+    r = attr_at(blk, spec.router_norm)
+    return bnn.rms_norm(x, r.scale * spec.hidden_size ** -0.5, r.eps)
+
+def experts_input(spec:MoESpec, blk, x):
+    "`x` as `blk`'s experts read it: through the block's norm `spec.experts_norm`, if it has one"
+    return x if spec.experts_norm is None else blk[spec.experts_norm](x)
+
+def experts_slot(spec:MoESpec, blk) -> tuple:
+    "`(module, name)`: where `blk` holds its stacked routed experts (`spec.experts` may be a path)"
+    owner, _, name = spec.experts.rpartition('.')
+    return (attr_at(blk, owner) if owner else blk), name
+
+def experts_of(spec:MoESpec, blk):
+    "`blk`'s stacked routed experts (mlx-lm's `SwitchGLU`, or edge0's streaming layer in its place)"
+    owner, name = experts_slot(spec, blk)
+    return owner[name]
+
+# %% ../nbs/00_routing.ipynb #fam-c33-g4
+def _gemma4(c, mt):
+    if not c.get('enable_moe_block'):
+        raise InputError(f"config.json: enable_moe_block is {c.get('enable_moe_block')!r}: this "
+                         f"{mt} is a dense Gemma 4 (no MoE block), which edge0 does not stream")
+    r = Routing(RouterKind.softmax_topk, select='tail', topk_first=True, precise=False,
+                scale_experts=True)
+    blk = ('language_model.' if mt == 'gemma4' else '') + 'model.layers.{layer}'
+    d = _common(c, mt, 'num_experts', 'moe_intermediate_size', r, blk, k_key='top_k_experts',
+                router='router.proj', gate='router', router_bias='router.per_expert_scale',
+                router_norm='router', experts='experts.switch_glu',
+                experts_norm='pre_feedforward_layernorm_2', activation=Glu('geglu'))
+    return dict(d, moe_layers=tuple(range(d['num_layers'])))
+
 # %% ../nbs/00_routing.ipynb #fam-c31
 def _llama4(c, mt):
     r = Routing(RouterKind.softmax_topk, select='head', topk_first=True, score='sigmoid',
@@ -855,8 +901,9 @@ _FAMILIES = {'qwen3_moe': _qwen, 'qwen3_next': _qwen, 'qwen3_5_moe': _qwen, 'qwe
              'gpt_oss': _gpt_oss, 'kimi_linear': _kimi_linear, 'lfm2_moe': _lfm2,
              'granitemoe': _granitemoe, 'kimi_k3': _kimi_k3, 'hunyuan': _hunyuan,
              'step3p5': _step3p5, 'phimoe': _phimoe, 'nemotron_h': _nemotron_h,
-             'phixtral': _phixtral, 'llama4': _llama4, 'Klear': _klear, 'laguna': _laguna,
-             'minimax_m3_vl': _minimax_m3, 'deepseek_v41': _deepseek_v41}
+             'phixtral': _phixtral, 'gemma4_text': _gemma4, 'gemma4': _gemma4, 'llama4': _llama4,
+             'Klear': _klear, 'laguna': _laguna, 'minimax_m3_vl': _minimax_m3,
+             'deepseek_v41': _deepseek_v41}
 SUPPORTED = tuple(_FAMILIES)
 # mlx-lm's own renaming of the MoE types (its `MODEL_REMAPPING` and architecture remapping)
 _REMAP = {'kimi_k2': 'deepseek_v3', 'joyai_llm_flash': 'deepseek_v3', 'minimax_m2': 'minimax',
@@ -882,10 +929,6 @@ def model_class(config:dict):
 
 # %% ../nbs/00_routing.ipynb #fam-c10
 _NOT_STREAMED = {
-    'gemma4_text': "its router normalizes its own input and scales each expert's weight, and its "
-                   "experts read another norm of the input than the router",
-    'gemma4': "its language model is a gemma4_text, whose router normalizes its own input and "
-              "scales each expert's weight",
     'longcat_flash': "it routes tokens to zero-compute identity experts beyond the stored ones",
     'muse_spark': "mlx-lm runs its routing and weighted sum as Metal-only kernels and normalizes "
                   "each expert's output before weighing it",
@@ -896,7 +939,8 @@ _META = ('model_type', 'architectures', 'torch_dtype', 'dtype', 'quantization',
          'quantization_config')
 # the models whose language model reads a nested `text_config` (or, for Kimi K3, the config itself)
 _TEXT_ARGS = {'qwen3_5_moe': ('qwen3_5', 'TextModelArgs'), 'kimi_k3': ('kimi_k3', 'TextArgs'),
-              'llama4': ('llama4', 'TextArgs'), 'minimax_m3_vl': ('minimax_m3_vl', 'TextArgs')}
+              'llama4': ('llama4', 'TextArgs'), 'minimax_m3_vl': ('minimax_m3_vl', 'TextArgs'),
+              'gemma4': ('gemma4_text', 'ModelArgs')}
 
 def _args_source(config:dict) -> tuple:
     "`(model_type, Args, src)`: mlx-lm's args class for `config` and the dict it is built from"
@@ -1019,7 +1063,7 @@ def _shadow_probe(spec:MoESpec, blk, x, probe) -> list:
         lg = blk[spec.gate](x)
         names = [put(spec.gate, lambda _: lg)]
     else: names = []
-    holder, name = experts_at(spec, blk)
+    holder, name = experts_slot(spec, blk)
     names.append(put(name, probe, holder))
     if spec.shared: names.append(put(spec.shared, lambda h: B.zeros(h.shape, h.dtype)))
     if spec.shared_mix:  # Klear's mix at (1, 0): the routed sum as it is
@@ -1066,17 +1110,21 @@ def same_routing(a, b) -> dict:
                 weight_dtype_match=a[1].dtype == b[1].dtype)
 
 # %% ../nbs/00_routing.ipynb #c0a1e002
-def weigh(r:Routing, logits, inds):
-    "Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)"
+def weigh(r:Routing, logits, inds, bias=None):
+    """Weights (..., k) that routing `r` gives the experts `inds` (..., k) for router logits (..., E)
+    (`bias`: the router's per-expert scales, where `r.scale_experts`)"""
     k, xp = inds.shape[-1], B.ops_of(logits)
+    if r.scale_experts and bias is None: raise ValueError("this router weighs by its per-expert "
+                                                          "scales (bias=None given)")
     if r.kind == RouterKind.sparsemixer: return sparsemixer(logits, k, r.jitter_eps, given=inds)[1]
     if r.kind == RouterKind.softmax_topk:
         if r.topk_first: w = _score_chosen(xp.take_along_axis(logits, inds, axis=-1), r.score,
-                                           r.topk_f32)
-        else: w = xp.take_along_axis(xp.softmax(logits, axis=-1, precise=True), inds, axis=-1)
+                                           r.topk_f32, r.precise)
+        else: w = xp.take_along_axis(xp.softmax(logits, axis=-1, precise=r.precise), inds, axis=-1)
         w = _normalize(w, k, r.norm, r.norm_eps, r.norm_k1, r.norm_clamp)
         w = w * r.weight_scale if r.weight_scale != 1.0 else w
-        return xp.astype(w, logits.dtype) if r.cast_back else w
+        w = xp.astype(w, logits.dtype) if r.cast_back else w
+        return w * bias[inds] if r.scale_experts else w
     s = _scores(logits, r.score, r.score_f32, r.softcap, r.temperature)
     w = _normalize(xp.take_along_axis(s, inds, axis=-1), k, r.norm, r.norm_eps, r.norm_k1,
                    r.norm_clamp) * r.weight_scale

@@ -10,7 +10,7 @@ from pathlib import Path
 from .backend import core as B, quant as bq
 from .files import InputError, read_json
 from .memory import KV_TOKENS, Budget, MiB, headroom, kv_bytes, pool_budget, step_and_room
-from .routing import MoESpec, block, check_buildable, experts_at
+from .routing import MoESpec, block, check_buildable, experts_slot
 from .store import ExpertStore, model_spec
 from .experts import torch_quant, expert_mlp, per_expert_mlp
 from .pool import POLICIES, LayerStats, ExpertPool
@@ -296,10 +296,9 @@ def _stream_model(handle:Handle, d:Path, kernels:str|None, dtype=None):
     handle.notes = _kernel_notes(d, handle.kernels, packed) + store.notes
     handle.model, handle.tokenizer = _model_and_tokenizer(d, lazy=True, strict=not packed)
     for layer in spec.moe_layers:
-        blk = block(spec, handle.model, layer)
-        holder, name = experts_at(spec, blk)
-        handle.originals.append((holder, name, holder[name]))
-        holder[name] = StreamingSwitchGLU(engine, layer)
+        owner, name = experts_slot(spec, block(spec, handle.model, layer))
+        handle.originals.append((owner, name, owner[name]))
+        owner[name] = StreamingSwitchGLU(engine, layer)
     cast_params(handle.model, spec, dtype)
     # MLX's copies of the swapped weights are freed (read back only by close)
     if handle.kernels == 'torch':

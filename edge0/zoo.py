@@ -215,6 +215,20 @@ def _nemotron(c, mt, E, F):
                  attention_bias=False)
     return c
 
+# %% ../nbs/00_zoo.ipynb #zoo-c27-g4
+def _gemma(c, mt, E, F):
+    "Gemma 4's MoE (`gemma4_text`), and `gemma4` with it as its nested language model"
+    L = c['num_hidden_layers']
+    if mt not in ('gemma4_text', 'gemma4'): return c
+    # every layer keeps its own keys and values, no per-layer inputs (as the 26B MoE)
+    c.update(model_type='gemma4_text', num_experts=E, moe_intermediate_size=F,
+             top_k_experts=c['num_experts_per_tok'], enable_moe_block=True, intermediate_size=128,
+             head_dim=16, global_head_dim=16, num_kv_shared_layers=0,
+             hidden_size_per_layer_input=0, sliding_window=8,
+             layer_types=(['sliding_attention', 'full_attention'] * L)[:L])
+    if mt == 'gemma4_text': return c
+    return dict(model_type=mt, vocab_size=c['vocab_size'], torch_dtype='bfloat16', text_config=c)
+
 # %% ../nbs/00_zoo.ipynb #zoo-c27
 # Llama 4's block routes one expert a token (mlx-lm asserts it): no other K
 ONE_EXPERT = ('llama4',)
@@ -275,7 +289,8 @@ def _others(c, mt, E, F):
         c.update(moe_num_experts=E, moe_k=c['num_experts_per_tok'], moe_intermediate_size=F,
                  intermediate_size=128, use_bias=False, moe_num_shared_experts=1, head_dim=16,
                  moe_layer_start_index=dense)
-    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron, _late):
+    # last: _gemma nests a gemma4's keys in its text config
+    for more in (_v3_copies, _named, _routers, _linear_mixers, _nemotron, _late, _gemma):
         c = more(c, mt, E, F)
     return c
 
@@ -322,7 +337,8 @@ def randomize(model, seed:int=0,
     new = []
     for name, p in sorted(B.tree_flatten(model.parameters()), key=lambda t: t[0]):
         if p.ndim >= 2: v = rng.standard_normal(p.shape, np.float32) / np.sqrt(p.shape[-1])
-        elif _is_router_bias(name, spec): v = 0.05 * rng.standard_normal(p.shape, np.float32)
+        elif _is_router_bias(name, spec):  # Gemma 4's per-expert weight scales: around 1
+            v = 0.05 * rng.standard_normal(p.shape, np.float32) + spec.routing.scale_experts
         else: continue
         new.append((name, B.array(v).astype(p.dtype)))
     model.update(B.tree_unflatten(new))
@@ -392,7 +408,8 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
     # bf16 like a real checkpoint, except the correction bias, which mlx-lm keeps in float32
     model.update(B.tree_unflatten([(n, w.astype(B.bfloat16))
                                    for n, w in B.tree_flatten(model.parameters())
-                                   if w.dtype == B.float32 and not _is_router_bias(n, spec)]))
+                                   if w.dtype == B.float32 and not (_is_router_bias(n, spec)
+                                   and not spec.routing.scale_experts)]))
     if bits: model, config = quantize_model(model, config, group_size, bits, mode=mode)
     with atomic_dir(dst, overwrite) as tmp:
         config['eos_token_id'] = tiny_tokenizer(tmp, (config.get('text_config')

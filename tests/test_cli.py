@@ -178,3 +178,5 @@ def test_spec_answers_every_moe_type_of_mlx_lm(edge0_cmd, tmp_path, capsys):
     assert r.returncode == 2 and r.stderr.count('\n') == 1 and 'identity experts' in r.stderr, r.stderr
     r = run(edge0_cmd, 'spec', tmp_path / 'gpt_oss')
     assert r.returncode == 0 and 'model_type     gpt_oss' in r.stdout, r.stderr
+    r = run(edge0_cmd, 'spec', tmp_path / 'gemma4_text')  # the layer is the block: said what it does
+    assert r.returncode == 0 and 'router normalizes its input, per-expert weight scales' in r.stdout, r.stderr
