@@ -42,6 +42,7 @@ def _glu_name(g) -> str:
     name = _GLU_NAMES.get(g.name, g.name) + (f" {g.args}" if g.args else '')
     return name + (f" ({len(g.layers)} layers clamped)" if g.layers else '')
 
+# %% ../nbs/09_cli.ipynb #5caaa2dc-1
 def describe(spec:MoESpec) -> str:
     "A short report of a model's `MoESpec`"
     r, s = spec.routing, spec
@@ -66,7 +67,6 @@ def describe(spec:MoESpec) -> str:
              f"experts stored {q}, {s.layout} layout",
              f"expert tensors {len(keys)} per layer, e.g. {next(iter(keys.values()))}"]
     return '\n'.join(lines)
-
 
 # %% ../nbs/09_cli.ipynb #5927f7a3
 def _figures(s:Session) -> dict:
@@ -590,6 +590,9 @@ def _parser() -> argparse.ArgumentParser:
     z = sub.add_parser('zoo', help='build a tiny random model of a supported family')
     z.add_argument('family', choices=SUPPORTED)
     z.add_argument('dst', help='directory to create')
+    z.add_argument('--layers', type=_positive(int), default=4,
+                   help="decoder layers (default 4: enough MoE layers for prerouter heads; a "
+                        "family may add the few its model needs)")
     z.add_argument('--seed', type=int, default=0)
     z.add_argument('--overwrite', action='store_true')
     return p
@@ -830,7 +833,8 @@ def _run(a):
         from edge0.zoo import build_tiny
         if Path(a.dst).exists() and not a.overwrite:
             raise CLIError(f"{a.dst} exists; pass --overwrite to replace it")
-        print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite))
+        print(build_tiny(a.family, a.dst, seed=a.seed, overwrite=a.overwrite,
+                         num_layers=a.layers))
 
 # %% ../nbs/09_cli.ipynb #f74fc30b-1
 def main(argv=None) -> int:

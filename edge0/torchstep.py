@@ -26,7 +26,8 @@ __all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 
 # attention it computes
 TORCH_FAMILIES = ('qwen3_moe', 'qwen2_moe', 'mixtral', 'olmoe', 'glm4_moe', 'bailing_moe',
                   'deepseek_v2', 'deepseek_v3', 'glm4_moe_lite', 'qwen3_next', 'qwen3_5_moe',
-                  'bailing_moe_linear', 'bailing_hybrid')
+                  'bailing_moe_linear', 'bailing_hybrid', 'dots1', 'ernie4_5_moe', 'minimax',
+                  'mistral4')
 # (x bf16 (M, in), packed, group, scales_and_zeros) -> (M, out)
 _INT4 = torch.ops.aten._weight_int4pack_mm_for_cpu
 

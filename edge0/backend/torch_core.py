@@ -10,7 +10,7 @@ float32, bfloat16, int64 = torch.float32, torch.bfloat16, torch.int64
 
 # %% auto #0
 __all__ = ['float32', 'bfloat16', 'int64', 'array', 'astype', 'arange', 'concatenate', 'stop_gradient', 'softmax', 'sigmoid',
-           'tanh', 'sqrt', 'softplus', 'amax', 'argmax', 'argsort', 'where', 'maximum', 'argpartition', 'topk',
+           'amax', 'argmax', 'argsort', 'where', 'maximum', 'tanh', 'sqrt', 'softplus', 'argpartition', 'topk',
            'take_along_axis', 'put_along_axis', 'unflatten', 'flatten']
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000007
@@ -43,12 +43,6 @@ def sigmoid(a):
     "The logistic of `a`"
     return torch.sigmoid(a)
 
-def tanh(a): return torch.tanh(a)
-def sqrt(a): return torch.sqrt(a)
-def softplus(a):
-    "log(1 + exp(a)), as MLX's `logaddexp(a, 0)`"
-    return torch.logaddexp(a, torch.zeros((), dtype=a.dtype))
-
 def amax(a, axis:int, keepdims:bool=False):
     "The largest entry along `axis`"
     return torch.amax(a, dim=axis, keepdim=keepdims)
@@ -68,6 +62,13 @@ def where(cond, x, y):
 def maximum(a, b):
     "The larger of `a` and `b` (a tensor or a number), entry by entry, in `a`'s dtype"
     return torch.maximum(a, torch.as_tensor(b, dtype=a.dtype))
+
+# %% ../../nbs/00_backend_torch.ipynb #tc000010-b
+def tanh(a): return torch.tanh(a)
+def sqrt(a): return torch.sqrt(a)
+def softplus(a):
+    "log(1 + exp(a)), as MLX's `logaddexp(a, 0)`"
+    return torch.logaddexp(a, torch.zeros((), dtype=a.dtype))
 
 # %% ../../nbs/00_backend_torch.ipynb #tc000013
 def argpartition(a, kth:int, axis:int=-1):
