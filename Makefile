@@ -35,7 +35,8 @@ test: setup chromium
 # edge0 generate -m edge0-tiny -p "The history of the city" --ignore-chat-template --mode routing --k 4)
 demo: setup
 	$(BIN)/edge0 spec edge0-tiny-code
-	printf 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n' | $(BIN)/edge0 generate -m edge0-tiny-code -p - --ignore-chat-template --max-tokens 64 --mode routing --exact-top 2 --stats
+	printf 'import os\n\n\ndef ' | $(BIN)/edge0 generate -m edge0-tiny-code -p - --ignore-chat-template --max-tokens 48 --mode routing --exact-top 2 --repetition-penalty 1.2 --stats
+	@echo "The counters: each step the prerouter heads predicted the next token's experts for the planned layers and they were read in the background ('background loads') while the step ran; 'planned experts computed' of all and '0 dropped' mean no predicted expert was skipped; the table counts each layer's experts read from disk and served from the pool."
 
 # Reproduce the committed tiny teachers from ../shared/data/corpus (the prose ones about 40 min on 2 cores, the code teacher
 # about 70 min in torch; each resumes where it stopped). The mlx[cpu] wheel links the reference BLAS; Debian's OpenBLAS,

@@ -23,7 +23,7 @@ from .session import Session, format_stats
 from .serving import Serving
 from dataclasses import replace
 from .heads import RECIPE, train_heads, train_prerouter
-from .memory import MiB
+from .memory import MiB, peak_rss, process_memory
 
 
 # %% auto #0
@@ -69,6 +69,12 @@ def describe(spec:MoESpec) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/09_cli.ipynb #5927f7a3
+def _resident_figures() -> dict:
+    "This process's resident memory now (anonymous and file-backed where told apart) and its peak"
+    r = process_memory()
+    return dict(resident_bytes=r.rss, resident_anon_bytes=r.anon, resident_file_bytes=r.file,
+                peak_resident_bytes=peak_rss())
+
 def _figures(s:Session) -> dict:
     "The figures of `s`'s last generation: speeds, peak memory, counters, notes and adapter"
     last, lora = s.last, s.adapter
@@ -76,6 +82,7 @@ def _figures(s:Session) -> dict:
                 generation_tokens=last['completion_tokens'],
                 generation_tps=last['generation_tps'],
                 finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
+                **_resident_figures(),
                 stats=s.stats()['serving'], kernels=s.handle.kernels,
                 notes=list(s.handle.notes),
                 adapter=None if lora is None else dict(
@@ -300,6 +307,11 @@ def _sampling_arguments(g, what='sampling'):
     g.add_argument('--min-p', type=float, default=0.0, help=f'{what} min-p (0: off)')
     g.add_argument('--min-tokens-to-keep', type=int, default=1,
                    help='min-p keeps at least this many tokens')
+    g.add_argument('--repetition-penalty', type=float,
+                   help="mlx-lm's penalty on recently seen tokens (default: none; 1.1-1.3 breaks "
+                        "a small model's loops)")
+    g.add_argument('--repetition-context-size', type=int, default=20,
+                   help='how many recent tokens the penalty looks at')
     g.add_argument('--seed', type=int, help='seed of the draw (default: none, so sampled text '
                                             'differs run to run)')
 
@@ -628,7 +640,8 @@ def _session_kw(a) -> dict:
 # %% ../nbs/09_cli.ipynb #4a24429c-1
 def _sampling(a) -> Sampling:
     "The sampler flags as `Sampling`; a value out of range is named by its flag"
-    try: return Sampling(a.temp, a.top_p, a.top_k, a.min_p, a.min_tokens_to_keep, seed=a.seed)
+    try: return Sampling(a.temp, a.top_p, a.top_k, a.min_p, a.min_tokens_to_keep,
+                         a.repetition_penalty, a.repetition_context_size, seed=a.seed)
     except InputError as e:
         name, rest = str(e).split(' ', 1)
         raise CLIError(f"--{name.replace('_', '-')} {rest}") from None
@@ -638,6 +651,14 @@ def _prompt(text:str) -> str:
     if sys.stdin.isatty(): print("reading the prompt from stdin (end it with Ctrl-D)",
                                  file=sys.stderr)
     return sys.stdin.read()
+
+# %% ../nbs/09_cli.ipynb #88a9192b-p
+def _process_line(f:dict) -> str:
+    "What the process costs: resident now (anonymous and file-backed where told apart), its peak"
+    m = lambda b: f"{b / MiB:.0f} MiB"
+    split = (f" ({m(f['resident_anon_bytes'])} anonymous, {m(f['resident_file_bytes'])} "
+             "file-backed)" if f['resident_anon_bytes'] is not None else '')
+    return f"process {m(f['resident_bytes'])} resident{split}, peak {m(f['peak_resident_bytes'])}"
 
 # %% ../nbs/09_cli.ipynb #88a9192b
 def _cmd_generate(a):
@@ -659,16 +680,10 @@ def _cmd_generate(a):
               "projections, "
               f"K={m['k']}" + (f", trained at exact top-{top}" if top else '') + (f" ({name})" if name else ''))
     kind = 'resident' if a.resident else 'streamed'
-    print(f"{kind}: prefill {f['prompt_tokens']} tokens at {f['prompt_tps']:.1f} tok/s | "
-          f"decode {f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | "
-          f"peak memory {f['peak_memory_bytes'] / MiB:.1f} MiB")
-
-def _cmd_chat(a):
-    from edge0.chat import repl
-    sampling = _sampling(a)
-    with Session(a.model, **_session_kw(a)) as s:
-        for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
-        repl(s, a.max_tokens, sampling, a.system_prompt)
+    print(f"{kind}: {_process_line(f)} | prefill {f['prompt_tokens']} tokens at "
+          f"{f['prompt_tps']:.1f} tok/s | decode {f['generation_tokens']} tokens at "
+          f"{f['generation_tps']:.1f} tok/s | MLX's arrays at most "
+          f"{f['peak_memory_bytes'] / MiB:.1f} MiB")
 
 # %% ../nbs/09_cli.ipynb #88a9192b-1
 def _cmd_serve(a):
