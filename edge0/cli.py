@@ -72,11 +72,12 @@ def describe(spec:MoESpec) -> str:
 def _resident_figures() -> dict:
     "This process's resident memory now (anonymous and file-backed where told apart) and its peak"
     r = process_memory()
+    # the kernel raises its high-water mark lazily: the peak is at least what is resident now
     return dict(resident_bytes=r.rss, resident_anon_bytes=r.anon, resident_file_bytes=r.file,
-                peak_resident_bytes=peak_rss())
+                peak_resident_bytes=max(peak_rss(), r.rss))
 
 def _figures(s:Session) -> dict:
-    "The figures of `s`'s last generation: speeds, peak memory, counters, notes and adapter"
+    "The figures of `s`'s last generation: speeds, memory, counters, notes and adapter"
     last, lora = s.last, s.adapter
     return dict(prompt_tokens=last['prompt_tokens'], prompt_tps=last['prompt_tps'],
                 generation_tokens=last['completion_tokens'],
@@ -684,6 +685,13 @@ def _cmd_generate(a):
           f"{f['prompt_tps']:.1f} tok/s | decode {f['generation_tokens']} tokens at "
           f"{f['generation_tps']:.1f} tok/s | MLX's arrays at most "
           f"{f['peak_memory_bytes'] / MiB:.1f} MiB")
+
+def _cmd_chat(a):
+    from edge0.chat import repl
+    sampling = _sampling(a)
+    with Session(a.model, **_session_kw(a)) as s:
+        for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
+        repl(s, a.max_tokens, sampling, a.system_prompt)
 
 # %% ../nbs/09_cli.ipynb #88a9192b-1
 def _cmd_serve(a):
