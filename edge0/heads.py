@@ -368,9 +368,9 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
+    lp = LayerPass(pr.spec, h.model, dtype)  # a model it refuses is refused before the bar
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
-    lp = LayerPass(pr.spec, h.model, dtype)
     try:
         # interrupted in training
         for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)
