@@ -162,10 +162,11 @@ def shadow(obj, name:str, fn) -> tuple:
 def shadow_blocks(spec:MoESpec, model, fn) -> list:
     """Route every MoE block of `model` through `fn(layer, block, x)`; returns what `unshadow` takes
     back"""
+    blocks = {layer: block(spec, model, layer) for layer in spec.moe_layers}
+    if spec.split: return [s for layer, blk in blocks.items()
+                           for s in shadow_split(spec, blk, partial(fn, layer, blk))]
     paths = [spec.block_path.format(layer=layer).rsplit('.', 1) for layer in spec.moe_layers]
-    if spec.split: return [s for layer in spec.moe_layers for s in shadow_split(
-        spec, block(spec, model, layer), partial(fn, layer, block(spec, model, layer)))]
-    return [shadow(attr_at(model, parent), name, partial(fn, layer, block(spec, model, layer)))
+    return [shadow(attr_at(model, parent), name, partial(fn, layer, blocks[layer]))
             for layer, (parent, name) in zip(spec.moe_layers, paths)]
 
 def unshadow(installed:list):
