@@ -7,7 +7,7 @@ __all__ = ['UNGATED', 'GLUS', 'silu', 'gelu_erf', 'swiglu', 'value_and_grad', 'c
            'rms_norm']
 
 # %% ../../nbs/00_backend_nn.ipynb #650f0b43
-from functools import partial
+from functools import lru_cache, partial
 import mlx.core as mx
 import mlx.nn as _nn
 import mlx.optimizers as optim  # AdamW and the learning-rate schedules, as they are
@@ -55,14 +55,15 @@ def _mlx_lm(module:str, name:str):
     "`name` of `mlx_lm.models.module`, imported at first use: importing mlx-lm costs ~250 MB"
     return getattr(importlib.import_module(f'mlx_lm.models.{module}'), name)
 
+@lru_cache  # DeepSeek-V4.1's SwiGLU clamped in float32: its module, built once a limit
+def _v41_glu(limit:float): return _mlx_lm('deepseek_v41', 'DeepseekV41SwiGLU')(limit)
+
 GLUS = {'silu': swiglu,  # gpt-oss's, Kimi K3's SiTU, Step 3.5's clamped: mlx-lm's own functions
         # gpt-oss's defaults, or MiniMax-M3's alpha and limit
         'swiglu_oai': lambda gate, up, *a: _mlx_lm('activations', 'swiglu_oai')(gate, up, *a),
         'situ': lambda gate, up, beta, lb: _mlx_lm('kimi_k3', '_situ')(up, gate, beta, lb),
         'clamped': lambda gate, up, limit: _mlx_lm('step3p5', 'clamped_swiglu')(up, gate, limit),
-        # DeepSeek-V4.1's: clamped in float32, cast back
-        'clamped_f32': lambda gate, up, limit: _mlx_lm('deepseek_v41',
-                                                       'DeepseekV41SwiGLU')(limit)(up, gate),
+        'clamped_f32': lambda gate, up, limit: _v41_glu(limit)(up, gate),  # DeepSeek-V4.1's
         'geglu': lambda gate, up: _mlx_lm('gemma4_text', 'geglu')(gate, up)}  # Gemma 4's GeGLU
 
 def glu(act, gate, up):
