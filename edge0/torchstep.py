@@ -760,12 +760,13 @@ def trim(self:TorchStep, n:int) -> int:
 def __call__(self:TorchStep, ids, every:bool=False) -> torch.Tensor:
     """Float32 logits (V,) of the last of token ids `ids` (a prompt, or a decode step's one
     token); `every`: (L, V)"""
-    h = self.embed(torch.as_tensor(ids, dtype=torch.long))
-    for L, cache in zip(self.layers, self.caches):
-        h = h + L.attn(L.norm1(h), cache)
-        x = L.norm2(h)
-        h = h + (self._moe(L.moe, x) if L.moe is not None else L.mlp(x))
-    return self.lm_head(self.norm(h if every else h[-1:]))[slice(None) if every else 0]
+    with torch.inference_mode():  # no autograd bookkeeping on any operation of the step
+        h = self.embed(torch.as_tensor(ids, dtype=torch.long))
+        for L, cache in zip(self.layers, self.caches):
+            h = h + L.attn(L.norm1(h), cache)
+            x = L.norm2(h)
+            h = h + (self._moe(L.moe, x) if L.moe is not None else L.mlp(x))
+        return self.lm_head(self.norm(h if every else h[-1:]))[slice(None) if every else 0]
 
 @patch
 def kernel_calls(self:TorchStep) -> int:
