@@ -146,7 +146,7 @@ def _call(where:str, c) -> dict:
                 function=dict(name=f['name'], arguments=args))
 
 def check_message(i:int, m) -> dict:
-    "Message `i` as the template reads it: role and text, an assistant's tool calls, a tool's call id"
+    "Message `i` as templates read it: role and text, an assistant's tool calls, a tool's call id"
     ok = isinstance(m, dict) and m.get('role') in ROLES
     calls = m.get('tool_calls') or None if ok else None
     if not (ok and (isinstance(m.get('content'), str) or calls and m.get('content') is None)):
@@ -155,9 +155,10 @@ def check_message(i:int, m) -> dict:
     out = dict(role=m['role'], content=m['content'] or '')
     if calls is not None:
         if m['role'] != 'assistant' or not isinstance(calls, list):
-            raise InputError(f"messages[{i}].tool_calls must be a list on an assistant message, got "
-                             f"{reprlib.repr(calls)} on a {m['role']} message")
-        out['tool_calls'] = [_call(f"messages[{i}].tool_calls[{j}]", c) for j, c in enumerate(calls)]
+            raise InputError(f"messages[{i}].tool_calls must be a list on an assistant message, "
+                             f"got {reprlib.repr(calls)} on a {m['role']} message")
+        out['tool_calls'] = [_call(f"messages[{i}].tool_calls[{j}]", c)
+                             for j, c in enumerate(calls)]
     if 'tool_call_id' in m:
         if m['role'] != 'tool' or not isinstance(m['tool_call_id'], str):
             raise InputError(f"messages[{i}].tool_call_id must be text on a tool message, got "
