@@ -414,23 +414,27 @@ def _held(text:str, marker:str) -> int:
 
 def tool_pieces(pieces, start:str, end:str, parse, tools:list):
     "`pieces` with each call written between `start` and `end` as `Call`s; all else stays text"
-    buf, inside, n = '', False, 0
+    buf, inside, n, after = '', False, 0, False  # after: only blanks since the last call
     try:
         for p in pieces:
             buf += p.text
             while (i := buf.find(end if inside else start)) >= 0:
-                calls = parse_calls(buf[:i], parse, tools) if inside else None
+                text, cut = buf[:i], i + len(end if inside else start)
+                calls = parse_calls(text, parse, tools) if inside else None
                 if calls: yield from (Call('', call=c, index=n + k) for k, c in enumerate(calls))
-                elif buf[:i] or inside: yield Piece(start + buf[:i] + end if inside else buf[:i])
-                cut = i + len(end if inside else start)
-                n, buf, inside = n + len(calls or ()), buf[cut:], not inside
+                elif inside or text.strip() or text and not after:
+                    yield Piece(start + text + end if inside else text)
+                n, buf = n + len(calls or ()), buf[cut:]
+                after, inside = bool(calls) or after and not inside and not text.strip(), not inside
             if p.finish_reason:  # a call still open is text the model did not finish
-                reason = 'tool_calls' if n and p.finish_reason == 'stop' else p.finish_reason
-                yield Piece((start if inside else '') + buf, p.token, reason)
+                rest = (start if inside else '') + buf
+                yield Piece('' if after and not rest.strip() else rest, p.token,
+                            'tool_calls' if n and p.finish_reason == 'stop' else p.finish_reason)
                 return
-            if not inside and len(buf) > (k := _held(buf, start)):
-                yield Piece(buf[:len(buf) - k], p.token)
-                buf = buf[len(buf) - k:]
+            out = '' if inside else buf[:len(buf) - _held(buf, start)]
+            if out.strip() or out and not after:
+                yield Piece(out, p.token)
+                buf, after = buf[len(out):], False
     finally: pieces.close()
 
 # %% ../nbs/07c_openai_api.ipynb #tc-27
