@@ -142,7 +142,9 @@ def messages_of(messages:list) -> list:
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object, got {reprlib.repr(m)}",
                            'messages')
-        extra = sorted(set(m) - {'role', 'content', 'tool_calls', 'tool_call_id'})
+        # null is left out, as in the body (OpenAI's client sends a reply's `refusal: null`)
+        extra = sorted({k for k, v in m.items() if v is not None}
+                       - {'role', 'content', 'tool_calls', 'tool_call_id'})
         if extra: raise ApiError(400, f"messages[{i}].{extra[0]} is not supported by edge0 serve",
                                  f'messages[{i}].{extra[0]}', 'unsupported_parameter')
         content = m.get('content')

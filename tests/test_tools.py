@@ -79,7 +79,8 @@ def test_a_round_trip_whole(srv, script):
     assert (call.type, call.function.name, json.loads(call.function.arguments)) == \
         ('function', 'get_weather', dict(city='Paris'))
     assert call.id.startswith('call_')
-    b = ask(srv, answered(call.model_dump()))
+    # the reply's message sent back as it came, as OpenAI's examples do (`refusal: null` and all)
+    b = ask(srv, ASK + [c.message, dict(role='tool', content='21 C', tool_call_id=call.id)])
     assert (b.choices[0].message.content, b.choices[0].finish_reason, b.choices[0].message.tool_calls) == \
         (ANSWER, 'stop', None)
     # the template renders the call as the model wrote it, so the cache is reused past it
