@@ -121,7 +121,7 @@ def _answered(messages:list) -> list:
     "Checked messages, each tool message answering a call of an assistant message before it"
     made = set()
     for i, m in enumerate(messages):
-        made |= {c.get('id') for c in m.get('tool_calls', ())}
+        made |= {c['id'] for c in m.get('tool_calls', ()) if 'id' in c}
         if m['role'] == 'tool' and m.get('tool_call_id') not in made:
             raise ApiError(400, f"messages[{i}].tool_call_id must name a tool call of an earlier "
                                 f"assistant message, got {m.get('tool_call_id')!r}",

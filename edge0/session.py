@@ -132,7 +132,7 @@ def _call(where:str, c) -> dict:
     "An assistant's tool call as chat templates read it: its arguments an object, not JSON text"
     f = c.get('function') if isinstance(c, dict) else None
     if not (isinstance(f, dict) and isinstance(f.get('name'), str) and f['name']
-            and c.get('type', 'function') == 'function' and isinstance(c.get('id', ''), str)):
+            and (c.get('type') or 'function') == 'function' and isinstance(c.get('id') or '', str)):
         raise InputError(f"{where} must be {{'id': text, 'type': 'function', 'function': "
                          f"{{'name': text, 'arguments': object}}}}, got {reprlib.repr(c)}")
     args = f.get('arguments', {})
@@ -142,9 +142,10 @@ def _call(where:str, c) -> dict:
     if not isinstance(args, dict):
         raise InputError(f"{where}.function.arguments must be a JSON object, got "
                          f"{reprlib.repr(f.get('arguments'))}")
-    return dict(({'id': c['id']} if 'id' in c else {}), type='function',
+    return dict(({'id': c['id']} if c.get('id') else {}), type='function',
                 function=dict(name=f['name'], arguments=args))
 
+# %% ../nbs/07a_session.ipynb #tc-01b
 def check_message(i:int, m) -> dict:
     "Message `i` as templates read it: role and text, an assistant's tool calls, a tool's call id"
     ok = isinstance(m, dict) and m.get('role') in ROLES
@@ -159,7 +160,7 @@ def check_message(i:int, m) -> dict:
                              f"got {reprlib.repr(calls)} on a {m['role']} message")
         out['tool_calls'] = [_call(f"messages[{i}].tool_calls[{j}]", c)
                              for j, c in enumerate(calls)]
-    if 'tool_call_id' in m:
+    if m.get('tool_call_id') is not None:
         if m['role'] != 'tool' or not isinstance(m['tool_call_id'], str):
             raise InputError(f"messages[{i}].tool_call_id must be text on a tool message, got "
                              f"{reprlib.repr(m['tool_call_id'])} on a {m['role']} message")
