@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from fastcore.basics import patch
+from mlx_lm.generate import TextStateMachine
 from .backend import core as B
 from .files import InputError
 from .decode import Sampling
@@ -409,34 +410,35 @@ def parse_calls(text:str, parse, tools:list) -> list|None:
     return calls if calls and None not in calls else None
 
 # %% ../nbs/07c_openai_api.ipynb #tc-24
-def _held(text:str, marker:str) -> int:
-    "How many characters at the end of `text` could be the start of `marker`"
-    return next((k for k in range(min(len(text), len(marker) - 1), 0, -1)
-                 if marker.startswith(text[-k:])), 0)
-
 def tool_pieces(pieces, start:str, end:str, parse, tools:list):
     "`pieces` with each call written between `start` and `end` as `Call`s; all else stays text"
-    buf, inside, n, after = '', False, 0, False  # after: only blanks since the last call
+    # mlx-lm's server's machine finds the markers (with no end marker, Mistral's, a call ends the text)
+    sm = TextStateMachine({'normal': [(start, 'tool')], 'tool': [(end, 'normal')] if end else []})
+    # call: the open call's text; held: blanks since the last call or the start (the format's)
+    state, call, n, held = sm.make_state('normal'), None, 0, ''
     try:
         for p in pieces:
-            buf += p.text
-            while (i := buf.find(end if inside else start)) >= 0:
-                text, cut = buf[:i], i + len(end if inside else start)
-                calls = parse_calls(text, parse, tools) if inside else None
-                if calls: yield from (Call('', call=c, index=n + k) for k, c in enumerate(calls))
-                elif inside or text.strip() or text and not after:
-                    yield Piece(start + text + end if inside else text)
-                n, buf = n + len(calls or ()), buf[cut:]
-                after, inside = bool(calls) or after and not inside and not text.strip(), not inside
+            state, parts = TextStateMachine.split(state, p.text)
+            if p.finish_reason:
+                _, rest, now = TextStateMachine.flush(state)
+                parts += [(now, rest)] + ([] if end else [('normal', '')])
+            for s, text in parts:
+                if s == 'tool': call, held = (call or '') + text, ''
+                elif call is not None:  # the call closed
+                    calls = parse_calls(call, parse, tools)
+                    yield from ([Call('', call=c, index=n + k) for k, c in enumerate(calls)]
+                                if calls else [Piece(start + call + end)])
+                    n, held, call = n + len(calls or ()), '' if calls else None, None
+                if s == 'tool': continue
+                if held is not None and not (held + text).strip(): held += text
+                elif (held or '') + text:
+                    yield Piece((held or '') + text)
+                    held = None
             if p.finish_reason:  # a call still open is text the model did not finish
-                rest = (start if inside else '') + buf
-                yield Piece('' if after and not rest.strip() else rest, p.token,
-                            'tool_calls' if n and p.finish_reason == 'stop' else p.finish_reason)
+                if call is not None: yield Piece(start + call)
+                yield Piece('', p.token, 'tool_calls' if n and p.finish_reason == 'stop' else
+                            p.finish_reason)
                 return
-            out = '' if inside else buf[:len(buf) - _held(buf, start)]
-            if out.strip() or out and not after:
-                yield Piece(out, p.token)
-                buf, after = buf[len(out):], False
     finally: pieces.close()
 
 # %% ../nbs/07c_openai_api.ipynb #tc-27
