@@ -78,9 +78,9 @@ IGNORED = dict(user='string', metadata='object', store='bool', service_tier='str
 NEUTRAL = dict(n=(1,), frequency_penalty=(0,), presence_penalty=(0,))
 ENDPOINTS = dict(
     chat=dict(used=dict(messages='list', max_completion_tokens='int', tools='list',
-                        tool_choice='choice'),
+                        tool_choice='choice', parallel_tool_calls='bool'),
               neutral=dict(logprobs=(False,), top_logprobs=(0,),
-                           response_format=({'type': 'text'},), parallel_tool_calls=(True, False))),
+                           response_format=({'type': 'text'},))),
     text=dict(used=dict(prompt='prompt'),
               neutral=dict(echo=(False,), suffix=('',), best_of=(1,), logprobs=())))
 
@@ -217,6 +217,10 @@ def tools_of(body:dict) -> list|None:
     if tools is None: return None
     try: check_tools(tools)
     except InputError as e: raise ApiError(400, str(e), 'tools') from None
+    if choice == 'auto' and body.get('parallel_tool_calls') is False:
+        raise ApiError(400, "parallel_tool_calls false is not supported by edge0 serve with tools "
+                            "(only true: nothing stops the model at one call)",
+                       'parallel_tool_calls', 'unsupported_parameter')
     return None if choice == 'none' else tools
 
 # %% ../nbs/07c_openai_api.ipynb #c0023

@@ -117,7 +117,7 @@ def test_a_call_the_model_garbles_is_its_text(srv, script, text):
     assert ''.join(c.choices[0].delta.content or '' for c in chunks) == text
     assert not any(c.choices[0].delta.tool_calls for c in chunks) and chunks[-1].choices[0].finish_reason == 'stop'
 
-def test_tool_choice_none_is_as_if_no_tools_and_required_is_refused(srv, script):
+def test_tool_choice_none_is_as_if_no_tools_and_what_cannot_be_honoured_is_refused(srv, script):
     script += [CALL, CALL]
     a, b = ask(srv, tool_choice='none'), client(srv).chat.completions.create(model=NAME, messages=ASK, max_tokens=128)
     assert a.choices[0].message.content == b.choices[0].message.content == CALL
@@ -127,6 +127,9 @@ def test_tool_choice_none_is_as_if_no_tools_and_required_is_refused(srv, script)
                 as e:
             ask(srv, tool_choice=choice)
         assert e.value.body['param'] == 'tool_choice'
+    with pytest.raises(openai.BadRequestError, match='parallel_tool_calls false is not supported') as e:
+        ask(srv, parallel_tool_calls=False)
+    assert e.value.body['param'] == 'parallel_tool_calls'
 
 def test_malformed_tools_and_messages_are_refused_naming_them(srv):
     call = dict(id='call_1', type='function', function=dict(name='get_weather', arguments='{"city": "Paris"}'))
