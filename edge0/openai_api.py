@@ -16,15 +16,17 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from fastcore.basics import patch
+from mlx_lm.generate import TextStateMachine
 from .backend import core as B
 from .files import InputError
 from .decode import Sampling
-from .session import Piece, Session
+from .session import Piece, Session, check_message, check_tools
 
 # %% auto #0
 __all__ = ['log', 'KINDS', 'USED', 'IGNORED', 'NEUTRAL', 'ENDPOINTS', 'ApiError', 'api_error', 'check_fields', 'messages_of',
-           'sampling_of', 'max_tokens_of', 'include_usage', 'Job', 'job_of', 'Worker', 'sse', 'Reply', 'check_model',
-           'make_app', 'Running', 'serve_in_background', 'serve']
+           'sampling_of', 'max_tokens_of', 'include_usage', 'tools_of', 'Job', 'job_of', 'Worker', 'Call',
+           'parse_calls', 'tool_pieces', 'sse', 'Reply', 'check_model', 'make_app', 'Running', 'serve_in_background',
+           'serve']
 
 # %% ../nbs/07c_openai_api.ipynb #c0005
 log = logging.getLogger('edge0.serve')
@@ -63,7 +65,8 @@ KINDS = dict(int=(_int, 'an integer'), number=(_num, 'a finite number'),
              string=(_is(str), 'a string'), object=(_is(dict), 'an object'),
              list=(_is(list), 'a list'),
              stop=(_strs, 'a string or a list of strings'),
-             prompt=(_one, 'a string or a list of one string'))
+             prompt=(_one, 'a string or a list of one string'),
+             choice=(_is((str, dict)), "'none', 'auto' or an object"))
 USED = dict(model='string', max_tokens='int', temperature='number', top_p='number', seed='int',
             stop='stop',
             stream='bool', stream_options='object', top_k='int', min_p='number',
@@ -74,10 +77,10 @@ IGNORED = dict(user='string', metadata='object', store='bool', service_tier='str
 # accepted only at these values
 NEUTRAL = dict(n=(1,), frequency_penalty=(0,), presence_penalty=(0,))
 ENDPOINTS = dict(
-    chat=dict(used=dict(messages='list', max_completion_tokens='int'),
+    chat=dict(used=dict(messages='list', max_completion_tokens='int', tools='list',
+                        tool_choice='choice', parallel_tool_calls='bool'),
               neutral=dict(logprobs=(False,), top_logprobs=(0,),
-                           response_format=({'type': 'text'},), tools=([],),
-                           tool_choice=('none', 'auto'), parallel_tool_calls=(True, False))),
+                           response_format=({'type': 'text'},))),
     text=dict(used=dict(prompt='prompt'),
               neutral=dict(echo=(False,), suffix=('',), best_of=(1,), logprobs=())))
 
@@ -108,6 +111,24 @@ def check_fields(body:dict, kind:str) -> dict: # kind: 'chat' or 'text'
                                         'missing_required_parameter')
     return {k: v for k, v in body.items() if k in used}
 
+# %% ../nbs/07c_openai_api.ipynb #tc-14
+def _message_of(i:int, m:dict, content) -> dict:
+    "Message `i` by the session's rules (`check_message`), OpenAI's `developer` read as `system`"
+    m = dict(m, role='system' if m.get('role') == 'developer' else m.get('role'), content=content)
+    try: return check_message(i, m)
+    except InputError as e: raise ApiError(400, str(e), f'messages[{i}]') from None
+
+def _answered(messages:list) -> list:
+    "Checked messages, each tool message answering a call of an assistant message before it"
+    made = set()
+    for i, m in enumerate(messages):
+        made |= {c['id'] for c in m.get('tool_calls', ()) if 'id' in c}
+        if m['role'] == 'tool' and m.get('tool_call_id') not in made:
+            raise ApiError(400, f"messages[{i}].tool_call_id must name a tool call of an earlier "
+                                f"assistant message, got {m.get('tool_call_id')!r}",
+                           f'messages[{i}].tool_call_id')
+    return messages
+
 # %% ../nbs/07c_openai_api.ipynb #c0014
 def _part(i:int, p) -> str:
     if isinstance(p, dict) and set(p) == {'type', 'text'} and p['type'] == 'text' and isinstance(p['text'], str):
@@ -122,14 +143,15 @@ def messages_of(messages:list) -> list:
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object, got {reprlib.repr(m)}",
                            'messages')
-        extra = sorted(set(m) - {'role', 'content'})
+        # null is left out, as in the body (OpenAI's client sends a reply's `refusal: null`)
+        extra = sorted({k for k, v in m.items() if v is not None}
+                       - {'role', 'content', 'tool_calls', 'tool_call_id'})
         if extra: raise ApiError(400, f"messages[{i}].{extra[0]} is not supported by edge0 serve",
                                  f'messages[{i}].{extra[0]}', 'unsupported_parameter')
         content = m.get('content')
         if isinstance(content, list): content = ''.join(_part(i, p) for p in content)
-        out.append(dict(role='system' if m.get('role') == 'developer' else m.get('role'),
-                        content=content))
-    return out
+        out.append(_message_of(i, m, content))
+    return _answered(out)
 
 # %% ../nbs/07c_openai_api.ipynb #c0017
 def _bias(bias:dict) -> dict:
@@ -184,6 +206,23 @@ def include_usage(body:dict) -> bool:
                        'stream_options')
     return opts.get('include_usage', False)
 
+# %% ../nbs/07c_openai_api.ipynb #tc-11
+def tools_of(body:dict) -> list|None:
+    "The tools a checked chat request offers the model (None: none, or `tool_choice: 'none'`)"
+    tools, choice = body.get('tools') or None, body.get('tool_choice', 'auto')
+    if choice not in ('none', 'auto'):
+        raise ApiError(400, f"tool_choice {reprlib.repr(choice)} is not supported by edge0 serve "
+                            "(only 'none' or 'auto': nothing constrains the model to call a tool)",
+                       'tool_choice', 'unsupported_parameter')
+    if tools is None: return None
+    try: check_tools(tools)
+    except InputError as e: raise ApiError(400, str(e), 'tools') from None
+    if choice == 'auto' and body.get('parallel_tool_calls') is False:
+        raise ApiError(400, "parallel_tool_calls false is not supported by edge0 serve with tools "
+                            "(only true: nothing stops the model at one call)",
+                       'parallel_tool_calls', 'unsupported_parameter')
+    return None if choice == 'none' else tools
+
 # %% ../nbs/07c_openai_api.ipynb #c0023
 @dataclass
 class Job:
@@ -200,6 +239,7 @@ class Job:
     seq:int|None = None  # arrival number
     status:int|None = None  # how the worker finished it: 200, or an error's status
     usage:dict|None = None
+    tools:list|None = None  # the tools offered the model (None: none, or tool_choice 'none')
 
     def send(self, event):
         """Hand `event` (a `Piece`, the usage dict at the end, or an `ApiError`) to the waiting
@@ -223,7 +263,8 @@ def job_of(body:dict, kind:str, limit:int) -> Job:
     else: prompt = body['prompt'] if isinstance(body['prompt'], str) else body['prompt'][0]
     stop = body.get('stop', [])
     return Job(kind, prompt, max_tokens_of(body, kind, limit), sampling_of(body),
-               [stop] if isinstance(stop, str) else stop, limit)
+               [stop] if isinstance(stop, str) else stop, limit,
+               tools=tools_of(body) if kind == 'chat' else None)
 
 # %% ../nbs/07c_openai_api.ipynb #c0027
 class Worker:
@@ -314,7 +355,7 @@ def _generate(self:Worker, job:Job) -> dict:
     if self.stopping: raise _stopping()
     if job.cancel.is_set(): raise _gone()
     ids, n = self._budget(job)
-    pieces = self.session.stream(ids, n, job.sampling, job.stop)
+    pieces = self._calls(job, self.session.stream(ids, n, job.sampling, job.stop))
     try:
         for p in pieces:
             if job.cancel.is_set(): raise _stopping() if self.stopping else _gone()
@@ -330,7 +371,7 @@ def _budget(self:Worker, job:Job) -> tuple:
     """The prompt's token ids and how many tokens to generate, within the server's limit and the
     model's context"""
     s, what = self.session, 'messages' if job.kind == 'chat' else 'prompt'
-    ids = s.prompt_ids(job.prompt, chat=job.kind == 'chat')
+    ids = s.prompt_ids(job.prompt, chat=job.kind == 'chat', tools=job.tools)
     room = s.room(ids)
     if room < 1: raise ApiError(400, f"the prompt has {len(ids)} tokens; the model's context is "
                                      f"{s.context_length}",
@@ -342,6 +383,76 @@ def _budget(self:Worker, job:Job) -> tuple:
                        f"model's context is {s.context_length}", 'max_tokens',
                        'context_length_exceeded')
     return ids, job.max_tokens
+
+# %% ../nbs/07c_openai_api.ipynb #tc-21
+@dataclass
+class Call(Piece):
+    "A tool call the model wrote: OpenAI's `tool_calls` entry and its place among the reply's calls"
+    call:dict|None = None
+    index:int = 0
+
+def _entry(c, names:set) -> dict|None:
+    "OpenAI's `tool_calls` entry of one parsed call; None where it names no offered function"
+    if not (isinstance(c, dict) and isinstance(c.get('name'), str) and c['name'] in names):
+        return None
+    args = c.get('arguments', {})
+    if isinstance(args, str):
+        try: args = json.loads(args)
+        except ValueError: return None
+    if not isinstance(args, dict): return None
+    cid = c.get('id') if isinstance(c.get('id'), str) and c.get('id') else None
+    return dict(id=cid or f"call_{uuid.uuid4().hex[:24]}", type='function',
+                function=dict(name=c['name'], arguments=json.dumps(args, ensure_ascii=False)))
+
+def parse_calls(text:str, parse, tools:list) -> list|None:
+    "The calls in `text`, written between the markers, by the format's `parse`; None if not calls"
+    # mlx-lm's parser, on text a model may have garbled: any failure means "not a call"
+    try: got = parse(text, tools)
+    except Exception: return None
+    names = {t['function']['name'] for t in tools}
+    calls = [_entry(c, names) for c in (got if isinstance(got, list) else [got])]
+    return calls if calls and None not in calls else None
+
+# %% ../nbs/07c_openai_api.ipynb #tc-24
+def tool_pieces(pieces, start:str, end:str, parse, tools:list):
+    "`pieces` with each call written between `start` and `end` as `Call`s; all else stays text"
+    # mlx-lm's server's machine finds the markers (with no end marker, Mistral's, a call ends the text)
+    sm = TextStateMachine({'normal': [(start, 'tool')], 'tool': [(end, 'normal')] if end else []})
+    # call: the open call's text; held: blanks since the last call or the start (the format's)
+    state, call, n, held = sm.make_state('normal'), None, 0, ''
+    try:
+        for p in pieces:
+            state, parts = TextStateMachine.split(state, p.text)
+            if p.finish_reason:
+                _, rest, now = TextStateMachine.flush(state)
+                parts += [(now, rest)] + ([] if end else [('normal', '')])
+            for s, text in parts:
+                if s == 'tool': call, held = (call or '') + text, ''
+                elif call is not None:  # the call closed
+                    calls = parse_calls(call, parse, tools)
+                    yield from ([Call('', call=c, index=n + k) for k, c in enumerate(calls)]
+                                if calls else [Piece(start + call + end)])
+                    n, held, call = n + len(calls or ()), '' if calls else None, None
+                if s == 'tool': continue
+                if held is not None and not (held + text).strip(): held += text
+                elif (held or '') + text:
+                    yield Piece((held or '') + text)
+                    held = None
+            if p.finish_reason:  # a call still open is text the model did not finish
+                if call is not None: yield Piece(start + call)
+                yield Piece('', p.token, 'tool_calls' if n and p.finish_reason == 'stop' else
+                            p.finish_reason)
+                return
+    finally: pieces.close()
+
+# %% ../nbs/07c_openai_api.ipynb #tc-27
+@patch
+def _calls(self:Worker, job:Job, pieces):
+    "The session's pieces, with the model's tool calls read from them where the job offers tools"
+    tok = self.session.tokenizer
+    if not job.tools: return pieces
+    # offered only where mlx-lm knows the format (`Session.prompt_ids`)
+    return tool_pieces(pieces, tok.tool_call_start, tok.tool_call_end, tok.tool_parser, job.tools)
 
 # %% ../nbs/07c_openai_api.ipynb #c0035
 def sse(obj) -> str: return f"data: {json.dumps(obj)}\n\n"
@@ -363,13 +474,27 @@ class Reply:
         return dict(id=self.id, object=what, created=self.created, model=self.model,
                     choices=choices, **kw)
 
+# %% ../nbs/07c_openai_api.ipynb #tc-30
+def _message(text:str, calls:list) -> dict:
+    "A whole answer's message: the text, and the tool calls where the model made any"
+    if not calls: return dict(role='assistant', content=text)
+    # OpenAI's content is null beside calls when the model wrote nothing else
+    return dict(role='assistant', content=text if text.strip() else None, tool_calls=calls)
+
+@patch
+def call_chunk(self:Reply, call:Call) -> dict:
+    "A stream chunk with one whole tool call: its index, id, type, name and arguments in one delta"
+    choice = dict(index=0, delta=dict(tool_calls=[dict(index=call.index, **call.call)]),
+                  logprobs=None, finish_reason=None)
+    return self._obj([choice], True, **(dict(usage=None) if self.include_usage else {}))
+
 # %% ../nbs/07c_openai_api.ipynb #c0035d
 @patch
-def whole(self:Reply, text:str, reason:str, usage:dict) -> dict:
+def whole(self:Reply, text:str, reason:str, usage:dict, calls:list=()) -> dict:
     "The whole answer, with its usage counts"
     if self.kind == 'text': choice = dict(index=0, text=text, logprobs=None,
                                           finish_reason=reason)
-    else: choice = dict(index=0, message=dict(role='assistant', content=text), logprobs=None,
+    else: choice = dict(index=0, message=_message(text, calls), logprobs=None,
                         finish_reason=reason)
     return self._obj([choice], False, usage=usage)
 
@@ -398,6 +523,7 @@ async def _stream(reply:Reply, events, first, state):
         if reply.kind == 'chat': yield sse(reply.chunk(role=True))
         while isinstance(ev, Piece):
             if ev.text: yield sse(reply.chunk(ev.text))
+            if isinstance(ev, Call): yield sse(reply.call_chunk(ev))
             if ev.finish_reason: yield sse(reply.chunk(reason=ev.finish_reason))
             ev, sent = await anext(events), sent + 1
     except ApiError as e:
@@ -465,10 +591,11 @@ async def _watching(request, job:Job, aw):
 
 # %% ../nbs/07c_openai_api.ipynb #c0042
 async def _whole(reply:Reply, events, first) -> dict:
-    ev, text, reason = first, '', None
+    ev, text, reason, calls = first, '', None, []
     while isinstance(ev, Piece):
+        calls += [ev.call] if isinstance(ev, Call) else []
         text, reason, ev = text + ev.text, ev.finish_reason or reason, await anext(events)
-    return reply.whole(text, reason, ev)
+    return reply.whole(text, reason, ev, calls)
 
 async def _complete(request, kind:str):
     s = request.app.state

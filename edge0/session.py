@@ -5,6 +5,7 @@
 # %% ../nbs/07a_session.ipynb #c0002
 from __future__ import annotations
 import logging, math
+import json, reprlib
 from dataclasses import dataclass, replace
 from fastcore.basics import patch
 from jinja2 import TemplateError
@@ -16,7 +17,7 @@ from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
 
 # %% auto #0
-__all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
+__all__ = ['ROLES', 'Session', 'check_message', 'check_tools', 'Piece', 'format_stats']
 
 # %% ../nbs/07a_session.ipynb #c0006
 def _torch_step(handle, options:StreamOptions, max_kv_size:int|None):
@@ -124,31 +125,97 @@ ROLES = ('system', 'user', 'assistant', 'tool')
 def _check_messages(messages) -> list:
     if not isinstance(messages, (list, tuple)) or not messages:
         raise InputError("messages must be a non-empty list")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get('role') not in ROLES or not isinstance(m.get('content'),
-                                                                                   str):
-            raise InputError(f"message {i} must be "
-                             f"{{'role': one of {', '.join(ROLES)}, 'content': text}}, got {m!r}")
-    return [dict(role=m['role'], content=m['content']) for m in messages]
+    return [check_message(i, m) for i, m in enumerate(messages)]
+
+# %% ../nbs/07a_session.ipynb #tc-01
+def _call(where:str, c) -> dict:
+    "An assistant's tool call as chat templates read it: its arguments an object, not JSON text"
+    f = c.get('function') if isinstance(c, dict) else None
+    if not (isinstance(f, dict) and isinstance(f.get('name'), str) and f['name']
+            and (c.get('type') or 'function') == 'function' and isinstance(c.get('id') or '', str)):
+        raise InputError(f"{where} must be {{'id': text, 'type': 'function', 'function': "
+                         f"{{'name': text, 'arguments': object}}}}, got {reprlib.repr(c)}")
+    args = f.get('arguments', {})
+    if isinstance(args, str):  # OpenAI's form: the object as JSON text
+        try: args = json.loads(args)
+        except ValueError: pass
+    if not isinstance(args, dict):
+        raise InputError(f"{where}.function.arguments must be a JSON object, got "
+                         f"{reprlib.repr(f.get('arguments'))}")
+    return dict(({'id': c['id']} if c.get('id') else {}), type='function',
+                function=dict(name=f['name'], arguments=args))
+
+# %% ../nbs/07a_session.ipynb #tc-01b
+def check_message(i:int, m) -> dict:
+    "Message `i` as templates read it: role and text, an assistant's tool calls, a tool's call id"
+    ok = isinstance(m, dict) and m.get('role') in ROLES
+    calls = m.get('tool_calls') or None if ok else None
+    if not (ok and (isinstance(m.get('content'), str) or calls and m.get('content') is None)):
+        raise InputError(f"message {i} must be {{'role': one of {', '.join(ROLES)}, 'content': "
+                         f"text (null beside tool_calls)}}, got {m!r}")
+    out = dict(role=m['role'], content=m['content'] or '')
+    if calls is not None:
+        if m['role'] != 'assistant' or not isinstance(calls, list):
+            raise InputError(f"messages[{i}].tool_calls must be a list on an assistant message, "
+                             f"got {reprlib.repr(calls)} on a {m['role']} message")
+        out['tool_calls'] = [_call(f"messages[{i}].tool_calls[{j}]", c)
+                             for j, c in enumerate(calls)]
+    if m.get('tool_call_id') is not None:
+        if m['role'] != 'tool' or not isinstance(m['tool_call_id'], str):
+            raise InputError(f"messages[{i}].tool_call_id must be text on a tool message, got "
+                             f"{reprlib.repr(m['tool_call_id'])} on a {m['role']} message")
+        out['tool_call_id'] = m['tool_call_id']
+    return out
+
+# %% ../nbs/07a_session.ipynb #tc-05
+def check_tools(tools) -> list:
+    "OpenAI's `tools`, checked: a list of `{'type': 'function', 'function': {'name': text, ...}}`"
+    if not isinstance(tools, list): raise InputError(f"tools must be a list, got "
+                                                     f"{reprlib.repr(tools)}")
+    for j, t in enumerate(tools):
+        f = t.get('function') if isinstance(t, dict) and t.get('type') == 'function' else None
+        if not (isinstance(f, dict) and isinstance(f.get('name'), str) and f['name']
+                and isinstance(f.get('parameters', {}), dict)):
+            raise InputError(f"tools[{j}] must be {{'type': 'function', 'function': {{'name': "
+                             f"text, 'parameters': object, ...}}}}, got {reprlib.repr(t)}")
+    return tools
+
+@patch
+def _templated(self:Session, messages:list, tools:list|None) -> str:
+    "The templated text of checked `messages`, offering `tools` where given"
+    tok, calls = self.tokenizer, any('tool_calls' in m for m in messages)
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if (tools or calls) and not tok.has_tool_calling:
+        raise InputError(f"{self.model_dir}: {'tools' if tools else 'tool_calls'}: the chat "
+                         "template has no tool-call format that mlx-lm parses")
+    if not tools: return text
+    offered = tok.apply_chat_template(messages, tools=check_tools(tools), tokenize=False,
+                                      add_generation_prompt=True)
+    if offered == text:
+        raise InputError(f"{self.model_dir}: tools: the chat template does not show them to the "
+                         "model (it renders the same text without them)")
+    return offered
 
 # %% ../nbs/07a_session.ipynb #c0010-1
 @patch
 def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` messages
                # through the chat template (default: when the tokenizer has one)
                chat:bool|None=None,
-               system_prompt:str|None=None) -> list: # a system message before the others
+               system_prompt:str|None=None, # a system message before the others
+               tools:list|None=None) -> list: # functions the model may call (OpenAI's `tools`)
     "The token ids of `prompt`, through the chat template when there is one"
     tok, text = self.tokenizer, isinstance(prompt, str)
     use = tok.has_chat_template if chat is None else chat
     if text and not use:
         if system_prompt is not None: raise InputError("a system prompt needs the chat template")
+        if tools: raise InputError("tools need the chat template")
         return tok.encode(prompt)
     if not tok.has_chat_template:
         raise InputError(f"{self.model_dir}: the tokenizer has no chat template; give plain text "
                          "without one")
     messages = [dict(role='user', content=prompt)] if text else _check_messages(prompt)
     if system_prompt is not None: messages = [dict(role='system', content=system_prompt)] + messages
-    try: text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    try: text = self._templated(messages, tools)
     # a template that does not compile, or refuses these messages
     except (TemplateError, TypeError) as e:
         raise InputError(f"{self.model_dir}: the chat template cannot render these messages "

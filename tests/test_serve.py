@@ -177,7 +177,7 @@ BAD = [  # (path, body, status, in the message, param)
      'frequency_penalty'),
     ('/v1/chat/completions', dict(messages=RIVER, stream_options=dict(include_usage=True)), 400,
      'stream_options is only allowed when stream is true', 'stream_options'),
-    ('/v1/chat/completions', dict(messages=[dict(role='wizard', content='x')]), 400, 'message 0 must be', None),
+    ('/v1/chat/completions', dict(messages=[dict(role='wizard', content='x')]), 400, 'message 0 must be', 'messages[0]'),
     ('/v1/chat/completions', dict(messages=RIVER, logit_bias={'99999': 1}), 400,
      'logit_bias token 99999 is not a token id below 8192', None),
     ('/v1/completions', dict(prompt='word ' * 5000, max_tokens=8), 400, "tokens; the model's context is 4096",
