@@ -13,7 +13,7 @@ from .store import fingerprint
 
 # %% auto #0
 __all__ = ['FORMAT', 'log', 'DEFAULT_MIB', 'TorchKV', 'TorchRecurrent', 'saveable', 'snapshot', 'write_cache', 'header',
-           'read_cache', 'cache_key', 'key_differs', 'PromptStore', 'best', 'load', 'evict', 'put']
+           'read_cache', 'cache_key', 'key_differs', 'PromptStore', 'best', 'load', 'evict', 'put', 'open_store']
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-05
 def _torch(a):
@@ -254,3 +254,15 @@ def put(self:PromptStore, caches:list, tokens:list):
     self.index[path] = tuple(tokens)
     self.evict(keep=path)
 PromptStore.put = put
+
+# %% ../nbs/07_prompt_cache.ipynb #pc-32
+def open_store(s, limit:int|None, # bytes of prompt caches on disk (None: none)
+               root=None) -> PromptStore|None: # default `$EDGE0_HOME/prompt-cache`
+    "The prompt caches on disk of session `s`, or None where not asked or a trace rules them out"
+    if limit is None: return None
+    if s.serving.mode == 'oracle' or s.serving.record_trace:
+        s.handle.notes.append("prompt caches on disk are off: a routing trace counts steps from "
+                              "the start of each prompt")
+        return None
+    st = PromptStore(cache_key(s), limit, root)
+    return st if st.dir is not None else None

@@ -14,6 +14,7 @@ from .decode import AUTO, Sampling, generate_ids, decode_stats
 from .serving import Serving, open_served
 from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
+from .prompt_cache import open_store, snapshot
 
 # %% auto #0
 __all__ = ['ROLES', 'Session', 'Piece', 'format_stats']
@@ -78,13 +79,12 @@ def _with_kv(serving:Serving, max_kv_size:int|None) -> Serving:
 # %% ../nbs/07a_session.ipynb #c0007
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
-    # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-    def __init__(self, model,
+    def __init__(self, model, # a model directory, a bundled model (edge0-tiny) or a HF repo id
                  serving:Serving|None=None, # how it is served (default: made from `fields`)
-                 # a rotating KV cache of this many tokens (None: it grows)
-                 max_kv_size:int|None=None,
+                 max_kv_size:int|None=None, # rotating KV cache of this many tokens (None: it grows)
                  extra_eos=(), # more tokens (strings or ids) that end a generation
                  no_adapter:bool=False, # with `fields`: serve the base alone
+                 prompt_cache:int|None=None, # bytes of prefixes' caches kept on disk (None: none)
                  # `Serving`'s fields (mode, k, exact_top, adapter, resident, options, dtype, trace,
                  # ...); the adapter beside the base for this K is served unless one is named or
                  # `no_adapter`
@@ -104,6 +104,7 @@ class Session:
         self.vocab_size = getattr(args, 'vocab_size', None)
         self.context_length = getattr(args, 'max_position_embeddings', None)
         self.cache, self.tokens, self.last = None, [], None
+        self.disk = open_store(self, prompt_cache)  # `edge0.prompt_cache`; None: in memory only
         self.counts = dict(generations=0, prompt_tokens=0, reused_tokens=0, generated_tokens=0)
         self.watch = ThrashWatch()  # says once when decoding thrashes (`_thrash`)
 
@@ -222,7 +223,7 @@ def _begin(self:Session, ids:list, max_tokens:int, sampling:Sampling, keep:bool)
     to feed, the token generator and the reset detokenizer"""
     _check_request(self, ids, max_tokens, sampling)
     if not keep: self.cache, self.tokens = None, []
-    n = self.reuse(ids)
+    n = self._recall(ids, self.reuse(ids), keep)
     h, todo = self.handle, list(ids[n:])
     if h.decoder is not None: h.decoder.reset()
     detok = self.tokenizer.detokenizer
@@ -259,6 +260,50 @@ def _settle(self:Session, whole:bool, todo:list, got:list):
     if whole: self.tokens = self.tokens + todo + got[:-1]
     # the model failed or was interrupted within a step: drop the cache
     else: self.cache, self.tokens = None, []
+    self._keep()
+
+# %% ../nbs/07a_session.ipynb #pc-s02
+@patch
+def _trimmable(self:Session) -> bool:
+    "Whether every cache kind this session uses can be cut back to an earlier length"
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+    if self.step is not None: return all(c.rewinds for c in self.step.caches)
+    # a rotating cache that has wrapped cannot: a stored one is read only where it is a prefix
+    return self.max_kv_size is None and can_trim_prompt_cache(make_prompt_cache(self.handle.model))
+
+@patch
+def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
+    "After `reuse` kept `n` ids: the longest stored prefix of `ids`, where it gives more; its length"
+    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+    self._snap = None  # the snapshot `_drawn` takes at the end of this prefill
+    found = keep and self.disk is not None and self.disk.best(ids, self._trimmable())
+    if not found or found[2] <= n: return n
+    got = self.disk.load(found[0])
+    if got is None: return n
+    (caches, tokens), m = got, found[2]
+    if self.step is not None:
+        self.step.caches = caches
+        m = self.step.trim(m)
+    elif m < len(tokens):
+        if not can_trim_prompt_cache(caches): return n  # a rotating cache that has wrapped
+        trim_prompt_cache(caches, len(tokens) - m)
+    if self.step is None: self.cache = caches
+    self.tokens = list(tokens[:m])
+    return m
+
+# %% ../nbs/07a_session.ipynb #pc-s04
+@patch
+def _drawn(self:Session, ids:list, drawn:int):
+    "At each token drawn: the thrash watch; at the first, the prefill's snapshot for the disk"
+    self._watch(drawn)
+    if drawn == 1 and self.disk is not None and tuple(ids) not in self.disk.index.values():
+        self._snap = (snapshot(self.cache if self.step is None else self.step.caches), list(ids))
+
+@patch
+def _keep(self:Session):
+    "Write the prefill's snapshot, if one was taken, to the disk"
+    snap, self._snap = getattr(self, '_snap', None), None
+    if snap is not None: self.disk.put(*snap)
 
 # %% ../nbs/07a_session.ipynb #c0015
 @patch
@@ -276,7 +321,7 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         for t, dt in gen:
             times.append(dt)
             got.append(t)
-            self._watch(len(got))
+            self._drawn(ids, len(got))
             text, end = self._read_token(detok, t, text, stop)
             if end: break
             if len(text) - hold > sent:
