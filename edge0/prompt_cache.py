@@ -161,7 +161,7 @@ def cache_key(s) -> dict:
 
 def key_differs(mine:dict, theirs:dict) -> str|None:
     "The first field where two keys differ, said as 'FIELD X here, Y in the file'; None if equal"
-    for f in sorted(set(mine) | set(theirs)):
+    for f in [*mine, *(f for f in theirs if f not in mine)]:  # the key's order: the model first
         if mine.get(f) != theirs.get(f): return f"{f} {mine.get(f)!r} here, {theirs.get(f)!r} in the file"
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-21
