@@ -308,63 +308,6 @@ def _keep(self:Session):
     snap, self._snap = getattr(self, '_snap', None), None
     if snap is not None: self.disk.put(*snap)
 
-# %% ../nbs/07a_session.ipynb #pc-s07
-def _templated(s:Session, chat:bool|None) -> bool:
-    "Whether `s` applies the chat template (None: where the tokenizer has one)"
-    return s.tokenizer.has_chat_template if chat is None else chat
-
-@patch
-def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
-                      system_prompt:str|None=None) -> list:
-    "The ids of `prompt` as the start of a user's message (mlx-lm's `cache_prompt`)"
-    if not _templated(self, chat): return self.prompt_ids(prompt, False, system_prompt)
-    head = [dict(role='system', content=system_prompt)] if system_prompt is not None else []
-    text = self.tokenizer.apply_chat_template(head + [dict(role='user', content=prompt)],
-                                              tokenize=False, add_generation_prompt=False,
-                                              continue_final_message=True)
-    return self.tokenizer.encode(text, add_special_tokens=False)
-
-@patch
-def continued_ids(self:Session, prompt:str, chat:bool|None=None) -> list:
-    "The ids that continue a cached prompt with `prompt`: the rest of the user's message, the template's"
-    tok = self.tokenizer
-    if not _templated(self, chat): return tok.encode(prompt, add_special_tokens=False)
-    text = tok.apply_chat_template([dict(role='user', content='<query>')], tokenize=False,
-                                   add_generation_prompt=True)
-    return tok.encode(prompt + text[text.index('<query>') + len('<query>'):],
-                      add_special_tokens=False)
-
-# %% ../nbs/07a_session.ipynb #pc-s10
-def _cache_file(path) -> Path:
-    path = Path(path)
-    if path.suffix != '.safetensors':
-        raise InputError(f"{path}: a prompt cache file ends in .safetensors (mlx-lm's format)")
-    return path
-
-@patch
-def cache_prompt(self:Session, ids:list, path) -> int:
-    "Prefill `ids` and write their cache to the file `path`; how many tokens it holds"
-    path = _cache_file(path)
-    for _ in self.stream(ids, 1, keep=False): pass  # the token drawn is not fed: the cache is `ids`
-    extra = dict(model=self.name, tokenizer_config='{}')  # what mlx_lm.generate reads
-    try: write_cache(path, self.cache if self.step is None else self.step.caches, self.tokens,
-                     cache_key(self), extra)
-    # a full disk, a folder that is not there or not writable: nothing is left
-    except (OSError, RuntimeError) as e: raise InputError(f"cannot write {path}: "
-                                                          f"{getattr(e, 'strerror', None) or e}")
-    return len(self.tokens)
-
-@patch
-def use_prompt_file(self:Session, path, ids:list) -> list:
-    "Put the cache in the file `path` in place; the ids to generate from: its tokens, then `ids`"
-    caches, tokens, meta = read_cache(_cache_file(path))
-    why = key_differs(cache_key(self), json.loads(meta['edge0_key']))
-    if why: raise InputError(f"{path}: made under another model or configuration: {why}")
-    if self.step is None: self.cache = caches
-    else: self.step.caches = caches
-    self.tokens = list(tokens)
-    return self.tokens + list(ids)
-
 # %% ../nbs/07a_session.ipynb #c0015
 @patch
 def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
@@ -544,3 +487,60 @@ def format_stats(s:dict) -> str:
     if s.get('torch_step'): lines.append(_torch_step_line(s))
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)
+
+# %% ../nbs/07a_session.ipynb #pc-s07
+def _templated(s:Session, chat:bool|None) -> bool:
+    "Whether `s` applies the chat template (None: where the tokenizer has one)"
+    return s.tokenizer.has_chat_template if chat is None else chat
+
+@patch
+def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
+                      system_prompt:str|None=None) -> list:
+    "The ids of `prompt` as the start of a user's message (mlx-lm's `cache_prompt`)"
+    if not _templated(self, chat): return self.prompt_ids(prompt, False, system_prompt)
+    head = [dict(role='system', content=system_prompt)] if system_prompt is not None else []
+    text = self.tokenizer.apply_chat_template(head + [dict(role='user', content=prompt)],
+                                              tokenize=False, add_generation_prompt=False,
+                                              continue_final_message=True)
+    return self.tokenizer.encode(text, add_special_tokens=False)
+
+@patch
+def continued_ids(self:Session, prompt:str, chat:bool|None=None) -> list:
+    "The ids that continue a cached prompt with `prompt`: the rest of the user's message, the template's"
+    tok = self.tokenizer
+    if not _templated(self, chat): return tok.encode(prompt, add_special_tokens=False)
+    text = tok.apply_chat_template([dict(role='user', content='<query>')], tokenize=False,
+                                   add_generation_prompt=True)
+    return tok.encode(prompt + text[text.index('<query>') + len('<query>'):],
+                      add_special_tokens=False)
+
+# %% ../nbs/07a_session.ipynb #pc-s10
+def _cache_file(path) -> Path:
+    path = Path(path)
+    if path.suffix != '.safetensors':
+        raise InputError(f"{path}: a prompt cache file ends in .safetensors (mlx-lm's format)")
+    return path
+
+@patch
+def cache_prompt(self:Session, ids:list, path) -> int:
+    "Prefill `ids` and write their cache to the file `path`; how many tokens it holds"
+    path = _cache_file(path)
+    for _ in self.stream(ids, 1, keep=False): pass  # the token drawn is not fed: the cache is `ids`
+    extra = dict(model=self.name, tokenizer_config='{}')  # what mlx_lm.generate reads
+    try: write_cache(path, self.cache if self.step is None else self.step.caches, self.tokens,
+                     cache_key(self), extra)
+    # a full disk, a folder that is not there or not writable: nothing is left
+    except (OSError, RuntimeError) as e: raise InputError(f"cannot write {path}: "
+                                                          f"{getattr(e, 'strerror', None) or e}")
+    return len(self.tokens)
+
+@patch
+def use_prompt_file(self:Session, path, ids:list) -> list:
+    "Put the cache in the file `path` in place; the ids to generate from: its tokens, then `ids`"
+    caches, tokens, meta = read_cache(_cache_file(path))
+    why = key_differs(cache_key(self), json.loads(meta['edge0_key']))
+    if why: raise InputError(f"{path}: made under another model or configuration: {why}")
+    if self.step is None: self.cache = caches
+    else: self.step.caches = caches
+    self.tokens = list(tokens)
+    return self.tokens + list(ids)
