@@ -125,7 +125,7 @@ def generate(model,
 # %% ../nbs/09_cli.ipynb #pc-c01
 def _generate_ids(s:Session, prompt:str, chat:bool|None, system_prompt:str|None,
                   prompt_cache_file) -> list:
-    "The ids `generate` feeds: the prompt's, or a cached prompt's (`prompt_cache_file`) continued by it"
+    "The ids `generate` feeds: the prompt's, or a cached prompt's (`prompt_cache_file`) continued"
     if prompt_cache_file is None: return s.prompt_ids(prompt, chat, system_prompt)
     if system_prompt is not None:
         raise CLIError("--system-prompt: a cached prompt's system prompt is in its file "
@@ -149,9 +149,8 @@ def _prompt_cache_kw(a) -> dict:
 
 # %% ../nbs/09_cli.ipynb #pc-c06
 def _cache_prompt_parser(sub):
-    c = sub.add_parser('cache-prompt', help="prefill a prompt once and write its KV cache to a file "
-                                            "(mlx-lm's cache_prompt); generate --prompt-cache-file "
-                                            "continues it")
+    c = sub.add_parser('cache-prompt', help="prefill a prompt once and write its KV cache to a "
+                       "file (mlx-lm's cache_prompt); generate --prompt-cache-file continues it")
     c.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
     c.add_argument('--adapter-path', '--adapter', dest='adapter', help="recovery LoRA file (as "
                                                                       "generate's)")
@@ -172,7 +171,8 @@ def _cmd_cache_prompt(a):
     if not prompt: raise CLIError("--prompt is empty: give the text to cache")
     with Session(a.model, **kw) as s:
         for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
-        ids = s.cached_prompt_ids(prompt, False if a.ignore_chat_template else None, a.system_prompt)
+        ids = s.cached_prompt_ids(prompt, False if a.ignore_chat_template else None,
+                                  a.system_prompt)
         print(f"wrote {a.prompt_cache_file}: the KV cache of "
               f"{s.cache_prompt(ids, a.prompt_cache_file)} prompt tokens")
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import hashlib, json, logging, os
 from pathlib import Path
+from fastcore.basics import patch
 from .backend import core as B
 from .files import InputError, atomic_file, clear_stale, edge0_home
 from .memory import MiB
@@ -13,7 +14,7 @@ from .store import fingerprint
 
 # %% auto #0
 __all__ = ['FORMAT', 'log', 'DEFAULT_MIB', 'TorchKV', 'TorchRecurrent', 'saveable', 'snapshot', 'write_cache', 'header',
-           'read_cache', 'cache_key', 'key_differs', 'PromptStore', 'best', 'load', 'evict', 'put', 'open_store']
+           'read_cache', 'cache_key', 'key_differs', 'PromptStore', 'open_store']
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-05
 def _torch(a):
@@ -22,13 +23,13 @@ def _torch(a):
     return torch.from_numpy(B.to_numpy(a).copy())
 
 class TorchKV:
-    "The torch step's `KV` as mlx-lm sees a cache: the keys and values it holds, its length, its chunk"
+    "The torch step's `KV` as mlx-lm sees a cache: the keys and values it holds, length and chunk"
     def __init__(self, c): self.c = c
     @property
     def state(self):
         c = self.c
-        return (B.array(c.k[:, :c.n].contiguous().numpy()), B.array(c.v[:, :c.n].contiguous().numpy()),
-                c.n, c.chunk)
+        held = lambda t: B.array(t[:, :c.n].contiguous().numpy())
+        return held(c.k), held(c.v), c.n, c.chunk
     @classmethod
     def from_state(cls, state):
         from edge0.torchstep import KV
@@ -38,7 +39,7 @@ class TorchKV:
         return c
 
 class TorchRecurrent:
-    "The torch step's `Recurrent` as mlx-lm sees a cache: the convolution's inputs, the state, the length"
+    "The torch step's `Recurrent` as mlx-lm sees a cache: the convolution's inputs, state, length"
     def __init__(self, c): self.c = c
     @property
     def state(self): return B.array(self.c.conv.numpy()), B.array(self.c.state.numpy()), self.c.n
@@ -51,14 +52,15 @@ class TorchRecurrent:
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-07
 def saveable(c):
-    "Cache `c` as `save_prompt_cache` writes it: the torch step's wrapped, a growing KVCache cut to its length"
+    "Cache `c` as `save_prompt_cache` writes it: the torch step's wrapped, a growing KVCache cut"
     from mlx_lm.models.cache import KVCache
     kind = type(c).__name__
     if kind == 'KV': return TorchKV(c)
     if kind == 'Recurrent': return TorchRecurrent(c)
     if type(c) is KVCache and c.keys is not None and c.offset < c.keys.shape[2]:
         cut = KVCache()
-        cut.keys, cut.values, cut.offset = c.keys[..., :c.offset, :], c.values[..., :c.offset, :], c.offset
+        cut.keys, cut.values = c.keys[..., :c.offset, :], c.values[..., :c.offset, :]
+        cut.offset = c.offset
         return cut
     return c
 
@@ -162,7 +164,8 @@ def cache_key(s) -> dict:
 def key_differs(mine:dict, theirs:dict) -> str|None:
     "The first field where two keys differ, said as 'FIELD X here, Y in the file'; None if equal"
     for f in [*mine, *(f for f in theirs if f not in mine)]:  # the key's order: the model first
-        if mine.get(f) != theirs.get(f): return f"{f} {mine.get(f)!r} here, {theirs.get(f)!r} in the file"
+        if mine.get(f) != theirs.get(f):
+            return f"{f} {mine.get(f)!r} here, {theirs.get(f)!r} in the file"
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-21
 log = logging.getLogger('edge0')
@@ -198,6 +201,7 @@ def _shared(a, b) -> int:
         n += 1
     return n
 
+@patch
 def best(self:PromptStore, ids:list, trimmable:bool) -> tuple:
     "`(path, tokens, n)` of the stored prefix that gives the most of `ids` (n of them), or None"
     found, most = None, 0
@@ -205,11 +209,11 @@ def best(self:PromptStore, ids:list, trimmable:bool) -> tuple:
         n = min(_shared(t, ids), len(ids) - 1)  # one id is always fed: its logits are the answer
         if n > most and (n == len(t) or trimmable): found, most = (p, t, n), n
     return found
-PromptStore.best = best
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-26
+@patch
 def load(self:PromptStore, path:Path) -> tuple|None:
-    "`(caches, tokens)` of the stored file `path`, marked used; None (with a note) where it is not whole"
+    "`(caches, tokens)` of the stored file `path`, marked used; None (a note) where it is not whole"
     try:
         caches, tokens, meta = read_cache(path)
         why = key_differs(self.key, json.loads(meta['edge0_key']))
@@ -220,6 +224,7 @@ def load(self:PromptStore, path:Path) -> tuple|None:
         log.warning(f"note: prompt cache not used: {e}")
         self.index.pop(path, None)
 
+@patch
 def evict(self:PromptStore, keep:Path|None=None):
     "Remove the least recently used files (any configuration's) until they fit in `limit` bytes"
     files = []
@@ -233,9 +238,9 @@ def evict(self:PromptStore, keep:Path|None=None):
         p.unlink(missing_ok=True)
         self.index.pop(p, None)
         total -= size
-PromptStore.load, PromptStore.evict = load, evict
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-28
+@patch
 def put(self:PromptStore, caches:list, tokens:list):
     "Store `caches` (a `snapshot` holding `tokens`) unless they are stored already; evict to fit"
     if self.dir is None or tuple(tokens) in self.index.values(): return
@@ -253,7 +258,6 @@ def put(self:PromptStore, caches:list, tokens:list):
         return
     self.index[path] = tuple(tokens)
     self.evict(keep=path)
-PromptStore.put = put
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-32
 def open_store(s, limit:int|None, # bytes of prompt caches on disk (None: none)

@@ -276,7 +276,7 @@ def _trimmable(self:Session) -> bool:
 
 @patch
 def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
-    "After `reuse` kept `n` ids: the longest stored prefix of `ids`, where it gives more; its length"
+    "After `reuse` kept `n` ids: the longest stored prefix of `ids` where it gives more; its length"
     from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
     self._snap = None  # the snapshot `_drawn` takes at the end of this prefill
     found = keep and self.disk is not None and self.disk.best(ids, self._trimmable())
@@ -506,7 +506,7 @@ def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
 
 @patch
 def continued_ids(self:Session, prompt:str, chat:bool|None=None) -> list:
-    "The ids that continue a cached prompt with `prompt`: the rest of the user's message, the template's"
+    "The ids that continue a cached prompt with `prompt`: the rest of the user's message and template"
     tok = self.tokenizer
     if not _templated(self, chat): return tok.encode(prompt, add_special_tokens=False)
     text = tok.apply_chat_template([dict(role='user', content='<query>')], tokenize=False,
