@@ -38,6 +38,7 @@ class TorchKV:
         c.k, c.v, c.n = _torch(k), _torch(v), n
         return c
 
+# %% ../nbs/07_prompt_cache.ipynb #pc-05b
 class TorchRecurrent:
     "The torch step's `Recurrent` as mlx-lm sees a cache: the convolution's inputs, state, length"
     def __init__(self, c): self.c = c
