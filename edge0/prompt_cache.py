@@ -153,9 +153,10 @@ def cache_key(s) -> dict:
     "What the numbers in session `s`'s prompt cache depend on: the model and how it is served"
     v, h = s.serving, s.handle
     o, lora = v.options, h.adapter
-    return dict(model=fingerprint(s.model_dir), mode=v.mode, k=h.k or s.spec.k,
+    mode = v.mode if h.decoder is None else h.decoder.mode  # 'auto': the mode it chose
+    return dict(model=fingerprint(s.model_dir), mode=mode, k=h.k or s.spec.k,
                 exact_top=v.exact_top,
-                heads=_file_hash(h.heads) if v.mode in ('routing', 'prefetch') else None,
+                heads=_file_hash(h.heads) if mode in ('routing', 'prefetch') else None,
                 adapter=None if lora is None else _file_hash(lora.path) or repr(lora.meta),
                 resident=v.resident, low_bits=o.low_bits, low_below=o.low_below,
                 low_upgrade=o.low_upgrade, dtype=str(v.dtype), device=B.device_kind(),
