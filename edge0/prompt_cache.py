@@ -126,6 +126,7 @@ def _scalar(a, kind:str):
 def read_cache(path) -> tuple:
     "`(caches, tokens, meta)` of the file `path`; an `InputError` naming it when it is not whole"
     path = Path(path)
+    if not path.is_file(): raise InputError(f"{path} does not exist (a prompt cache file)")
     try:
         info, classes, scalars = B.tree_unflatten(list(header(path).items()))
         if info.get('edge0_format') != FORMAT:

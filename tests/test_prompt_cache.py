@@ -135,3 +135,26 @@ def test_a_restarted_server_answers_from_disk(home):
         assert _ask(s.url, FIRST) == first
         session = s.worker.session
         assert session.last['reused_tokens'] == len(session.prompt_ids(FIRST)) - 1
+
+@pytest.mark.parametrize('which', ['graph', 'torch'])
+def test_a_named_file_round_trips_and_a_bad_one_is_refused(tmp_path, tiny_torch, monkeypatch, which):
+    "cache-prompt's file continues as the live cache does, for the MLX graph and the torch step; a full disk leaves nothing"
+    from edge0.files import InputError
+    model, f = ('edge0-tiny' if which == 'graph' else tiny_torch), tmp_path / 'p.safetensors'
+    with Session(model) as a:
+        head, more = a.cached_prompt_ids('The history of the city is long. Tell me about'), a.continued_ids(' the river.')
+        a.cache_prompt(head, f)
+        live = ''.join(p.text for p in a.stream(head + more, 12))
+    with Session(model) as b:
+        assert (b.step is not None) == (which == 'torch')
+        assert ''.join(p.text for p in b.stream(b.use_prompt_file(f, more), 12)) == live
+        assert b.last['reused_tokens'] == len(head)
+        with pytest.raises(InputError, match='does not exist'): b.use_prompt_file(tmp_path / 'none.safetensors', more)
+        import mlx_lm.models.cache as mc
+        def full(path, caches, meta):
+            Path(path).write_bytes(b'part of a file')
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        monkeypatch.setattr(mc, 'save_prompt_cache', full)
+        with pytest.raises(InputError, match=r'cannot write .*q\.safetensors: No space left on device'):
+            b.cache_prompt(head, tmp_path / 'q.safetensors')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['p.safetensors']
