@@ -113,7 +113,8 @@ def header(path) -> dict:
 
 def _classes() -> dict:
     from mlx_lm.models import cache
-    return {**{n: c for n, c in vars(cache).items() if isinstance(c, type)},
+    return {**{n: c for n, c in vars(cache).items()
+               if isinstance(c, type) and hasattr(c, 'from_state')},  # the cache classes alone
             'TorchKV': TorchKV, 'TorchRecurrent': TorchRecurrent}
 
 def _scalar(a, kind:str):
@@ -141,7 +142,7 @@ def read_cache(path) -> tuple:
             raise InputError(f"{path}: the checksum does not match: the file was changed or cut")
         return caches, json.loads(info['edge0_tokens']), info
     except InputError: raise
-    except (OSError, ValueError, KeyError, IndexError, TypeError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError, RuntimeError) as e:
         raise InputError(f"{path}: not a whole prompt cache ({type(e).__name__}: "
                          f"{str(e)[:120]})") from None
 

@@ -277,7 +277,7 @@ def _trimmable(self:Session) -> bool:
 @patch
 def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
     "After `reuse` kept `n` ids: the longest stored prefix of `ids` where it gives more; its length"
-    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+    from mlx_lm.models.cache import trim_prompt_cache
     self._snap = None  # the snapshot `_drawn` takes at the end of this prefill
     found = keep and self.disk is not None and self.disk.best(ids, self._trimmable())
     if not found or found[2] <= n: return n
@@ -287,10 +287,9 @@ def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
     if self.step is not None:
         self.step.caches = caches
         m = self.step.trim(m)
-    elif m < len(tokens):
-        if not can_trim_prompt_cache(caches): return n  # a rotating cache that has wrapped
-        trim_prompt_cache(caches, len(tokens) - m)
-    if self.step is None: self.cache = caches
+    else:
+        self.cache = caches
+        if m < len(tokens): trim_prompt_cache(caches, len(tokens) - m)  # `best` saw it may
     self.tokens = list(tokens[:m])
     return m
 
