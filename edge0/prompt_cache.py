@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-02
 from __future__ import annotations
-import hashlib, json, logging, os
+import hashlib, json, logging, os, time
 from pathlib import Path
 from fastcore.basics import patch
 from .backend import core as B
@@ -215,6 +215,12 @@ def best(self:PromptStore, ids:list, trimmable:bool) -> tuple:
     return found
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-26
+def _used(p:Path):
+    "Mark `p` the most recently used: its modification time now, to the nanosecond"
+    # set explicitly: the file system's own clock moves in ticks of milliseconds
+    t = time.time_ns()
+    os.utime(p, ns=(t, t))
+
 @patch
 def load(self:PromptStore, path:Path) -> tuple|None:
     "`(caches, tokens)` of the stored file `path`, marked used; None (a note) where it is not whole"
@@ -222,7 +228,7 @@ def load(self:PromptStore, path:Path) -> tuple|None:
         caches, tokens, meta = read_cache(path)
         why = key_differs(self.key, json.loads(meta['edge0_key']))
         if why: raise InputError(f"{path}: made under another configuration: {why}")
-        os.utime(path)  # the most recently used
+        _used(path)
         return caches, tokens
     except (InputError, OSError) as e:
         log.warning(f"note: prompt cache not used: {e}")
@@ -261,6 +267,7 @@ def put(self:PromptStore, caches:list, tokens:list):
         log.warning(f"note: prompt cache not written: {path}: {getattr(e, 'strerror', None) or e}")
         return
     self.index[path] = tuple(tokens)
+    _used(path)
     self.evict(keep=path)
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-32
