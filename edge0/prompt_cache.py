@@ -234,6 +234,7 @@ def load(self:PromptStore, path:Path) -> tuple|None:
         log.warning(f"note: prompt cache not used: {e}")
         self.index.pop(path, None)
 
+# %% ../nbs/07_prompt_cache.ipynb #pc-26b
 @patch
 def evict(self:PromptStore, keep:Path|None=None):
     "Remove the least recently used files (any configuration's) until they fit in `limit` bytes"
