@@ -214,6 +214,12 @@ def best(self:PromptStore, ids:list, trimmable:bool) -> tuple:
         if n > most and (n == len(t) or trimmable): found, most = (p, t, n), n
     return found
 
+# %% ../nbs/07_prompt_cache.ipynb #pc-25b
+@patch
+def shared_most(self:PromptStore, ids:list) -> int:
+    "The most ids any stored prompt shares with `ids`: where the two part"
+    return max((_shared(t, ids) for t in self.index.values()), default=0)
+
 # %% ../nbs/07_prompt_cache.ipynb #pc-26
 def _used(p:Path):
     "Mark `p` the most recently used: its modification time now, to the nanosecond"

@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
 from .engine import StreamOptions, stats as stream_stats
-from .decode import AUTO, Sampling, generate_ids, decode_stats
+from .decode import AUTO, Sampling, generate_ids, decode_stats, GraphStep, Step
 from .serving import Serving, open_served
 from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
@@ -232,7 +232,7 @@ def _begin(self:Session, ids:list, max_tokens:int, sampling:Sampling, keep:bool)
     detok = self.tokenizer.detokenizer
     detok.reset()
     # torch step, or graph
-    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
+    gen = generate_ids(self._parted(ids, n), todo, max_tokens, eos=self.eos, decoder=h.decoder,
                        vocab_size=self.vocab_size, sampling=sampling, cache=self.cache,
                        history=self.tokens)
     return n, todo, gen, detok
@@ -278,7 +278,7 @@ def _trimmable(self:Session) -> bool:
 def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
     "After `reuse` kept `n` ids: the longest stored prefix of `ids` where it gives more; its length"
     from mlx_lm.models.cache import trim_prompt_cache
-    self._snap = None  # the snapshot `_drawn` takes at the end of this prefill
+    self._snap = []  # snapshots of this prefill to store: `_drawn`'s, `_parted`'s
     found = keep and self.disk is not None and self.disk.best(ids, self._trimmable())
     if not found or found[2] <= n: return n
     got = self.disk.load(found[0])
@@ -299,13 +299,42 @@ def _drawn(self:Session, ids:list, drawn:int):
     "At each token drawn: the thrash watch; at the first, the prefill's snapshot for the disk"
     self._watch(drawn)
     if drawn == 1 and self.disk is not None and tuple(ids) not in self.disk.index.values():
-        self._snap = (snapshot(self.cache if self.step is None else self.step.caches), list(ids))
+        self._snap.append((snapshot(self.cache if self.step is None else self.step.caches),
+                           list(ids)))
 
 @patch
 def _keep(self:Session):
-    "Write the prefill's snapshot, if one was taken, to the disk"
-    snap, self._snap = getattr(self, '_snap', None), None
-    if snap is not None: self.disk.put(*snap)
+    "Write the prefill's snapshots, if any were taken, to the disk"
+    snaps, self._snap = getattr(self, '_snap', []), []
+    for caches, tokens in snaps: self.disk.put(caches, tokens)
+
+# %% ../nbs/07a_session.ipynb #pc-s05b
+class _Parted(Step):
+    "A step whose first call feeds its ids in two parts, calling `between()` when the first is fed"
+    def __init__(self, step:Step, part:int, between):
+        self.step, self.part, self.between = step, part, between
+    def begin(self, history): self.step.begin(history)
+    def logits(self, ids:list):
+        part, self.part = self.part, 0
+        if part:
+            self.step.logits(ids[:part])
+            self.between()
+        return self.step.logits(ids[part:])
+    def argmax(self, logits): return self.step.argmax(logits)
+    def to_sampler(self, logits): return self.step.to_sampler(logits)
+    def flush(self, tok): self.step.flush(tok)
+
+@patch
+def _parted(self:Session, ids:list, n:int):
+    "What generates after the `n` ids kept: the session's step, cut where `ids` part from a stored one"
+    h = self.handle
+    step = self.step or GraphStep(h.model, h.decoder, self.cache)
+    m = 0 if self.disk is None or self._trimmable() else min(self.disk.shared_most(ids),
+                                                             len(ids) - 1)
+    if m <= n or tuple(ids[:m]) in self.disk.index.values(): return step
+    # read when called: a step's `begin` may make new caches
+    live = lambda: step.cache if self.step is None else step.caches
+    return _Parted(step, m - n, lambda: self._snap.append((snapshot(live()), list(ids[:m]))))
 
 # %% ../nbs/07a_session.ipynb #c0015
 @patch

@@ -158,3 +158,22 @@ def test_a_named_file_round_trips_and_a_bad_one_is_refused(tmp_path, tiny_torch,
         with pytest.raises(InputError, match=r'cannot write .*q\.safetensors: No space left on device'):
             b.cache_prompt(head, tmp_path / 'q.safetensors')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['p.safetensors']
+
+@pytest.mark.parametrize('which,kw', [('q35', {}), ('q35-torch', {}), ('tiny', dict(max_kv_size=24))])
+def test_a_shared_system_prompt_is_stored_where_prompts_part(home, q35_torch, which, kw):
+    """A cache that cannot be cut back (linear attention, the torch step's Recurrent, a wrapped rotating cache): the
+    second question after one system prompt stores the prefix the two share, which a restarted session then reads for
+    a third question, with the text of a whole prefill"""
+    model = dict(q35='edge0-tiny-q35', tiny='edge0-tiny').get(which, q35_torch)
+    system = dict(role='system', content='You answer questions about the old city. ' * 4)
+    ask = lambda q: [system, dict(role='user', content=q)]
+    with Session(model, prompt_cache=64 * MiB, **kw) as a:
+        a.generate(ask('Tell me about the river.'), 4)
+        a.generate(ask('Where is the bridge?'), 4)
+        two = [a.prompt_ids(ask(q)) for q in ('Tell me about the river.', 'Where is the bridge?')]
+        shared = next(i for i, (x, y) in enumerate(zip(*two)) if x != y)
+        assert sorted(len(t) for t in a.disk.index.values()) == sorted([shared, len(two[0]), len(two[1])])
+        assert a.last['reused_tokens'] == 0  # the two parts were one prefill
+        whole = a.generate(ask('Who built the tower?'), 12, keep=False)
+    with Session(model, prompt_cache=64 * MiB, **kw) as b:
+        assert b.generate(ask('Who built the tower?'), 12) == whole and b.last['reused_tokens'] == shared
