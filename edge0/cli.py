@@ -24,6 +24,7 @@ from .serving import Serving
 from dataclasses import replace
 from .heads import RECIPE, train_heads, train_prerouter
 from .memory import MiB, peak_rss, process_memory
+from .prompt_cache import DEFAULT_MIB
 
 
 # %% auto #0
@@ -98,7 +99,8 @@ def generate(model,
              serving:Serving|None=None,
              out=None, record_trace=None, # a file for the routing trace of an 'off' run
              chat:bool|None=None, # through the chat template (default: when the tokenizer has one)
-             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=()) -> dict:
+             system_prompt:str|None=None, max_kv_size:int|None=None, extra_eos=(),
+             prompt_cache_file=None) -> dict: # a cache to continue (edge0 cache-prompt)
     "Generate from `model`, writing the text to `out` as it comes; returns the figures"
     from edge0.decode import save_trace
     out = out or sys.stdout
@@ -109,9 +111,9 @@ def generate(model,
         raise CLIError("a trace file to write needs a serving configuration that records one "
                        "(record_trace=True)")
     with Session(model, serving, max_kv_size, extra_eos) as s:
-        ids = s.prompt_ids(prompt, chat, system_prompt)
+        ids = _generate_ids(s, prompt, chat, system_prompt, prompt_cache_file)
         B.reset_peak_memory()
-        for piece in s.stream(ids, max_tokens, sampling, keep=False):
+        for piece in s.stream(ids, max_tokens, sampling, keep=prompt_cache_file is not None):
             out.write(piece.text)
             out.flush()
         out.write('\n')
@@ -119,6 +121,60 @@ def generate(model,
         if record_trace is not None: save_trace(dec.trace, record_trace, s.spec, dec.k)
         figures = _figures(s)
     return figures
+
+# %% ../nbs/09_cli.ipynb #pc-c01
+def _generate_ids(s:Session, prompt:str, chat:bool|None, system_prompt:str|None,
+                  prompt_cache_file) -> list:
+    "The ids `generate` feeds: the prompt's, or a cached prompt's (`prompt_cache_file`) continued"
+    if prompt_cache_file is None: return s.prompt_ids(prompt, chat, system_prompt)
+    if system_prompt is not None:
+        raise CLIError("--system-prompt: a cached prompt's system prompt is in its file "
+                       "(edge0 cache-prompt --system-prompt)")
+    return s.use_prompt_file(prompt_cache_file, s.continued_ids(prompt, chat))
+
+# %% ../nbs/09_cli.ipynb #pc-c04
+def _prompt_cache_arguments(g):
+    "`serve` and `chat`: the prompt caches kept on disk"
+    g.add_argument('--prompt-cache-mib', type=_positive(float), default=DEFAULT_MIB, metavar='MIB',
+                   help="bound of the prompts' KV caches kept on disk ($EDGE0_HOME/prompt-cache, "
+                        f"every model together; default {DEFAULT_MIB}): the least recently used "
+                        "go first")
+    g.add_argument('--no-prompt-cache', action='store_true',
+                   help="keep prompt caches in memory only (a restart prefills every prompt again)")
+
+def _prompt_cache_kw(a) -> dict:
+    "What `--prompt-cache-mib` and `--no-prompt-cache` give a `Session` (nothing: none on disk)"
+    if getattr(a, 'no_prompt_cache', True): return {}
+    return dict(prompt_cache=int(a.prompt_cache_mib * MiB))
+
+# %% ../nbs/09_cli.ipynb #pc-c06
+def _cache_prompt_parser(sub):
+    c = sub.add_parser('cache-prompt', help="prefill a prompt once and write its KV cache to a "
+                       "file (mlx-lm's cache_prompt); generate --prompt-cache-file continues it")
+    c.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
+    c.add_argument('--adapter-path', '--adapter', dest='adapter', help="recovery LoRA file (as "
+                                                                      "generate's)")
+    c.add_argument('--no-adapter', action='store_true', help="serve the base alone")
+    c.add_argument('--resident', action='store_true', help="every expert in memory (as generate's)")
+    for add in (_decode_arguments, _stream_arguments, _compute_arguments): add(c)
+    c.add_argument('-p', '--prompt', required=True, help="the prompt ('-' reads it from stdin)")
+    c.add_argument('--prompt-cache-file', required=True, metavar='FILE.safetensors',
+                   help='where the cache goes')
+    c.add_argument('--system-prompt', help='system message for the chat template')
+    c.add_argument('--ignore-chat-template', action='store_true',
+                   help="cache the prompt as it is, without the tokenizer's chat template")
+
+def _cmd_cache_prompt(a):
+    if not a.prompt_cache_file.endswith('.safetensors'):
+        raise CLIError(f"--prompt-cache-file {a.prompt_cache_file}: expected a .safetensors file")
+    kw, prompt = _session_kw(a), _prompt(a.prompt)
+    if not prompt: raise CLIError("--prompt is empty: give the text to cache")
+    with Session(a.model, **kw) as s:
+        for note in s.handle.notes: print(f"note: {note}", file=sys.stderr)
+        ids = s.cached_prompt_ids(prompt, False if a.ignore_chat_template else None,
+                                  a.system_prompt)
+        print(f"wrote {a.prompt_cache_file}: the KV cache of "
+              f"{s.cache_prompt(ids, a.prompt_cache_file)} prompt tokens")
 
 # %% ../nbs/09_cli.ipynb #9f39bc4e
 def _list(kind, choices=None):
@@ -342,6 +398,8 @@ def _generate_parser(sub):
     g.add_argument('--stats', action='store_true', help='print the streaming counters per layer')
     g.add_argument('--trace', help="routing trace for --mode oracle")
     g.add_argument('--record-trace', help="write this off run's routing trace to a file")
+    g.add_argument('--prompt-cache-file', help="continue the prompt cached in this file "
+                                               "(edge0 cache-prompt)")
 
 # %% ../nbs/09_cli.ipynb #17a9c96c
 def _chat_parser(sub):
@@ -351,6 +409,7 @@ def _chat_parser(sub):
     _model_arguments(c)
     _prompt_arguments(c, 256)
     _sampling_arguments(c)
+    _prompt_cache_arguments(c)
 
 def _serve_parser(sub):
     s = sub.add_parser('serve', help='an OpenAI-compatible HTTP server (/v1/chat/completions, '
@@ -365,6 +424,7 @@ def _serve_parser(sub):
                    'past it a request gets 503')
     s.add_argument('--max-tokens-limit', type=_positive(int), default=2048,
                    help='largest max_tokens a request may ask')
+    _prompt_cache_arguments(s)
 
 # %% ../nbs/09_cli.ipynb #bfb572fa
 def _plan_machine_arguments(p):
@@ -594,6 +654,7 @@ def _parser() -> argparse.ArgumentParser:
     _generate_parser(sub)
     _chat_parser(sub)
     _serve_parser(sub)
+    _cache_prompt_parser(sub)
     _convert_parser(sub)
     s = sub.add_parser('spec', help="print the MoESpec edge0 reads from a model's config.json")
     s.add_argument('model', help='model directory, bundled model or Hugging Face repo id')
@@ -636,7 +697,8 @@ def _session_kw(a) -> dict:
                       adapter=None if a.no_adapter else a.adapter or 'auto',
                       resident=a.resident, options=_options(a), trace=getattr(a, 'trace', None),
                       record_trace=getattr(a, 'record_trace', None) is not None)
-    return dict(serving=serving, max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token)
+    return dict(serving=serving, max_kv_size=a.max_kv_size, extra_eos=a.extra_eos_token,
+                **_prompt_cache_kw(a))
 
 # %% ../nbs/09_cli.ipynb #4a24429c-1
 def _sampling(a) -> Sampling:
@@ -670,7 +732,7 @@ def _cmd_generate(a):
         s = replace(s, options=replace(s.options, kv_tokens=len(prompt.encode()) + 256 + max(a.max_tokens, 1)))
     f = generate(a.model, prompt, a.max_tokens, _sampling(a), s, record_trace=a.record_trace,
                  chat=False if a.ignore_chat_template else None, system_prompt=a.system_prompt,
-                 **kw)
+                 prompt_cache_file=a.prompt_cache_file, **kw)
     for note in f['notes']: print(f"note: {note}", file=sys.stderr)
     if a.stats and f['stats']: print(format_stats(f['stats']))
     if not a.verbose: return
@@ -837,6 +899,7 @@ def _run(a):
     if a.cmd == 'generate': _cmd_generate(a)
     elif a.cmd == 'chat': _cmd_chat(a)
     elif a.cmd == 'serve': _cmd_serve(a)
+    elif a.cmd == 'cache-prompt': _cmd_cache_prompt(a)
     elif a.cmd == 'spec': print(describe(model_spec(find_model(a.model))))
     elif a.cmd == 'convert':
         from edge0.convert import add_low_bits, convert

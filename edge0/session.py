@@ -11,10 +11,14 @@ from fastcore.basics import patch
 from jinja2 import TemplateError
 from .files import InputError, find_model
 from .engine import StreamOptions, stats as stream_stats
-from .decode import AUTO, Sampling, generate_ids, decode_stats
+from .decode import AUTO, Sampling, generate_ids, decode_stats, GraphStep, Step
 from .serving import Serving, open_served
 from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
+import json
+from pathlib import Path
+from .prompt_cache import (open_store, snapshot, write_cache, read_cache, cache_key,
+                                 key_differs)
 
 # %% auto #0
 __all__ = ['ROLES', 'Session', 'check_message', 'check_tools', 'Piece', 'format_stats']
@@ -79,13 +83,12 @@ def _with_kv(serving:Serving, max_kv_size:int|None) -> Serving:
 # %% ../nbs/07a_session.ipynb #c0007
 class Session:
     "One served model and its prompt cache, kept from one generation to the next"
-    # a model directory, a bundled model's name (edge0-tiny) or a Hugging Face repo id
-    def __init__(self, model,
+    def __init__(self, model, # a model directory, a bundled model (edge0-tiny) or a HF repo id
                  serving:Serving|None=None, # how it is served (default: made from `fields`)
-                 # a rotating KV cache of this many tokens (None: it grows)
-                 max_kv_size:int|None=None,
+                 max_kv_size:int|None=None, # rotating KV cache of this many tokens (None: it grows)
                  extra_eos=(), # more tokens (strings or ids) that end a generation
                  no_adapter:bool=False, # with `fields`: serve the base alone
+                 prompt_cache:int|None=None, # bytes of prefixes' caches kept on disk (None: none)
                  # `Serving`'s fields (mode, k, exact_top, adapter, resident, options, dtype, trace,
                  # ...); the adapter beside the base for this K is served unless one is named or
                  # `no_adapter`
@@ -105,6 +108,7 @@ class Session:
         self.vocab_size = getattr(args, 'vocab_size', None)
         self.context_length = getattr(args, 'max_position_embeddings', None)
         self.cache, self.tokens, self.last = None, [], None
+        self.disk = open_store(self, prompt_cache)  # `edge0.prompt_cache`; None: in memory only
         self.counts = dict(generations=0, prompt_tokens=0, reused_tokens=0, generated_tokens=0)
         self.watch = ThrashWatch()  # says once when decoding thrashes (`_thrash`)
 
@@ -289,13 +293,13 @@ def _begin(self:Session, ids:list, max_tokens:int, sampling:Sampling, keep:bool)
     to feed, the token generator and the reset detokenizer"""
     _check_request(self, ids, max_tokens, sampling)
     if not keep: self.cache, self.tokens = None, []
-    n = self.reuse(ids)
+    n = self._recall(ids, self.reuse(ids), keep)
     h, todo = self.handle, list(ids[n:])
     if h.decoder is not None: h.decoder.reset()
     detok = self.tokenizer.detokenizer
     detok.reset()
     # torch step, or graph
-    gen = generate_ids(self.step or h.model, todo, max_tokens, eos=self.eos, decoder=h.decoder,
+    gen = generate_ids(self._parted(ids, n), todo, max_tokens, eos=self.eos, decoder=h.decoder,
                        vocab_size=self.vocab_size, sampling=sampling, cache=self.cache,
                        history=self.tokens)
     return n, todo, gen, detok
@@ -326,6 +330,78 @@ def _settle(self:Session, whole:bool, todo:list, got:list):
     if whole: self.tokens = self.tokens + todo + got[:-1]
     # the model failed or was interrupted within a step: drop the cache
     else: self.cache, self.tokens = None, []
+    self._keep()
+
+# %% ../nbs/07a_session.ipynb #pc-s02
+@patch
+def _trimmable(self:Session) -> bool:
+    "Whether every cache kind this session uses can be cut back to an earlier length"
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+    if self.step is not None: return all(c.rewinds for c in self.step.caches)
+    # a rotating cache that has wrapped cannot: a stored one is read only where it is a prefix
+    return self.max_kv_size is None and can_trim_prompt_cache(make_prompt_cache(self.handle.model))
+
+@patch
+def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
+    "After `reuse` kept `n` ids: the longest stored prefix of `ids` where it gives more; its length"
+    from mlx_lm.models.cache import trim_prompt_cache
+    self._snap = []  # snapshots of this prefill to store: `_drawn`'s, `_parted`'s
+    found = keep and self.disk is not None and self.disk.best(ids, self._trimmable())
+    if not found or found[2] <= n: return n
+    got = self.disk.load(found[0])
+    if got is None: return n
+    (caches, tokens), m = got, found[2]
+    if self.step is not None:
+        self.step.caches = caches
+        m = self.step.trim(m)
+    else:
+        self.cache = caches
+        if m < len(tokens): trim_prompt_cache(caches, len(tokens) - m)  # `best` saw it may
+    self.tokens = list(tokens[:m])
+    return m
+
+# %% ../nbs/07a_session.ipynb #pc-s04
+@patch
+def _drawn(self:Session, ids:list, drawn:int):
+    "At each token drawn: the thrash watch; at the first, the prefill's snapshot for the disk"
+    self._watch(drawn)
+    if drawn == 1 and self.disk is not None and tuple(ids) not in self.disk.index.values():
+        self._snap.append((snapshot(self.cache if self.step is None else self.step.caches),
+                           list(ids)))
+
+@patch
+def _keep(self:Session):
+    "Write the prefill's snapshots, if any were taken, to the disk"
+    snaps, self._snap = getattr(self, '_snap', []), []
+    for caches, tokens in snaps: self.disk.put(caches, tokens)
+
+# %% ../nbs/07a_session.ipynb #pc-s05b
+class _Parted(Step):
+    "A step whose first call feeds its ids in two parts, calling `between()` when the first is fed"
+    def __init__(self, step:Step, part:int, between):
+        self.step, self.part, self.between = step, part, between
+    def begin(self, history): self.step.begin(history)
+    def logits(self, ids:list):
+        part, self.part = self.part, 0
+        if part:
+            self.step.logits(ids[:part])
+            self.between()
+        return self.step.logits(ids[part:])
+    def argmax(self, logits): return self.step.argmax(logits)
+    def to_sampler(self, logits): return self.step.to_sampler(logits)
+    def flush(self, tok): self.step.flush(tok)
+
+@patch
+def _parted(self:Session, ids:list, n:int):
+    "What generates after the `n` ids kept: the session's step, cut where `ids` part from a stored one"
+    h = self.handle
+    step = self.step or GraphStep(h.model, h.decoder, self.cache)
+    m = 0 if self.disk is None or self._trimmable() else min(self.disk.shared_most(ids),
+                                                             len(ids) - 1)
+    if m <= n or tuple(ids[:m]) in self.disk.index.values(): return step
+    # read when called: a step's `begin` may make new caches
+    live = lambda: step.cache if self.step is None else step.caches
+    return _Parted(step, m - n, lambda: self._snap.append((snapshot(live()), list(ids[:m]))))
 
 # %% ../nbs/07a_session.ipynb #c0015
 @patch
@@ -343,7 +419,7 @@ def stream(self:Session, ids:list, # prompt token ids (`prompt_ids`)
         for t, dt in gen:
             times.append(dt)
             got.append(t)
-            self._watch(len(got))
+            self._drawn(ids, len(got))
             text, end = self._read_token(detok, t, text, stop)
             if end: break
             if len(text) - hold > sent:
@@ -506,3 +582,60 @@ def format_stats(s:dict) -> str:
     if s.get('torch_step'): lines.append(_torch_step_line(s))
     if s.get('budget'): lines += Budget(**s['budget']).lines()
     return '\n'.join(lines)
+
+# %% ../nbs/07a_session.ipynb #pc-s07
+def _templated(s:Session, chat:bool|None) -> bool:
+    "Whether `s` applies the chat template (None: where the tokenizer has one)"
+    return s.tokenizer.has_chat_template if chat is None else chat
+
+@patch
+def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
+                      system_prompt:str|None=None) -> list:
+    "The ids of `prompt` as the start of a user's message (mlx-lm's `cache_prompt`)"
+    if not _templated(self, chat): return self.prompt_ids(prompt, False, system_prompt)
+    head = [dict(role='system', content=system_prompt)] if system_prompt is not None else []
+    text = self.tokenizer.apply_chat_template(head + [dict(role='user', content=prompt)],
+                                              tokenize=False, add_generation_prompt=False,
+                                              continue_final_message=True)
+    return self.tokenizer.encode(text, add_special_tokens=False)
+
+@patch
+def continued_ids(self:Session, prompt:str, chat:bool|None=None) -> list:
+    "The ids that continue a cached prompt with `prompt`: the rest of the user's message and template"
+    tok = self.tokenizer
+    if not _templated(self, chat): return tok.encode(prompt, add_special_tokens=False)
+    text = tok.apply_chat_template([dict(role='user', content='<query>')], tokenize=False,
+                                   add_generation_prompt=True)
+    return tok.encode(prompt + text[text.index('<query>') + len('<query>'):],
+                      add_special_tokens=False)
+
+# %% ../nbs/07a_session.ipynb #pc-s10
+def _cache_file(path) -> Path:
+    path = Path(path)
+    if path.suffix != '.safetensors':
+        raise InputError(f"{path}: a prompt cache file ends in .safetensors (mlx-lm's format)")
+    return path
+
+@patch
+def cache_prompt(self:Session, ids:list, path) -> int:
+    "Prefill `ids` and write their cache to the file `path`; how many tokens it holds"
+    path = _cache_file(path)
+    for _ in self.stream(ids, 1, keep=False): pass  # the token drawn is not fed: the cache is `ids`
+    extra = dict(model=self.name, tokenizer_config='{}')  # what mlx_lm.generate reads
+    try: write_cache(path, self.cache if self.step is None else self.step.caches, self.tokens,
+                     cache_key(self), extra)
+    # a full disk, a folder that is not there or not writable: nothing is left
+    except (OSError, RuntimeError) as e: raise InputError(f"cannot write {path}: "
+                                                          f"{getattr(e, 'strerror', None) or e}")
+    return len(self.tokens)
+
+@patch
+def use_prompt_file(self:Session, path, ids:list) -> list:
+    "Put the cache in the file `path` in place; the ids to generate from: its tokens, then `ids`"
+    caches, tokens, meta = read_cache(_cache_file(path))
+    why = key_differs(cache_key(self), json.loads(meta['edge0_key']))
+    if why: raise InputError(f"{path}: made under another model or configuration: {why}")
+    if self.step is None: self.cache = caches
+    else: self.step.caches = caches
+    self.tokens = list(tokens)
+    return self.tokens + list(ids)
