@@ -4,6 +4,14 @@ import pytest
 
 BIN = Path(sys.executable).parent
 
+@pytest.fixture(scope='session', autouse=True)
+def edge0_home(tmp_path_factory):
+    """What edge0 keeps outside a model's folder (prompt caches, usage profiles, heads of read-only models) goes to a
+    folder of this test run, so no run reads what another left; the measurements stay where they were (EDGE0_CACHE)"""
+    from edge0.files import cache_dir
+    os.environ.setdefault('EDGE0_CACHE', str(cache_dir()))
+    os.environ['EDGE0_HOME'] = str(tmp_path_factory.mktemp('edge0-home'))
+
 @pytest.fixture(scope='session')
 def edge0_cmd():
     "The installed `edge0` console script"
