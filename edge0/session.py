@@ -15,10 +15,9 @@ from .decode import AUTO, Sampling, generate_ids, decode_stats, GraphStep, Step
 from .serving import Serving, open_served
 from .plan_verdict import auto_mode
 from .memory import Budget, MiB, ThrashWatch
-import json
 from pathlib import Path
 from .prompt_cache import (open_store, snapshot, write_cache, read_cache, cache_key,
-                                 key_differs)
+                                 key_differs, _shared)
 
 # %% auto #0
 __all__ = ['ROLES', 'Session', 'check_message', 'check_tools', 'Piece', 'format_stats']
@@ -234,13 +233,6 @@ class Piece:
     token:int|None = None
     # on the last piece: 'stop' (end of sequence, a stop string) or 'length'
     finish_reason:str|None = None
-
-def _shared(a:list, b:list) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y: break
-        n += 1
-    return n
 
 # %% ../nbs/07a_session.ipynb #c0013-1
 @patch
