@@ -5,7 +5,9 @@ promises where that is checkable. The few lines that cannot run here as written 
 and what runs in its place; nothing is skipped silently. The slow ones run on the smallest model that shows them."""
 import json, os, queue, re, shutil, signal, socket, subprocess, sys, threading, time, warnings
 from pathlib import Path
+from types import SimpleNamespace
 import pytest
+from edge0.files import teacher_path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / 'README.md'
@@ -15,12 +17,14 @@ FEW = ' --tokens 4096 --steps 50'  # heads: 4,096 tokens and 50 steps a head (th
 
 def has(module): return __import__('importlib').util.find_spec(module) is not None
 
-# README lines that cannot run here as written: (the line's start, why, what runs instead: a function of the line, its
-# /tmp/ already rewritten to {tmp}, or None: not run). A function returns the line itself where its reason does not hold.
+# README lines that cannot run here as written: (the line's start, why, what runs instead: a function of the line,
+# its /tmp/ already rewritten to {tmp}, or None: not run). A function returns the line itself where its reason does
+# not hold here.
 INSTEAD = [
     ('make test', "runs every notebook and this whole suite (this test among them): ~30 min", None),
     ('make demo', "its setup creates .venv and installs from PyPI (no network here): the demo's own commands run "
-     "in this environment, its setup taken as done", lambda c: f"make -C {ROOT} -o .venv/.edge0-installed demo BIN={BIN}"),
+     "in this environment, its setup taken as done",
+     lambda c: f"make -C {ROOT} -o .venv/.edge0-installed demo BIN={BIN}"),
     ('python -m venv', "creates a venv and installs from PyPI (no network here): this environment is what it makes",
      None),
     ('pip install', "installs from PyPI (no network here): this environment is what it installs", None),
@@ -33,7 +37,7 @@ INSTEAD = [
     (f'edge0 train {HF_REPO} --phase distil', "a Hugging Face repo id (no network) and a 30B model: the same command "
      "on the zoo model (its heads just trained), 4 steps", lambda c: c.replace(HF_REPO, '{tmp}/tiny') + ' --steps 4'),
     ('edge0 convert BF16_MODEL', "a placeholder; edge0 zoo writes int4 only: the bf16 teacher edge0-tiny a clone has",
-     lambda c: c.replace('BF16_MODEL', str(ROOT / 'edge0' / 'models' / 'edge0-tiny'))),
+     lambda c: c.replace('BF16_MODEL', str(teacher_path('edge0-tiny', int4=False)))),
     ('edge0 bench', "--tier makes child cgroups, which needs root: without --tier where not root",
      lambda c: c if os.geteuid() == 0 else re.sub(r' --tier \S+', '', c)),
     ('python -m edge0.lmeval', "TASKS is a placeholder and the harness's tasks download their data: one local "
@@ -41,9 +45,6 @@ INSTEAD = [
     ('from openai import OpenAI', "the server's free port in place of 8080 (see edge0 serve)",
      lambda c: c.replace(':8080/', ':{port}/')),
 ]
-# what a line needs that may be missing here: (the line's start, the check, the reason it does not run without it)
-NEEDS = [('python -m edge0.lmeval', lambda: has('lm_eval'), "lm-evaluation-harness (the eval extra) is not installed"),
-         ('make demo', lambda: shutil.which('make'), "make is not installed")]
 # what a line needs that may be missing here: (the line's start, the check, why it does not run without it)
 NEEDS = [('python -m edge0.lmeval', lambda: has('lm_eval'), "lm-evaluation-harness (the eval extra) is not installed"),
          ('from openai import OpenAI', lambda: has('openai'), "the openai client (the dev extra) is not installed"),
@@ -90,6 +91,7 @@ PROMISES = [
     ('python -m edge0.lmeval', lambda r, t: 'readme_mc' in r.stdout and 'acc' in r.stdout),
     ('make demo', lambda r, t: '0 dropped' in r.stdout),
     ('from openai import OpenAI', lambda r, t: 'CompletionUsage(' in r.stdout),
+    ('from edge0.session import Session', lambda r, t: "'dropped': 0," in r.stdout),
 ]
 
 def split_comment(line:str) -> tuple:
@@ -204,13 +206,11 @@ def test_every_readme_command_runs_as_written(tmp_path):
         if sub and sub[2] is None: return None, f"not run: {sub[1]}"
         cmd = sub[2](line) if sub else line
         return cmd, 'as written' if cmd == line else f"instead: {sub[1]}"
-    done = {}  # README line: its result
-    t = type('Ran', (), dict(tmp=tmp, run=staticmethod(run), out=property(lambda self: {
-        p: r for l, r in done.items() for p, _ in PROMISES if p in l})))()
+    t = SimpleNamespace(tmp=tmp, run=run, out={})  # what a promise sees: `out`, the results by PROMISES key
     def check(line, r, note):
-        done[line] = r
         assert r.returncode == 0, f"exit {r.returncode}: {(r.stderr or r.stdout)[-2000:]}"
         promise = first(PROMISES, line)
+        if promise: t.out[promise[0]] = r
         assert not promise or promise[1](r, t), f"not what its comment promises ({note}): {r.stdout[-1500:]}"
     clients = [s[1] for s in steps if s[0] == 'python' and 'base_url=' in s[1]]
     report, failures, library = [], [], []
@@ -245,7 +245,8 @@ def test_every_readme_command_runs_as_written(tmp_path):
     assert not failures, '\n'.join(failures)
 
 def run_library(library:list, tmp:Path, env:dict, fill, report:list) -> list:
-    "The python blocks in one interpreter, in order; a block the README shows output for must print exactly that"
+    """The python blocks in one interpreter, in order; a block the README shows output for must print exactly that,
+    a block in `PROMISES` what its comments promise"""
     paths = []
     for i, (code, _, _) in enumerate(library):
         paths.append(tmp / f'block{i}.py')
@@ -262,6 +263,10 @@ def run_library(library:list, tmp:Path, env:dict, fill, report:list) -> list:
             report.append((code, None, 'failed' if i + 1 == len(parts) else 'not reached'))
             continue
         (t0, out), t1 = parts[i].split('\n', 1), parts[i + 1].split('\n', 1)[0]
-        if shown is not None and out != shown: failures.append(f"{head}\n    printed {out!r}, the README shows {shown!r}")
+        promise = first(PROMISES, code)
+        if shown is not None and out != shown:
+            failures.append(f"{head}\n    printed {out!r}, the README shows {shown!r}")
+        elif promise and not promise[1](subprocess.CompletedProcess(code, 0, out, ''), None):
+            failures.append(f"{head}\n    not what its comments promise: {out[-1500:]}")
         report.append((code, float(t1) - float(t0), how))
     return failures
