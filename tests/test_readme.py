@@ -38,8 +38,9 @@ INSTEAD = [
      "on the zoo model (its heads just trained), 4 steps", lambda c: c.replace(HF_REPO, '{tmp}/tiny') + ' --steps 4'),
     ('edge0 convert BF16_MODEL', "a placeholder; edge0 zoo writes int4 only: the bf16 teacher edge0-tiny a clone has",
      lambda c: c.replace('BF16_MODEL', str(teacher_path('edge0-tiny', int4=False)))),
-    ('edge0 bench', "--tier makes child cgroups, which needs root: without --tier where not root",
-     lambda c: c if os.geteuid() == 0 else re.sub(r' --tier \S+', '', c)),
+    ('edge0 bench', "slow (60-90 s on 2 cores): one round of 8 forced steps an arm (3 of 32 as written); --tier "
+     "makes child cgroups, which needs root: without it where not root",
+     lambda c: (c if os.geteuid() == 0 else re.sub(r' --tier \S+', '', c)) + ' --rounds 1 --tokens 8'),
     ('python -m edge0.lmeval', "TASKS is a placeholder and the harness's tasks download their data: one local "
      "two-question task", lambda c: c.replace('--tasks TASKS', '--tasks readme_mc --include_path {tmp}/tasks')),
     ('from openai import OpenAI', "the server's free port in place of 8080 (see edge0 serve)",
@@ -61,6 +62,14 @@ def serves(run, model:str, torch_step:bool=False):
     r = run(f'edge0 generate -m {model} -p "Once upon a time" --max-tokens 8')
     assert r.returncode == 0 and text(r.stdout).strip(), r.stderr[-2000:]
     assert not torch_step or 'each step runs in torch' in r.stderr, r.stderr[-2000:]
+    return True
+
+def int4_per_layer(r, t) -> bool:
+    "BF16_MODEL quantized int4 g64, its experts one file per layer, and served"
+    d = t.tmp / 'model-int4'
+    q = config(d)['quantization']
+    return ((q['bits'], q['group_size']) == (4, 64) and (d / 'model-experts-L000.safetensors').is_file()
+            and serves(t.run, d))
 
 # what a line promises in its comment, checked where that is checkable: (a part of the line, the check)
 PROMISES = [
@@ -79,11 +88,8 @@ PROMISES = [
     ('--phase heads --k 4', lambda r, t: (t.tmp / 'tiny' / 'prerouter.safetensors').is_file()),
     ('--phase heads --data', lambda r, t: '4,096 training tokens' in r.stdout),
     ('--phase distil', lambda r, t: (t.tmp / 'tiny' / 'lora-k4.safetensors').is_file()),
-    ('--layout torch-cpu', lambda r, t: serves(t.run, t.tmp / 'tiny-torch', has('torch')) or True),
-    ('edge0 convert BF16_MODEL', lambda r, t: (lambda q: (q['bits'], q['group_size']) == (4, 64))(
-        config(t.tmp / 'model-int4')['quantization'])
-        and (t.tmp / 'model-int4' / 'model-experts-L000.safetensors').is_file()
-        and (serves(t.run, t.tmp / 'model-int4') or True)),
+    ('--layout torch-cpu', lambda r, t: serves(t.run, t.tmp / 'tiny-torch', has('torch'))),
+    ('edge0 convert BF16_MODEL', int4_per_layer),
     ('edge0 bench', lambda r, t: 'routing/K4' in r.stdout and (os.geteuid() != 0 or
                                                                '== tier usb' in r.stdout)),
     ('edge0 plan edge0-tiny', lambda r, t: 'compute: measured' in r.stdout and re.search(r'(?m)^routing ', r.stdout)),
