@@ -133,6 +133,17 @@ def test_readme_steps_are_read_from_the_blocks():
     assert split_comment('printf \'def add(a, b):\\n\' | edge0 x  # code') == ("printf 'def add(a, b):\\n' | edge0 x",
                                                                                'code')
 
+def test_each_entry_of_the_tables_names_one_readme_line():
+    "A README edit that leaves an entry naming no line fails here at once; each substitution changes its line"
+    lines = [s[1] for s in readme_steps(README.read_text())]
+    stale = ([e[0] for e in INSTEAD + NEEDS if not any(l.startswith(e[0]) for l in lines)] +
+             [e[0] for e in PROMISES if not any(e[0] in l for l in lines)])
+    assert not stale, f"entries of this test that name no README line (was the README edited?): {stale}"
+    for key, why, instead in INSTEAD:
+        line = next(l for l in lines if l.startswith(key))
+        assert first(INSTEAD, line)[0] == key  # one entry a line
+        assert why and (instead is None or instead(line) != line), key
+
 def first(table:list, line:str):
     "The entry of `table` whose key starts `line` (`INSTEAD`, `NEEDS`) or is in it (`PROMISES`), or None"
     hits = [e for e in table if (line.startswith(e[0]) if table is not PROMISES else e[0] in line)]
@@ -192,10 +203,6 @@ print(f'\\0{time.monotonic()}', flush=True)
 def test_every_readme_command_runs_as_written(tmp_path):
     "Each README command in order, as written or as `INSTEAD` says; every failure is reported, with each one's seconds"
     steps = readme_steps(README.read_text())
-    lines = [s[1] for s in steps]
-    stale = ([e[0] for e in INSTEAD + NEEDS if not any(l.startswith(e[0]) for l in lines)] +
-             [e[0] for e in PROMISES if not any(e[0] in l for l in lines)])
-    assert not stale, f"entries of this test that name no README line (was the README edited?): {stale}"
     tmp, port = tmp_path, free_port()
     write_inputs(tmp)
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", EDGE0_HOME=str(tmp / 'home'),
