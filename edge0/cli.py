@@ -81,6 +81,7 @@ def _figures(s:Session) -> dict:
     "The figures of `s`'s last generation: speeds, memory, counters, notes and adapter"
     last, lora = s.last, s.adapter
     return dict(prompt_tokens=last['prompt_tokens'], prompt_tps=last['prompt_tps'],
+                reused_tokens=last['reused_tokens'],
                 generation_tokens=last['completion_tokens'],
                 generation_tps=last['generation_tps'],
                 finish_reason=last['finish_reason'], peak_memory_bytes=B.memory_stats().peak,
@@ -723,6 +724,25 @@ def _process_line(f:dict) -> str:
              "file-backed)" if f['resident_anon_bytes'] is not None else '')
     return f"process {m(f['resident_bytes'])} resident{split}, peak {m(f['peak_resident_bytes'])}"
 
+# %% ../nbs/09_cli.ipynb #88a9192b-0
+def _summary(f:dict, kind:str) -> str:
+    "The lines `generate` ends with: the adapter it served, then what the run cost and how fast"
+    out = []
+    if f['adapter']:
+        m = f['adapter']
+        top, name = int(m.get('exact_top') or 0), m.get('file')
+        out.append(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on "
+                   f"{m['modules']} projections, K={m['k']}"
+                   + (f", trained at exact top-{top}" if top else '')
+                   + (f" ({name})" if name else ''))
+    # a prompt cache's tokens are not prefilled: the rate is of the rest
+    reused = f" ({f['reused_tokens']} more from the prompt cache)" if f['reused_tokens'] else ''
+    out.append(f"{kind}: {_process_line(f)} | prefill {f['prompt_tokens'] - f['reused_tokens']} "
+               f"tokens{reused} at {f['prompt_tps']:.1f} tok/s | decode "
+               f"{f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | MLX's "
+               f"arrays at most {f['peak_memory_bytes'] / MiB:.1f} MiB")
+    return '\n'.join(out)
+
 # %% ../nbs/09_cli.ipynb #88a9192b
 def _cmd_generate(a):
     kw, prompt = _session_kw(a), _prompt(a.prompt)
@@ -736,17 +756,7 @@ def _cmd_generate(a):
     for note in f['notes']: print(f"note: {note}", file=sys.stderr)
     if a.stats and f['stats']: print(format_stats(f['stats']))
     if not a.verbose: return
-    if f['adapter']:
-        m = f['adapter']
-        top, name = int(m.get('exact_top') or 0), m.get('file')
-        print(f"adapter: {m.get('phase', '?')} recovery LoRA, rank {m['rank']} on {m['modules']} "
-              "projections, "
-              f"K={m['k']}" + (f", trained at exact top-{top}" if top else '') + (f" ({name})" if name else ''))
-    kind = 'resident' if a.resident else 'streamed'
-    print(f"{kind}: {_process_line(f)} | prefill {f['prompt_tokens']} tokens at "
-          f"{f['prompt_tps']:.1f} tok/s | decode {f['generation_tokens']} tokens at "
-          f"{f['generation_tps']:.1f} tok/s | MLX's arrays at most "
-          f"{f['peak_memory_bytes'] / MiB:.1f} MiB")
+    print(_summary(f, 'resident' if a.resident else 'streamed'))
 
 def _cmd_chat(a):
     from edge0.chat import repl

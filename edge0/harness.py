@@ -432,7 +432,7 @@ def table(report:dict) -> str:
                                "steps after a "
              f"{report['prompt']}-token prompt", *report.get('notes', []),
              *report.get('routing', {}).values()]
-    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'prefill c/w tok/s':>18}{'peak MiB':>9}"
+    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'prefill c/w tok/s':>18}{'MLX MiB':>9}"
             f"{'RSS MiB':>8}{'MiB/step':>9}{'MiB/tok':>8}{'loads':>6}{'cold':>5}{'blocked':>8}"
             f"{'load a+b*cold ms (resid)':>26}")
     lines.append(head)

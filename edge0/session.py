@@ -504,7 +504,7 @@ def reset(self:Session):
 def _layer_lines(s:dict) -> list:
     "The counters' header, a row per layer and the total"
     head = (f"{'layer':>6} {'calls':>6} {'loads':>6} {'hits':>6} {'MiB read':>8} {'cold':>5} "
-            f"{'blocked ms':>10} {'peak MiB':>8}")
+            f"{'blocked ms':>10} {'MLX MiB':>8}")
     def row(name, r):
         return (f"{name:>6} {r['calls']:>6} {r['loads']:>6} {r['hits']:>6} "
                 f"{r['bytes_read'] / MiB:>8.2f} {r['cold_fraction']:>5.2f} "
@@ -522,7 +522,7 @@ def _pool_line(s:dict) -> str:
             f"{p['evictions']} evictions | budget {budget}, of it "
             f"{p['reserved_bytes'] / MiB:.2f} MiB reserved (resident layers "
             f"{p['resident_layers']}, slots, hot sets) | slots {s['slot_bytes'] / MiB:.2f} "
-            f"MiB | peak active memory {s['peak_active_bytes'] / MiB:.1f} MiB")
+            f"MiB | MLX's arrays at most {s['peak_active_bytes'] / MiB:.1f} MiB")
 
 # %% ../nbs/07a_session.ipynb #c0029c
 def _reads_line(s:dict) -> str:
