@@ -314,7 +314,9 @@ def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
 def _save_head(path:Path, head, opt=None, meta:dict|None=None, extra:dict|None=None):
     "Write a head's parameters (and its optimizer's state) to `path` atomically"
     arrays = dict(B.tree_flatten(head.parameters()))
-    if opt is not None: arrays.update({f"opt.{k}": v for k, v in B.tree_flatten(opt.state)})
+    if opt is not None:  # Adam's step count is uint64, a dtype the store does not read: uint32
+        arrays.update({f"opt.{k}": v.astype(B.uint32) if k == 'step' else v
+                       for k, v in B.tree_flatten(opt.state)})
     arrays.update(extra or {})  # the best weights of early stopping (`best.`)
     meta = {k: str(v) for k, v in (meta or {}).items()}
     replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, meta))
