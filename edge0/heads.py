@@ -385,8 +385,9 @@ class TorchHead:
         "Features, the next layer's logits and routed ids at pair positions `t`, as tensors"
         torch, (h, routed, tl, tr) = self.torch, self.caps
         a = lambda x: torch.from_numpy(np.ascontiguousarray(x))
-        f = features(a(h[t]), a(routed[t]), a(routed[t - 1]), self.spec.num_experts)
-        nxt = a(np.asarray(tr[t + 1]).astype(np.int64)) if weighted and self.weighted else None
+        ids = lambda x: a(np.asarray(x).astype(np.int64))  # torch compares no unsigned ids
+        f = features(a(h[t]), ids(routed[t]), ids(routed[t - 1]), self.spec.num_experts)
+        nxt = ids(tr[t + 1]) if weighted and self.weighted else None
         return f, a(tl[t + 1]), nxt
 
 # %% ../nbs/04c_heads.ipynb #p1-04
