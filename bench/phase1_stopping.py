@@ -37,7 +37,8 @@ def captures(name:str, d:Path, k:int, tokens:int, seq:int) -> tuple:
     h = load_resident(d)
     tok = open_tokenizer(d)
     cal = calibration(tok, default_documents(), seq, tokens, 0.05, 0)
-    held = (cal.heldout.ravel()[:tokens // 4] if name == 'synthetic' else heldout_ids(tok))
+    # a quarter of the training tokens scored, as the recipe's default (`heldout_tokens`)
+    held = (cal.heldout.ravel() if name == 'synthetic' else heldout_ids(tok))[:tokens // 4]
     return h.spec, h.model, capture(h.spec, h.model, cal.train.ravel(), k, seq), capture(h.spec, h.model, held, k, seq)
 
 def curve(spec, model, train:dict, held:dict, k:int, n:int, params:dict, T:int, val:float) -> list:

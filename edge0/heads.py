@@ -302,10 +302,7 @@ RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hi
               # tokens of the model's own text added to the calibration documents
               self_tokens=0,
               # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
-              weighted=1.0,
-              # early stopping: evaluations of the validation KL without a better one (0: none),
-              # the share of training windows it is measured on, and who trains ('auto': `_check_fit`)
-              patience=3, val=0.0625, trainer='auto')
+              weighted=1.0, patience=3, val=0.0625, trainer='auto')  # `fit_head`, `_check_fit`
 CKPT_EVERY = 50  # training steps between a head's checkpoints (and its evaluations)
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -313,11 +310,8 @@ def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
 
 def _save_head(path:Path, head, opt=None, meta:dict|None=None, extra:dict|None=None):
     "Write a head's parameters (and its optimizer's state) to `path` atomically"
-    arrays = dict(B.tree_flatten(head.parameters()))
-    if opt is not None:  # Adam's step count is uint64, a dtype the store does not read: uint32
-        arrays.update({f"opt.{k}": v.astype(B.uint32) if k == 'step' else v
-                       for k, v in B.tree_flatten(opt.state)})
-    arrays.update(extra or {})  # the best weights of early stopping (`best.`)
+    arrays = dict(B.tree_flatten(head.parameters()), **(extra or {}))
+    if opt is not None: arrays.update({f"opt.{k}": v for k, v in B.tree_flatten(opt.state)})
     meta = {k: str(v) for k, v in (meta or {}).items()}
     replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, meta))
 
@@ -509,6 +503,8 @@ def _checkpoint(path:Path, tr, state:dict):
     """Write a head's checkpoint: its weights, optimizer state, the best weights so far and the
     early-stopping state"""
     head, opt = tr.sync()
+    # Adam counts its steps in uint64, a dtype the store does not read
+    opt.state['step'] = opt.state['step'].astype(B.uint32)
     best = ({f"best.{k}": B.array(v) for k, v in tr.numpy(state['best']).items()}
             if state['best'] is not None else {})
     meta = {k: state[k] for k in ('step', 'best_step', 'since')}
