@@ -10,7 +10,7 @@ the same warm start, by the torch trainer (`edge0.heads.TorchHead`, which follow
 training windows less the validation split (the last `val` of them), with the validation KL and the held-out recall
 measured at every evaluation (every `CKPT_EVERY` steps). From that one curve it prints, for each patience, the step each
 head would stop at and the held-out recall of the best weights it keeps, against today's. Writes
-bench/results/phase1_stopping.txt and .json.
+bench/results/phase1_stopping.txt and .json (--add: beside the runs already there, so each run can stay short).
 """
 import argparse, json, tempfile, time
 from pathlib import Path
@@ -107,11 +107,18 @@ if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--only', nargs='+', default=RUNS, help='model:K runs (a bundled teacher, or synthetic)')
     ap.add_argument('--tokens', type=int, default=RECIPE['tokens'])
+    ap.add_argument('--add', action='store_true', help="keep the runs already in --out's json, add these")
     ap.add_argument('--max-heads', type=int, help='train only the first N heads of each model')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'phase1_stopping'))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
         results = [run(r.split(':')[0], int(r.split(':')[1]), a.tokens, Path(work), a.max_heads) for r in a.only]
+    if a.add and Path(a.out + '.json').exists():
+        kept = json.loads(Path(a.out + '.json').read_text())
+        for r in kept:  # JSON keys are strings
+            r['heads'] = {int(n): dict(h, stops={int(p): tuple(v) for p, v in h['stops'].items()})
+                          for n, h in r['heads'].items()}
+        results = kept + results
     text = report(results)
     print(text)
     Path(a.out + '.txt').write_text(text + '\n')
