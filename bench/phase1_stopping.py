@@ -87,11 +87,11 @@ def report(results:list) -> str:
     lines = [f"Held-out top-K recall of each head: today's recipe ({RECIPE['steps']:,} steps, every training window) "
              f"against early stopping on a validation split of {RECIPE['val']:g} of the training windows, evaluated "
              f"every {CKPT_EVERY} steps; per patience: the step it stops at / its best step, and the recall of the best weights"]
-    lines.append(f"{'model':>14}{'K':>3}{'head':>7}{'today':>8}" + ''.join(f"{f'patience {p}':>24}" for p in PATIENCES))
+    lines.append(f"{'model':>14}{'K':>3}{'head':>7}{'today':>8}" + ''.join(f"{f'patience {p}':>26}" for p in PATIENCES))
     for r in results:
         for n, h in r['heads'].items():
             today = h['today']
-            cells = ''.join(f"{f'{s}/{b} {rec:.4f} ({rec - today:+.4f})':>24}" for s, b, rec in
+            cells = ''.join(f"{f'{s}/{b} {rec:.4f} ({rec - today:+.4f})':>26}" for s, b, rec in
                             (h['stops'][p] for p in PATIENCES))
             lines.append(f"{r['model']:>14}{r['k']:>3}{f'{n}->{n + 1}':>7}{h['today']:>8.4f}{cells}")
         lines.append(f"{'':>14}   {r['tokens']:,} training tokens; capture {r['capture_s']} s, training "
