@@ -618,8 +618,7 @@ def _expect(scratch:Scratch, lp:LayerPass, h, pr:Prerouter, ids:np.ndarray, role
 
 # %% ../nbs/04c_heads.ipynb #63911a8e
 def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4,
-               show:bool=True,
-               dtype=None):
+               show:bool=True, dtype=None):
     """Capture every layer not yet captured and train each head as soon as its next layer is in;
     resumes `scratch`"""
     owners, done = pr.owners, lambda: scratch.m['heads']
@@ -636,11 +635,10 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
         for layer in range(first, roles.last + 1):
             cost = _add_probe(capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch,
                                             bar), probe.pop(layer, None))
-            m = scratch.m
-            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'],
-                           bytes_read=m['bytes_read'] + cost['bytes'],
-                           capture_s=m['capture_s'] + cost['capture_s'],
-                           peak_rss=max(m['peak_rss'], peak_rss()))
+            scratch.commit(layer=layer, read_s=scratch.m['read_s'] + cost['read_s'],
+                           bytes_read=scratch.m['bytes_read'] + cost['bytes'],
+                           capture_s=scratch.m['capture_s'] + cost['capture_s'],
+                           peak_rss=max(scratch.m['peak_rss'], peak_rss()))
             if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
