@@ -21,7 +21,10 @@ from .memory import ROOM, headroom, peak_rss, MiB
 from .prerouter import (Prerouter, heads_dir_for, init_prerouter, recall_report,
                              router_bias_of, save_prerouter,
                              train_head)
-from .routing import MoESpec, RouterTap, attr_at, block, experts_slot, route
+from .prerouter import (_head_inputs, _head_loss, _head_step, features, head_batch,
+                             pair_positions)
+from .backend.quant import default_kernels, torch_available
+from .routing import MoESpec, RouterTap, Routing, attr_at, block, experts_slot, route, weigh
 from .store import ExpertStore, fingerprint, index_checkpoint, model_spec, read_header
 from .engine import StreamOptions
 from .serving import Serving, check_training
@@ -30,10 +33,10 @@ from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 
 # %% auto #0
-__all__ = ['RECIPE', 'CKPT_EVERY', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch', 'Roles', 'capture_layer',
-           'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
-           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows',
-           'train_prerouter']
+__all__ = ['RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch',
+           'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers', 'layer_bytes',
+           'training_pool', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key',
+           'provenance', 'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -299,15 +302,15 @@ RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hi
               # tokens of the model's own text added to the calibration documents
               self_tokens=0,
               # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
-              weighted=1.0)
-CKPT_EVERY = 100  # training steps between a head's checkpoints
+              weighted=1.0, patience=3, val=0.0625, trainer='auto')  # `fit_head`, `_check_fit`
+CKPT_EVERY = 50  # training steps between a head's checkpoints (and its evaluations)
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
     return scratch.dir / f"head{n}{'.ckpt' if ckpt else ''}.safetensors"
 
-def _save_head(path:Path, head, opt=None, meta:dict|None=None):
+def _save_head(path:Path, head, opt=None, meta:dict|None=None, extra:dict|None=None):
     "Write a head's parameters (and its optimizer's state) to `path` atomically"
-    arrays = dict(B.tree_flatten(head.parameters()))
+    arrays = dict(B.tree_flatten(head.parameters()), **(extra or {}))
     if opt is not None: arrays.update({f"opt.{k}": v for k, v in B.tree_flatten(opt.state)})
     meta = {k: str(v) for k, v in (meta or {}).items()}
     replace_whole(path, lambda tmp: B.save_safetensors(tmp, arrays, meta))
@@ -316,7 +319,8 @@ def _load_head(path:Path, head, lr:float):
     """`(optimizer, metadata)` of a head checkpoint written by `_save_head`, its parameters loaded
     into `head`"""
     arrays, meta = B.load_arrays(path), read_header(path)[1]
-    head.update(B.tree_unflatten([(k, v) for k, v in arrays.items() if not k.startswith('opt.')]))
+    head.update(B.tree_unflatten([(k, v) for k, v in arrays.items()
+                                 if not k.startswith(('opt.', 'best.'))]))
     opt = bnn.optim.Adam(lr)
     state = [(k[4:], v) for k, v in arrays.items() if k.startswith('opt.')]
     if state: opt.state = B.tree_unflatten(state)
@@ -330,38 +334,291 @@ def _caps(scratch:Scratch, layer:int, rows:slice) -> dict:
             if (scratch.dir / f"cap{layer}.{key}.npy").exists()
             or f"cap{layer}.{key}" in scratch.held}
 
+# %% ../nbs/04c_heads.ipynb #p1-01
+def _torch_head_loss(spec:MoESpec, weighted:float):
+    "`_head_loss` in torch: `loss_fn(params, f, target, routed_next) -> (loss, kl)`"
+    import torch  # optional where MLX trains (Metal)
+    F = torch.nn.functional
+    def probs(lg):
+        if spec.routing.score == 'softmax': return torch.softmax(lg, -1)
+        s = torch.sigmoid(lg)
+        return s / s.sum(-1, keepdim=True)
+    # heaviness as in `weighted_nll`: the router's weights over the routed set, unscaled
+    r = Routing(**{**vars(spec.routing), 'scale_experts': False})
+    def loss_fn(p, f, target, routed_next):
+        z = F.gelu(F.linear(f, p['fc1.weight'], p['fc1.bias']))  # erf GELU, as `Head`
+        q = probs(F.linear(z, p['fc2.weight'], p['fc2.bias']) + F.linear(f, p['skip.weight']))
+        pt = probs(target)
+        kl = (pt * (torch.log(pt + 1e-9) - torch.log(q + 1e-9))).sum(-1).mean()
+        if not weighted: return kl, kl
+        w = weigh(r, target, routed_next).float()
+        w = w / w.sum(-1, keepdim=True)
+        nll = -(w * torch.log(torch.gather(q, -1, routed_next) + 1e-9)).sum(-1).mean()
+        return kl + weighted * nll, kl
+    return loss_fn
+
+# %% ../nbs/04c_heads.ipynb #p1-03
+class TorchHead:
+    """Head `n` of `pr` trained in torch: its weights and MLX Adam's state (`opt`; None: fresh) as
+    tensors, written back into the MLX head and an MLX Adam by `sync`"""
+    def __init__(self, pr:Prerouter, n:int,
+                 caps:tuple, # (h, routed) of layer n, (logits, routed) of the next: row-indexable
+                 opt, lr:float, weighted:float):
+        import torch
+        self.torch, self.head, self.spec, self.lr = torch, pr.heads[f"layer{n}"], pr.spec, lr
+        self.caps, self.weighted = caps, weighted
+        self.loss, self.kl_loss = _torch_head_loss(pr.spec, weighted), _torch_head_loss(pr.spec, 0)
+        state = dict(B.tree_flatten(opt.state)) if opt is not None else {}
+        t = lambda a: torch.from_numpy(np.array(B.to_numpy(a), np.float32))
+        self.p = {k: t(v).requires_grad_() for k, v in B.tree_flatten(self.head.parameters())}
+        self.m, self.v = ({k: t(state[f"{k}.{s}"]) if f"{k}.{s}" in state else torch.zeros_like(v)
+                           for k, v in self.p.items()} for s in ('m', 'v'))
+        self.steps = int(B.to_numpy(state['step'])) if 'step' in state else 0
+
+    def inputs(self, t, weighted:bool=True) -> tuple:
+        "Features, the next layer's logits and routed ids at pair positions `t`, as tensors"
+        torch, (h, routed, tl, tr) = self.torch, self.caps
+        a = lambda x: torch.from_numpy(np.ascontiguousarray(x))
+        ids = lambda x: a(np.asarray(x).astype(np.int64))  # torch compares no unsigned ids
+        f = features(a(h[t]), ids(routed[t]), ids(routed[t - 1]), self.spec.num_experts)
+        nxt = ids(tr[t + 1]) if weighted and self.weighted else None
+        return f, a(tl[t + 1]), nxt
+
+# %% ../nbs/04c_heads.ipynb #p1-04
+@patch
+def step(self:TorchHead, t) -> float:
+    "One step of MLX's Adam (betas 0.9, 0.999; eps 1e-8; no bias correction) on pairs `t`; its KL"
+    torch, (b1, b2), eps = self.torch, (0.9, 0.999), 1e-8
+    loss, kl = self.loss(self.p, *self.inputs(t))
+    grads = torch.autograd.grad(loss, list(self.p.values()))
+    with torch.no_grad():
+        for (k, p), g in zip(self.p.items(), grads):
+            self.m[k].mul_(b1).add_(g, alpha=1 - b1)
+            self.v[k].mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.addcdiv_(self.m[k], self.v[k].sqrt().add_(eps), value=-self.lr)
+    self.steps += 1
+    return kl.item()
+
+@patch
+def kl(self:TorchHead, t) -> float:
+    "The head's mean KL to the next router on pairs `t`, untrained by it"
+    with self.torch.no_grad(): return self.kl_loss(self.p, *self.inputs(t, False))[1].item()
+
+@patch
+def sync(self:TorchHead) -> tuple:
+    "`(head, opt)`: the MLX head given these weights, and an MLX Adam holding this state"
+    a = lambda x: B.array(x.detach().numpy().copy())
+    self.head.update(B.tree_unflatten([(k, a(v)) for k, v in self.p.items()]))
+    opt = bnn.optim.Adam(self.lr)
+    opt.state = B.tree_unflatten([('step', B.array(np.array(self.steps, np.uint64))),
+                                  ('learning_rate', B.array(np.float32(self.lr)))]
+                                 + [(f"{k}.{s}", a(getattr(self, s)[k])) for k in self.p
+                                    for s in ('m', 'v')])
+    return self.head, opt
+
+# %% ../nbs/04c_heads.ipynb #p1-05
+@patch
+def weights(self:TorchHead) -> dict: return {k: v.detach().clone() for k, v in self.p.items()}
+@patch
+def set_weights(self:TorchHead, w:dict):
+    with self.torch.no_grad():
+        for k, v in w.items(): self.p[k].copy_(self.torch.as_tensor(np.asarray(v)))
+@patch
+def numpy(self:TorchHead, w:dict) -> dict: return {k: v.numpy().copy() for k, v in w.items()}
+
+class MLXHead:
+    "Head `n` of `pr` trained by MLX, step for step as `train_head`; the surface of `TorchHead`"
+    def __init__(self, pr:Prerouter, n:int, caps:tuple, opt, lr:float, weighted:float):
+        self.head, self.spec, self.caps, self.w = pr.heads[f"layer{n}"], pr.spec, caps, weighted
+        self.opt = opt or bnn.optim.Adam(lr)
+        self.grad = bnn.value_and_grad(self.head, _head_loss(pr.spec, weighted))
+        self.kl_fn = _head_loss(pr.spec, 0.0)
+    def inputs(self, t, weighted:bool=True) -> tuple:
+        h, routed, tl, tr = self.caps
+        return _head_inputs(self.spec, h, routed, tl, tr if weighted and self.w else None, t)
+    def step(self, t) -> float: return _head_step(self.head, self.opt, self.grad, *self.inputs(t))
+    def kl(self, t) -> float: return self.kl_fn(self.head, *self.inputs(t, False))[1].item()
+    # MLX arrays are immutable: a dict of them is a copy
+    def weights(self) -> dict: return dict(B.tree_flatten(self.head.parameters()))
+    def set_weights(self, w:dict): self.head.update(B.tree_unflatten([(k, B.array(np.asarray(v)))
+                                                                      for k, v in w.items()]))
+    def numpy(self, w:dict) -> dict: return {k: B.to_numpy(v) for k, v in w.items()}
+    def sync(self) -> tuple: return self.head, self.opt
+
+# %% ../nbs/04c_heads.ipynb #p1-06
+TRAINERS = dict(mlx=MLXHead, torch=TorchHead)
+VAL_PAIRS = 8192  # validation pairs scored at most: the KL of a few thousand is steady enough
+
+def _check_fit(params:dict) -> dict:
+    """The recipe with its trainer resolved (`auto`: torch on a CPU where torch is installed, else
+    MLX); a bad trainer, patience or validation share refused in one line"""
+    name = params['trainer']
+    if name == 'auto': name = 'torch' if default_kernels() == 'torch' else 'mlx'
+    if name not in TRAINERS: raise InputError(f"trainer={name!r}: expected auto, mlx or torch")
+    if name == 'torch' and not torch_available():
+        raise InputError("trainer='torch' needs torch: pip install torch, or trainer='mlx'")
+    if not (isinstance(params['patience'], int) and params['patience'] >= 0):
+        raise InputError(f"patience={params['patience']!r}: expected a whole number of "
+                         "evaluations >= 0 (0: no early stopping)")
+    if not 0 <= params['val'] < 0.5:
+        raise InputError(f"val={params['val']!r}: expected a share of the training windows from 0 "
+                         "up to, not including, 0.5")
+    return dict(params, trainer=name)
+
+def _val_split(T:int, seq:int, val:float) -> tuple:
+    """`(rows trained on, validation pair positions)`: the last `val` of the `T` training rows'
+    windows validate (at least one window; none when there is only one, or `val` is 0)"""
+    windows = T // seq
+    nv = min(max(1, round(val * windows)), windows - 1) if val and windows > 1 else 0
+    fit = (windows - nv) * seq
+    return fit, (fit + pair_positions(T - fit, seq))[:VAL_PAIRS]
+
+# %% ../nbs/04c_heads.ipynb #p1-07
+def fit_head(tr, n:int, positions:np.ndarray, # the pairs trained on
+             held:np.ndarray, # the validation pairs (empty: no early stopping)
+             params:dict, state:dict, save=None, bar=None) -> dict:
+    """Train `tr` from `state` (step, log, best_kl, best_step, since, best) for `steps`, or until its
+    validation KL has not improved for `patience` evaluations; the best weights kept"""
+    steps, patience = params['steps'], params['patience'] if len(held) else 0
+    while state['step'] < steps and not (patience and state['since'] >= patience):
+        stop = min(state['step'] + CKPT_EVERY, steps)
+        for step in range(state['step'], stop):
+            t = head_batch(n, step, params['seed'], positions, params['batch'])
+            state['log'].append(tr.step(t))
+            if bar is not None: bar.update(1)
+        state['step'] = stop
+        if len(held):  # an evaluation at every checkpoint
+            kl = tr.kl(held)
+            if kl < state['best_kl']:
+                state.update(best_kl=kl, best_step=stop, since=0, best=tr.weights())
+            else: state['since'] += 1
+            if bar is not None: bar.set_postfix(kl=f"{np.mean(state['log'][-50:]):.4f}",
+                                                val=f"{kl:.4f}", best=state['best_step'])
+        if save is not None and stop < steps: save(state)
+    if patience and state['best'] is not None: tr.set_weights(state['best'])
+    return state
+
+# %% ../nbs/04c_heads.ipynb #p1-08
+def _checkpoint(path:Path, tr, state:dict):
+    """Write a head's checkpoint: its weights, optimizer state, the best weights so far and the
+    early-stopping state"""
+    head, opt = tr.sync()
+    # Adam counts its steps in uint64, a dtype the store does not read
+    opt.state['step'] = opt.state['step'].astype(B.uint32)
+    best = ({f"best.{k}": B.array(v) for k, v in tr.numpy(state['best']).items()}
+            if state['best'] is not None else {})
+    meta = {k: state[k] for k in ('step', 'best_step', 'since')}
+    _save_head(path, head, opt, dict(meta, log=json.dumps(state['log']),
+                                     best_kl=json.dumps(state['best_kl'])), best)
+
+def _resume_head(path:Path, pr:Prerouter, n:int, caps:tuple, params:dict) -> tuple:
+    "`(trainer, state)` of head `n`: fresh, or from its checkpoint at `path`"
+    opt, state = None, dict(step=0, log=[], best_kl=float('inf'), best_step=0, since=0, best=None)
+    if path.exists():
+        opt, meta = _load_head(path, pr.heads[f"layer{n}"], params['lr'])
+        best = {k[5:]: B.to_numpy(v) for k, v in B.load_arrays(path).items()
+                if k.startswith('best.')}
+        state = dict({k: int(meta[k]) for k in ('step', 'best_step', 'since')},
+                     log=json.loads(meta['log']), best_kl=json.loads(meta['best_kl']),
+                     best=best or None)
+    tr = TRAINERS[params['trainer']](pr, n, caps, opt, params['lr'], params['weighted'])
+    if state['best'] is not None:  # as the trainer's own arrays
+        keep = tr.weights()
+        tr.set_weights(state['best'])
+        state['best'], _ = tr.weights(), tr.set_weights(keep)
+    return tr, state
+
 # %% ../nbs/04c_heads.ipynb #863cec1e-1
 def _train_one(scratch:Scratch, pr:Prerouter, model, n:int, T:int, params:dict, show:bool) -> dict:
-    """Train (or resume) head `n` on the first `T` captured tokens; its held-out report; checkpoints
-    as it goes"""
+    """Train (or resume) head `n` on the first `T` captured tokens (less the validation split) until
+    its validation KL stops improving; its held-out report; checkpoints as it goes"""
     m, head = pr.next_layer[n], pr.heads[f"layer{n}"]
     t0, ckpt = time.time(), _head_file(scratch, n, ckpt=True)
-    opt, start, log = None, 0, []
-    if ckpt.exists():
-        opt, meta = _load_head(ckpt, head, params['lr'])
-        start, log = int(meta['step']), json.loads(meta['log'])
     own, nxt = _caps(scratch, n, slice(0, T)), _caps(scratch, m, slice(0, T))
-    def on_step(step, opt, log):
-        if step % CKPT_EVERY == 0 and step < params['steps']:
-            _save_head(ckpt, head, opt, dict(step=step, log=json.dumps(log)))
-    log = train_head(pr, n, own['h'], own['routed'], nxt['logits'], params['steps'],
-                     params['batch'], params['lr'],
-                     params['seed'], params['seq'], start, opt, log, on_step, show,
-                     target_routed=nxt['routed'],
-                     weighted=params['weighted'])
+    tr, state = _resume_head(ckpt, pr, n, (own['h'], own['routed'], nxt['logits'], nxt['routed']),
+                             params)
+    fit, held = _val_split(T, params['seq'], params['val'])
+    bar = tqdm(total=params['steps'], initial=state['step'], desc=f"head {n}->{m}", unit='step',
+               disable=not show)
+    try: fit_head(tr, n, pair_positions(fit, params['seq']), held, params, state,
+                  lambda s: _checkpoint(ckpt, tr, s), bar)
+    finally: bar.close()
+    tr.sync()  # the MLX head holds the weights kept
     held = {n: _caps(scratch, n, slice(T, None)), m: _caps(scratch, m, slice(T, None))}
     report = dict(recall_report(pr, model, held, pr.k, owners=[n])[n],
-                  final_kl=float(np.mean(log[-50:])))
+                  final_kl=float(np.mean(state['log'][-50:])), steps=state['step'],
+                  best_step=state['best_step'],
+                  val_kl=None if state['best'] is None else round(state['best_kl'], 6))
     _save_head(_head_file(scratch, n), head)
     ckpt.unlink(missing_ok=True)
     scratch.commit(heads={**scratch.m['heads'], str(n): report},
                    train_s=scratch.m['train_s'] + time.time() - t0)
     return report
 
+# %% ../nbs/04c_heads.ipynb #p1-09
+def step_seconds(pr:Prerouter, params:dict, steps:int=3) -> float:
+    """Seconds one training step of a head of `pr`'s shape takes here by the run's trainer, on random
+    captures, after a step's warm-up"""
+    spec, seq, k, (D, E) = pr.spec, params['seq'], pr.k, (pr.spec.hidden_size, pr.spec.num_experts)
+    rng, T = np.random.default_rng(0), 2 * seq
+    caps = (rng.normal(size=(T, D)).astype(np.float32), rng.integers(0, E, (T, k)).astype(np.int32),
+            rng.normal(size=(T, E)).astype(np.float32), rng.integers(0, E, (T, k)).astype(np.int32))
+    n = pr.owners[0]
+    tr = TRAINERS[params['trainer']](Prerouter(spec, (n,), pr.hidden, k), n, caps, None,
+                                     params['lr'], params['weighted'])
+    batch = lambda s: head_batch(n, s, 0, pair_positions(T, seq), params['batch'])
+    tr.step(batch(0))
+    t0 = time.perf_counter()
+    for s in range(1, steps + 1): tr.step(batch(s))
+    return (time.perf_counter() - t0) / steps
+
+def _probe_capture(lp:LayerPass, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
+    """Read MoE `layer`'s experts and keep them for its capture, then run a batch of windows through
+    it: `{read_s, capture_s, bytes}`"""
+    stats = engine.stats[layer]
+    read0, bytes0 = stats.read_s, stats.bytes_read
+    engine.keep_resident(layer)
+    state = None if layer == 0 else np.random.default_rng(0).normal(
+        size=(*ids[:batch].shape, lp.spec.hidden_size)).astype(np.float32)  # times, not values
+    t0 = time.perf_counter()
+    B.eval(lp(layer, ids[:batch], state)[0])
+    return dict(read_s=stats.read_s - read0, capture_s=time.perf_counter() - t0,
+                bytes=stats.bytes_read - bytes0)
+
+# %% ../nbs/04c_heads.ipynb #p1-10
+def _add_probe(cost:dict, probe:dict|None) -> dict:
+    "A layer's capture cost with its probe's added (the read and the batch made before its capture)"
+    return cost if probe is None else {key: cost[key] + probe[key] for key in cost}
+
+def _duration(s:float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+def _expect(scratch:Scratch, lp:LayerPass, h, pr:Prerouter, ids:np.ndarray, roles:Roles,
+            params:dict, batch:int, first:int) -> dict:
+    """Measure and print what the rest of the run should take; `{layer: its probe's cost}`"""
+    spec, n_batches, probe, read, compute = pr.spec, -(-len(ids) // batch), {}, 0.0, 0.0
+    todo = [n for n in pr.owners if str(n) not in scratch.m['heads']]
+    step_s = step_seconds(pr, params) if todo else 0.0
+    train = len(todo) * params['steps'] * step_s
+    held = [l for l in spec.moe_layers if first <= l < roles.last]
+    if held:
+        p = probe[held[0]] = _probe_capture(lp, h.engine, ids, held[0], batch)
+        rest = sum(t.nbytes for l in held for t in h.engine.store.layers[l].values()) - p['bytes']
+        read = rest * p['read_s'] / p['bytes'] if p['bytes'] else 0.0
+        compute = (roles.last + 1 - first) * n_batches * p['capture_s']
+        print(f"capture: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to read at "
+              f"{p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; {roles.last + 1 - first} "
+              f"layers x {n_batches} batches of windows at {p['capture_s']:.2f} s, layer "
+              f"{held[0]} measured)")
+    print(f"training: at most {_duration(train)} ({len(todo)} heads x {params['steps']:,} steps x "
+          f"{1e3 * step_s:.1f} ms by {params['trainer']}, measured; early stopping ends most heads "
+          f"sooner)\nexpected: at most {_duration(read + compute + train)} in all")
+    scratch.commit(expected_s=round(read + compute + train, 1))
+    return probe
+
 # %% ../nbs/04c_heads.ipynb #63911a8e
 def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:dict, batch:int=4,
-               show:bool=True,
-               dtype=None):
+               show:bool=True, dtype=None):
     """Capture every layer not yet captured and train each head as soon as its next layer is in;
     resumes `scratch`"""
     owners, done = pr.owners, lambda: scratch.m['heads']
@@ -372,15 +629,16 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     try:
+        probe = _expect(scratch, lp, h, pr, ids, roles, params, batch, first) if show else {}
         # interrupted in training
         for n in pending(first - 1): _train_one(scratch, pr, h.model, n, T, params, show)
         for layer in range(first, roles.last + 1):
-            cost = capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch, bar)
-            m = scratch.m
-            scratch.commit(layer=layer, read_s=m['read_s'] + cost['read_s'],
-                           bytes_read=m['bytes_read'] + cost['bytes'],
-                           capture_s=m['capture_s'] + cost['capture_s'],
-                           peak_rss=max(m['peak_rss'], peak_rss()))
+            cost = _add_probe(capture_layer(scratch, lp, h.engine, layer, ids, roles, pr.k, batch,
+                                            bar), probe.pop(layer, None))
+            scratch.commit(layer=layer, read_s=scratch.m['read_s'] + cost['read_s'],
+                           bytes_read=scratch.m['bytes_read'] + cost['bytes'],
+                           capture_s=scratch.m['capture_s'] + cost['capture_s'],
+                           peak_rss=max(scratch.m['peak_rss'], peak_rss()))
             if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
@@ -533,7 +791,8 @@ def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:di
                 peak_rss_mib=f"{m['peak_rss'] / MiB:.0f}",
                 time=json.dumps(dict(read_s=round(m['read_s'], 1),
                                      capture_s=round(m['capture_s'], 1),
-                                     train_s=round(m['train_s'], 1), last_run_s=round(seconds, 1))),
+                                     train_s=round(m['train_s'], 1), last_run_s=round(seconds, 1),
+                                     expected_s=m.get('expected_s'))),
                 kernels=budget['kernels'], edge0_version=edge0.__version__, blas=blas_in_use())
 
 
@@ -548,11 +807,14 @@ def heads_table(path, meta:dict, next_layer:dict, k:int, E:int) -> str:
              f"experts read: {read / MiB:,.1f} MiB ({read / int(meta['checkpoint_bytes']):.2f} x "
              f"the checkpoint) in {t['read_s']:.0f} s; capture {t['capture_s']:.0f} s; training "
              f"{t['train_s']:.0f} s; peak RSS {meta['peak_rss_mib']} MiB; states in "
-             f"{meta['states']}",
-             f"{'head':>8}{'recall':>8}{'reuse':>8}{'heaviest':>10}{'final KL':>10}{'chance':>8}"]
+             f"{meta['states']}" + (f"; took {t['last_run_s']:.0f} s, {t['expected_s']:.0f} s "
+                                     "expected" if t.get('expected_s') is not None else ''),
+             f"{'head':>8}{'recall':>8}{'reuse':>8}{'heaviest':>10}{'final KL':>10}{'chance':>8}"
+             f"{'steps':>7}{'best':>6}"]
     for n, r in reports.items():
         lines.append(f"{f'{n}->{next_layer[int(n)]}':>8}{r['head']:>8.3f}{r['reuse']:>8.3f}{r['heaviest']:>10.3f}"
-                     f"{r['final_kl']:>10.4f}{k / E:>8.3f}")
+                     f"{r['final_kl']:>10.4f}{k / E:>8.3f}{r.get('steps', ''):>7}"
+                     f"{r.get('best_step', ''):>6}")
     return '\n'.join(lines)
 
 
@@ -634,7 +896,7 @@ def train_heads(model, # a model directory, a bundled model's name or a Hugging 
     t0, (s, opts) = time.time(), _for_heads(serving, recipe)
     d = find_model(model)
     spec = model_spec(d)
-    k, params, dtype = s.k or spec.k, dict(RECIPE, **recipe), s.dtype
+    k, params, dtype = s.k or spec.k, _check_fit(dict(RECIPE, **recipe)), s.dtype
     _check_k_tokens(d, spec, k, params)
     owners = _owners(spec)
     dst = _heads_dst(d, dst)
