@@ -378,6 +378,9 @@ class Executor:
     def token_ids(self, ids:np.ndarray): "Host expert ids `ids` (K,) as one token's routing"
     def like(self, ids:np.ndarray, inds): "Host expert ids `ids` shaped and typed as `inds`"
     def finish(self, *arrays): "Compute `arrays` now (the flush)"
+    def route(self, r, logits, k:int, bias=None):
+        "Routing `r` of `logits` at `k` experts a token: `route`'s (an executor may do it faster)"
+        return route(r, logits, k, bias)
 
 # %% ../nbs/02b_decode.ipynb #d0000014d
 class GraphExecutor(Executor):
@@ -416,7 +419,7 @@ def block_step(self:Decoder, ex:Executor, layer:int, blk, x):
         if decode and self.beyond:
             raise InputError(f"the oracle trace has {trace_len(self.trace_in)} steps; decode step "
                              f"{self.step} has none (record a longer 'off' run)")
-        inds, w = route(spec.routing, logits, self.k, ex.bias(layer))
+        inds, w = ex.route(spec.routing, logits, self.k, ex.bias(layer))
         xe, cw = expert_args(spec, blk, x, w)
         # prefill: whole layers
         y = self._own(ex, layer, blk, xe, inds, w) if decode else ex.experts(blk, xe, inds)
@@ -435,7 +438,7 @@ def predict(self:Decoder, ex:Executor, layer:int, x, inds, decode:bool):
     self.prev[layer] = now
     nxt = self.owners[layer]
     predicted = ex.head(layer, x[..., -1, :].reshape(1, -1), now, prev)
-    self.preds[nxt], w = route(self.spec.routing, predicted, self.k, ex.bias(nxt))
+    self.preds[nxt], w = ex.route(self.spec.routing, predicted, self.k, ex.bias(nxt))
     if self.exact_top: self.pred_w[nxt] = w  # the flush ranks the prediction by it
 
 # %% ../nbs/02b_decode.ipynb #d0000014i
@@ -531,7 +534,7 @@ def serve_own(self:Decoder, layer:int, inds, compute):
 def _exact_top(self:Decoder, ex:Executor, layer:int, logits, planned):
     """The set planned layer `layer` computes: its own M heaviest experts, then the best predicted
     others, K in all"""
-    own, w = route(self.spec.routing, logits, self.k, ex.bias(layer))
+    own, w = ex.route(self.spec.routing, logits, self.k, ex.bias(layer))
     self.stats.syncs += ex.on_device  # the host read this costs
     return self.pick_exact_top(layer, ex.host(own), ex.host(w), planned)
 

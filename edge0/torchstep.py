@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .backend import core as B, quant as bq
 from .backend.nn import Linear, QuantizedLinear, Embedding, QuantizedEmbedding, RMSNorm, RoPE
 from .files import InputError
-from .routing import MoESpec, Routing, attr_at, block, route
+from .routing import MoESpec, Routing, RouterKind, attr_at, block, route
 from .prerouter import features
 from .experts import torch_quant
 from .decode import Executor, Step
@@ -313,12 +313,15 @@ class MLA:
         # both read the layer's input: one product where they share a packing
         self.both = None if self.q_a is None else fuse([self.q_a, self.kv_a])
         self.o = Proj(a.o_proj if hasattr(a, 'o_proj') else a.dense)  # Ling's hybrid: `dense`
-        # per head: latent to the key's unrotated part (H, rank, nope), to the value (H, v, rank)
-        if hasattr(a, 'embed_q'): self.wk, self.wv = _dense(a.embed_q), _dense(a.unembed_out)
+        # per head, laid out as a decode step reads them: the query's unrotated part into the
+        # latent space (H, nope, rank), the latent out to the value (H, rank, v)
+        if hasattr(a, 'embed_q'):  # (H, rank, nope) and (H, v, rank)
+            wk, wv = _dense(a.embed_q), _dense(a.unembed_out)
+            self.to_lat, self.from_lat = (w.transpose(1, 2).contiguous() for w in (wk, wv))
         else:  # V2: (H * (nope + v), rank) in one
             w = _dense(a.kv_b_proj).view(self.heads, -1, self.rank)
-            self.wk = w[:, :self.nope].transpose(1, 2).contiguous()
-            self.wv = w[:, self.nope:].contiguous()
+            self.to_lat = w[:, :self.nope].contiguous()
+            self.from_lat = w[:, self.nope:].transpose(1, 2).contiguous()
 
 # %% ../nbs/02c_torch_step.ipynb #mla-2
 @patch
@@ -341,10 +344,10 @@ def __call__(self:MLA, x, cache:KV):
     pe = self.rope(torch.cat([q[..., self.nope:], k_pe[None]]), start)  # one rotation for both
     lat, kpe = cache.add(self.kv_norm(latent)[None], pe[-1:])  # (1, T, rank), (1, T, pe)
     # the latents expanded into each head's keys and values
-    k = torch.cat([lat @ self.wk, kpe.expand(H, -1, -1)], -1)
+    k = torch.cat([lat @ self.to_lat.transpose(1, 2), kpe.expand(H, -1, -1)], -1)
     mask = torch.arange(k.shape[1])[None] <= torch.arange(start, start + L)[:, None]
     out = F.scaled_dot_product_attention(torch.cat([q[..., :self.nope], pe[:-1]], -1)[None],
-                                         k[None], (lat @ self.wv.transpose(1, 2))[None],
+                                         k[None], (lat @ self.from_lat)[None],
                                          attn_mask=mask, scale=self.scale)[0]
     return self.o(out.transpose(0, 1).reshape(L, -1))
 
@@ -357,10 +360,10 @@ def step(self:MLA, x, cache:KV):
     q = q.view(H, self.nope + self.pe)
     pe = self.rope.at(torch.cat([q[:, self.nope:], k_pe]), cache.n)  # the heads', then the key's
     lat, kpe = (t[0] for t in cache.add(self.kv_norm(latent)[None], pe[None, H:]))  # (T, rank|pe)
-    q_lat = torch.bmm(q[:, None, :self.nope], self.wk.transpose(1, 2))[:, 0]  # (H, rank)
+    q_lat = torch.bmm(q[:, None, :self.nope], self.to_lat)[:, 0]  # (H, rank)
     # every head against the cached latents and rotated parts, then the latents read out
     att = torch.addmm(pe[:H] @ kpe.T, q_lat, lat.T).mul_(self.scale).softmax(-1)  # (H, T)
-    return self.o(torch.bmm((att @ lat)[:, None], self.wv.transpose(1, 2)).view(1, -1))
+    return self.o(torch.bmm((att @ lat)[:, None], self.from_lat).view(1, -1))
 
 # %% ../nbs/02c_torch_step.ipynb #mla-3
 @patch
@@ -801,8 +804,39 @@ class TorchExecutor(Executor):
 def _moe(self:TorchStep, m:MoE, x):
     "Block `m` on `x` (L, D): the decoder's policy, else (no decoder) the block's own routing"
     if self.dec is not None: return self.dec.block_step(self.ex, m.layer, m, x)
-    inds, w = route(self.spec.routing, m.router(x), self.k, m.bias)
+    inds, w = self.ex.route(self.spec.routing, m.router(x), self.k, m.bias)
     return m.combine(x, self.ex.experts(m, x, inds), w)
+
+# %% ../nbs/02c_torch_step.ipynb #e0fr-1
+def _fast_groups(r:Routing, logits, k:int, bias) -> bool:
+    "Whether `_route_row` computes `route(r, logits, k, bias)`: one token of a DeepSeek-V3 gate"
+    E = logits.shape[-1]
+    return (r.kind == RouterKind.sigmoid_group and r.score == 'sigmoid' and r.norm
+            and r.bias and bias is not None and r.bias_add == 'promote' and r.select == 'head'
+            and not (r.softcap or r.norm_eps or r.norm_clamp or r.cast_back or r.scale_experts)
+            and r.temperature == 1.0 and logits.ndim == 2 and len(logits) == 1
+            and 1 <= k <= (E // r.n_group * r.topk_group if r.grouped else E))
+
+def _route_row(r:Routing, logits, k:int, bias) -> tuple:
+    """`routing.sigmoid_group` of one token's logits (1, E) in fewer torch operations: the same ids
+    in the same order and the same weights, bit for bit"""
+    E = logits.shape[-1]
+    s = torch.sigmoid(logits.float() if r.score_f32 else logits)
+    sel = s + bias
+    if r.grouped:  # the groups whose two best scores sum lowest, in a stable order, are dropped
+        g = sel.view(r.n_group, E // r.n_group)
+        drop = g.topk(2, -1).values.sum(-1).argsort(stable=True)[:r.n_group - r.topk_group]
+        sel = g.index_fill(0, drop, r.group_fill).view(1, E)
+    inds = (-sel).argsort(stable=True)[:, :k]
+    w = s.gather(-1, inds)
+    if k > 1 or r.norm_k1: w = w / w.sum(-1, keepdim=True)
+    return inds, w * r.weight_scale
+
+@patch
+def route(self:TorchExecutor, r:Routing, logits, k:int, bias=None):
+    "The decoder's routing: one token of a grouped sigmoid gate by `_route_row`, else `route`'s"
+    return _route_row(r, logits, k, bias) if _fast_groups(r, logits, k, bias) else route(r, logits,
+                                                                                           k, bias)
 
 # %% ../nbs/02c_torch_step.ipynb #73340335
 @patch
