@@ -200,6 +200,10 @@ def _templated(self:Session, messages:list, tools:list|None) -> str:
     return offered
 
 # %% ../nbs/07a_session.ipynb #c0010-1
+def _uses_template(s:Session, chat:bool|None) -> bool:
+    "Whether `s` applies the chat template (None: where the tokenizer has one)"
+    return s.tokenizer.has_chat_template if chat is None else chat
+
 @patch
 def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` messages
                # through the chat template (default: when the tokenizer has one)
@@ -208,7 +212,7 @@ def prompt_ids(self:Session, prompt, # text, or a list of `{'role', 'content'}` 
                tools:list|None=None) -> list: # functions the model may call (OpenAI's `tools`)
     "The token ids of `prompt`, through the chat template when there is one"
     tok, text = self.tokenizer, isinstance(prompt, str)
-    use = tok.has_chat_template if chat is None else chat
+    use = _uses_template(self, chat)
     if text and not use:
         if system_prompt is not None: raise InputError("a system prompt needs the chat template")
         if tools: raise InputError("tools need the chat template")
@@ -576,15 +580,11 @@ def format_stats(s:dict) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/07a_session.ipynb #pc-s07
-def _templated(s:Session, chat:bool|None) -> bool:
-    "Whether `s` applies the chat template (None: where the tokenizer has one)"
-    return s.tokenizer.has_chat_template if chat is None else chat
-
 @patch
 def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
                       system_prompt:str|None=None) -> list:
     "The ids of `prompt` as the start of a user's message (mlx-lm's `cache_prompt`)"
-    if not _templated(self, chat): return self.prompt_ids(prompt, False, system_prompt)
+    if not _uses_template(self, chat): return self.prompt_ids(prompt, False, system_prompt)
     head = [dict(role='system', content=system_prompt)] if system_prompt is not None else []
     text = self.tokenizer.apply_chat_template(head + [dict(role='user', content=prompt)],
                                               tokenize=False, add_generation_prompt=False,
@@ -595,7 +595,7 @@ def cached_prompt_ids(self:Session, prompt:str, chat:bool|None=None,
 def continued_ids(self:Session, prompt:str, chat:bool|None=None) -> list:
     "The ids that continue a cached prompt with `prompt`: the rest of the user's message and template"
     tok = self.tokenizer
-    if not _templated(self, chat): return tok.encode(prompt, add_special_tokens=False)
+    if not _uses_template(self, chat): return tok.encode(prompt, add_special_tokens=False)
     text = tok.apply_chat_template([dict(role='user', content='<query>')], tokenize=False,
                                    add_generation_prompt=True)
     return tok.encode(prompt + text[text.index('<query>') + len('<query>'):],
