@@ -9,14 +9,15 @@ UNAME  := $(shell uname -s)
 
 setup: $(STAMP)
 
+# --no-cache-dir: a fresh machine's disk holds one copy of each wheel (torch's is large), not a second in pip's cache
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --no-cache-dir --upgrade pip
 ifeq ($(UNAME),Linux)
 	# the CPU wheel; a plain `torch` requirement would pull a multi-GB CUDA build
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q --no-cache-dir torch==2.13.0
 endif
-	$(BIN)/python -m pip install -q -e ".[dev,torch]"
+	$(BIN)/python -m pip install -q --no-cache-dir -e ".[dev,torch]"
 	touch $(STAMP)
 
 # The docs' browser test needs chromium: installed here as root on Debian; elsewhere the test skips (fails with CI set).
