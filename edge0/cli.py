@@ -735,11 +735,12 @@ def _summary(f:dict, kind:str) -> str:
                    f"{m['modules']} projections, K={m['k']}"
                    + (f", trained at exact top-{top}" if top else '')
                    + (f" ({name})" if name else ''))
+    n = lambda k: f"{k} token" + ('' if k == 1 else 's')
     # a prompt cache's tokens are not prefilled: the rate is of the rest
     reused = f" ({f['reused_tokens']} more from the prompt cache)" if f['reused_tokens'] else ''
-    out.append(f"{kind}: {_process_line(f)} | prefill {f['prompt_tokens'] - f['reused_tokens']} "
-               f"tokens{reused} at {f['prompt_tps']:.1f} tok/s | decode "
-               f"{f['generation_tokens']} tokens at {f['generation_tps']:.1f} tok/s | MLX's "
+    out.append(f"{kind}: {_process_line(f)} | prefill {n(f['prompt_tokens'] - f['reused_tokens'])}"
+               f"{reused} at {f['prompt_tps']:.1f} tok/s | decode "
+               f"{n(f['generation_tokens'])} at {f['generation_tps']:.1f} tok/s | MLX's "
                f"arrays at most {f['peak_memory_bytes'] / MiB:.1f} MiB")
     return '\n'.join(out)
 
