@@ -242,7 +242,8 @@ class PromptStore:
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             for p in self.dir.glob('.*.tmp-*'): clear_stale(self.dir / p.name[1:].split('.tmp-')[0])
-            for p in self.dir.glob('*.safetensors'): self._index(p)
+            # not a writer's temporary (`.NAME.tmp-*.safetensors`): it may be under way
+            for p in self.dir.glob('[!.]*.safetensors'): self._index(p)
         except OSError as e:
             log.warning(f"note: prompt caches on disk are off: {self.dir}: {e.strerror or e}")
             self.dir = None
@@ -317,7 +318,7 @@ def load(self:PromptStore, path:Path) -> tuple|None:
 def evict(self:PromptStore, keep:Path|None=None):
     "Remove the least recently used files (any configuration's) until they fit in `limit` bytes"
     files = []
-    for p in self.root.glob('*/*.safetensors'):
+    for p in self.root.glob('*/[!.]*.safetensors'):  # a temporary is its writer's
         try: files.append((p.stat().st_mtime, p.stat().st_size, p))
         except OSError: pass  # removed meanwhile
     total = sum(size for _, size, _ in files)
