@@ -71,6 +71,7 @@ def _copied(x):
     if isinstance(x, (list, tuple)): return type(x)(_copied(y) for y in x)
     return B.array(x) if isinstance(x, B.array) else x
 
+# %% ../nbs/07_prompt_cache.ipynb #pcw-04
 def _copies(caches:list) -> list:
     "Copies of `caches` that later steps do not change, as a session holds them, evaluated"
     torch_kinds = (TorchKV, TorchRecurrent)
