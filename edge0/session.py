@@ -114,7 +114,7 @@ class Session:
 # %% ../nbs/07a_session.ipynb #c0007b
 @patch
 def close(self:Session):
-    "Finish the prompt caches' writes; give back the model, its threads and files (twice is harmless)"
+    "Finish the prompt caches' writes; give back the model, its threads, files (twice is harmless)"
     if self.disk is not None: self.disk.flush()
     self.handle.close()
     self.cache, self.tokens = None, []
