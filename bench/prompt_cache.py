@@ -11,7 +11,9 @@ follows the system prompt). Each figure is the time from the
 request to its first token (the model already loaded, one short request served first in each session, as a running
 server has), the median of `--rounds`; before each restored request the file is dropped from the page cache, as after
 a reboot. The ratio's target is 5x or more on a model whose prefill is what a restart costs; on a bundled tiny model
-the script only shows that it runs.
+the script only shows that it runs. The first server's two replies also give what a reply's end waits for after its last
+piece (handing the snapshot to the folder's writer) and how long the writer's thread then takes to write the file, which
+the reply used to wait for.
 """
 import argparse, os, shutil, statistics, sys, tempfile, time
 from pathlib import Path
@@ -27,6 +29,14 @@ def first_token(s, messages:list) -> float:
     t0 = time.perf_counter()
     s.generate(messages, 1)
     return time.perf_counter() - t0
+
+def reply_tail(s, messages:list) -> tuple:
+    "Seconds from a reply's last piece to its end, and then until its prompt's file is written"
+    for piece in s.stream(s.prompt_ids(messages), 1):
+        if piece.finish_reason: t0 = time.perf_counter()
+    t1 = time.perf_counter()
+    s.disk.flush()
+    return t1 - t0, time.perf_counter() - t1
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -54,12 +64,15 @@ def main(argv=None):
             cold.append(first_token(s, asks['repeated']))
         n = len(s.prompt_ids(asks['repeated']))
     with Session(a.model, prompt_cache=4096 * MiB, **kw) as s:  # the first server
-        for name in ('repeated', 'second'): s.generate(asks[name], 1)
+        tails = [reply_tail(s, asks[name]) for name in ('repeated', 'second')]
     first = Path(os.environ['EDGE0_HOME'])
     files = sorted(first.rglob('*.safetensors'))
     c = statistics.median(cold)
     print(f"model {a.model}: a prompt of {n} tokens; {len(files)} cache files, "
           f"{sum(f.stat().st_size for f in files) / MiB:.1f} MiB")
+    for name, (tail, write) in zip(('repeated', 'second'), tails):
+        print(f"a reply's end after its last piece ({name}): {tail * 1000:.1f} ms; its file written on the "
+              f"writer's thread in {write * 1000:.1f} ms more")
     print(f"first token, cold (prefilled):           {c * 1000:9.1f} ms (median of {a.rounds})")
     for name in ('repeated', 'new question'):
         restored, reused = [], set()

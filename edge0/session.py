@@ -114,7 +114,8 @@ class Session:
 # %% ../nbs/07a_session.ipynb #c0007b
 @patch
 def close(self:Session):
-    "Give back the model, its threads and files (twice is harmless)"
+    "Finish the prompt caches' writes; give back the model, its threads, files (twice is harmless)"
+    if self.disk is not None: self.disk.flush()
     self.handle.close()
     self.cache, self.tokens = None, []
 @patch
@@ -361,15 +362,15 @@ def _recall(self:Session, ids:list, n:int, keep:bool=True) -> int:
 def _drawn(self:Session, ids:list, drawn:int):
     "At each token drawn: the thrash watch; at the first, the prefill's snapshot for the disk"
     self._watch(drawn)
-    if drawn == 1 and self.disk is not None and tuple(ids) not in self.disk.index.values():
+    if drawn == 1 and self.disk is not None and not self.disk.holds(ids):
         self._snap.append((snapshot(self.cache if self.step is None else self.step.caches),
-                           list(ids)))
+                           list(ids), False))
 
 @patch
 def _keep(self:Session):
-    "Write the prefill's snapshots, if any were taken, to the disk"
+    "Hand the prefill's snapshots, if any were taken, to the disk's writer"
     snaps, self._snap = getattr(self, '_snap', []), []
-    for caches, tokens in snaps: self.disk.put(caches, tokens)
+    for caches, tokens, shared in snaps: self.disk.put(caches, tokens, shared)
 
 # %% ../nbs/07a_session.ipynb #pc-s05b
 class _Parted(Step):
@@ -394,10 +395,11 @@ def _parted(self:Session, ids:list, n:int):
     step = self.step or GraphStep(h.model, h.decoder, self.cache)
     m = 0 if self.disk is None or self._trimmable() else min(self.disk.shared_most(ids),
                                                              len(ids) - 1)
-    if m <= n or tuple(ids[:m]) in self.disk.index.values(): return step
+    if m <= n or self.disk.holds(ids[:m]): return step
     # read when called: a step's `begin` may make new caches
     live = lambda: step.cache if self.step is None else step.caches
-    return _Parted(step, m - n, lambda: self._snap.append((snapshot(live()), list(ids[:m]))))
+    return _Parted(step, m - n,
+                   lambda: self._snap.append((snapshot(live()), list(ids[:m]), True)))
 
 # %% ../nbs/07a_session.ipynb #c0015
 @patch
