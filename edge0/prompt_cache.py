@@ -173,10 +173,11 @@ def cache_key(s) -> dict:
                 max_kv_size=s.max_kv_size)
 
 def key_differs(mine:dict, theirs:dict) -> str|None:
-    "The first field where two keys differ, said as 'FIELD X here, Y in the file'; None if equal"
-    for f in [*mine, *(f for f in theirs if f not in mine)]:  # the key's order: the model first
-        if mine.get(f) != theirs.get(f):
-            return f"{f} {mine.get(f)!r} here, {theirs.get(f)!r} in the file"
+    "Each field where two keys differ, said as 'FIELD X here, Y in the file'; None if equal"
+    # every one: a user who changed K reads 'k', whatever else it changed
+    fields = [*mine, *(f for f in theirs if f not in mine)]  # the key's order: the model first
+    return '; '.join(f"{f} {mine.get(f)!r} here, {theirs.get(f)!r} in the file" for f in fields
+                     if mine.get(f) != theirs.get(f)) or None
 
 # %% ../nbs/07_prompt_cache.ipynb #pcw-11
 log = logging.getLogger('edge0')
