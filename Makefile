@@ -47,10 +47,10 @@ teachers: setup
 	for t in edge0-tiny edge0-tiny-ds edge0-tiny-code; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $$t --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out with edge0/models, then copy it there to update the committed teachers"
 
-# Phase 1: the prerouter heads of edge0-tiny and edge0-tiny-code at K=8 and K=4 (10-20 min each) and of edge0-tiny-ds at
-# K=4 and K=2 (2-6 min each), beside a copy of the committed base (`edge0 train MODEL --phase heads` does the same for any model).
+# Phase 1: the prerouter heads of edge0-tiny and edge0-tiny-code at K=8 and K=4 (10-20 min each) and of edge0-tiny-ds and
+# edge0-tiny-q35 at K=4 and K=2 (2-6 min each), beside a copy of the committed base (`edge0 train MODEL --phase heads` does the same for any model).
 prerouters: setup
-	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2 edge0-tiny-code:8 edge0-tiny-code:4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase heads --k $${tk#*:} --dst build/teachers/out || exit 1; done
+	for tk in edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2 edge0-tiny-q35:4 edge0-tiny-q35:2 edge0-tiny-code:8 edge0-tiny-code:4; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase heads --k $${tk#*:} --dst build/teachers/out || exit 1; done
 	@echo "compare build/teachers/out/*-int4/prerouter*.safetensors with edge0/models/*-int4, then copy them there"
 
 # Phases 2 and 3: the recovery LoRA of edge0-tiny-code at K=8 and K=4 (about 45 min each with OpenBLAS), of edge0-tiny

@@ -601,8 +601,8 @@ def _train_parser(sub):
                        "(teacher) or its recovery LoRA (sft, distil)")
     t.add_argument('model', help='heads and distil: a model directory, bundled model or Hugging '
                                  'Face repo id; teacher: edge0-tiny, edge0-tiny-ds, edge0-tiny-q35 '
-                   'or edge0-tiny-code; sft (and distil from its bf16 teacher): one of those with '
-                   'committed heads (all but edge0-tiny-q35)')
+                   'or edge0-tiny-code; sft (and distil from its bf16 teacher): one of those, '
+                   'from its committed heads')
     t.add_argument('--phase', type=_phase, default=0, metavar='|'.join(PHASES),
                    help="what is trained, by name or "
                    "number: teacher (0), heads (1: prerouter heads), sft and distil (2, 3: the "

@@ -58,7 +58,8 @@ def _assert_ships_demos_not_teachers(names:list, prefix:str=''):
         for f in ('config.json', 'tokenizer.json', 'model.safetensors', 'prerouter.safetensors',
                   *[f'{a}.safetensors' for a in adapters]):
             assert f'{prefix}edge0/models/{d}/{f}' in names, f'{d}/{f}'
-    for f in ('config.json', 'tokenizer.json', 'model.safetensors'):  # a base without heads or adapters (04a)
+    for f in ('config.json', 'tokenizer.json', 'model.safetensors', 'prerouter.safetensors',
+              'prerouter-k2.safetensors'):  # a base with heads and no adapters (04a)
         assert f'{prefix}edge0/models/edge0-tiny-q35-int4/{f}' in names, f
     assert [n for n in names if n.startswith(f'{prefix}edge0/data/heldout-')]
     for f in ('LICENSE.md', 'austen.jsonl.gz', 'python.jsonl.gz', 'shakespeare.jsonl.gz', 'wiki.jsonl.gz'):
