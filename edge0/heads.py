@@ -96,6 +96,7 @@ def _carried_state(model, layers) -> str|None:
 class LayerPass:
     """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
     forward pass"""
+    name = 'mlx'  # the capture it makes, as the heads' recipe records it
     # the dtype the model is served in (`serving_dtype`)
     def __init__(self, spec:MoESpec, model, dtype=None):
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
@@ -145,6 +146,7 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
 class TorchPass:
     """Runs one decoder layer at a time over batches of windows through the torch step's layers
     (`02c_torch_step`); the surface of `LayerPass`"""
+    name = 'torch'
     def __init__(self, spec:MoESpec, h): # h: a streamed handle `check_torch_step` accepts
         from edge0.torchstep import _embedding
         inner = h.model.model
@@ -164,7 +166,7 @@ class TorchPass:
 # %% ../nbs/04c_heads.ipynb #p1t-02
 @patch
 def __call__(self:TorchPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-             state=None, # (b, seq, D) float32 input of `layer` (None: layer 0, fed by the embedding)
+             state=None, # (b, seq, D) float32 input of `layer` (None: layer 0, the embedding's)
              to_router:bool=False): # stop at `layer`'s router: its experts are not computed
     "`(output of layer or None, (router input, router logits) or None)`: float32 tensors"
     import torch
@@ -204,9 +206,9 @@ def routed(self:TorchPass, layer:int, logits, k:int) -> np.ndarray:
 # %% ../nbs/04c_heads.ipynb #p1t-04
 CAPTURES = ('auto', 'mlx', 'torch')
 
-def capture_pass(spec:MoESpec, h, dtype=None, capture:str='auto') -> tuple:
-    """`(pass, 'torch' or 'mlx')`: `TorchPass` where the torch step can serve `h` ('auto'), else
-    `LayerPass`; 'torch' where it cannot refused in one line"""
+def capture_pass(spec:MoESpec, h, dtype=None, capture:str='auto'):
+    """`TorchPass` where the torch step can serve `h` ('auto'), else `LayerPass`; 'torch' where it
+    cannot refused in one line"""
     why = None if capture == 'mlx' or torch_available() else "torch is not installed"
     if capture != 'mlx' and why is None:
         from edge0.torchstep import check_torch_step
@@ -214,8 +216,7 @@ def capture_pass(spec:MoESpec, h, dtype=None, capture:str='auto') -> tuple:
     if capture == 'torch' and why:
         raise InputError(f"capture='torch': the torch step cannot serve {spec.model_type} here "
                          f"({why}); capture='auto' or 'mlx' runs the MLX graph")
-    if capture == 'mlx' or why: return LayerPass(spec, h.model, dtype), 'mlx'
-    return TorchPass(spec, h), 'torch'
+    return LayerPass(spec, h.model, dtype) if capture == 'mlx' or why else TorchPass(spec, h)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d
 def _lock(d:Path) -> int:
@@ -375,8 +376,7 @@ RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hi
               # tokens of the model's own text added to the calibration documents
               self_tokens=0,
               # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
-              weighted=1.0, patience=3, val=0.0625, trainer='auto',  # `fit_head`, `_check_fit`
-              capture='auto')  # `capture_pass`: the torch step's layers where they serve the model
+              weighted=1.0, patience=3, val=0.0625, trainer='auto', capture='auto')  # `_check_fit`
 CKPT_EVERY = 50  # training steps between a head's checkpoints (and its evaluations)
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -682,8 +682,8 @@ def _expect(scratch:Scratch, lp, h, pr:Prerouter, ids:np.ndarray, roles:Roles,
         rest = sum(t.nbytes for l in held for t in h.engine.store.layers[l].values()) - p['bytes']
         read = rest * p['read_s'] / p['bytes'] if p['bytes'] else 0.0
         compute = (roles.last + 1 - first) * n_batches * p['capture_s']
-        print(f"capture by {scratch.m['capture']}: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to read at "
-              f"{p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; {roles.last + 1 - first} "
+        print(f"capture by {lp.name}: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to "
+              f"read at {p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; {roles.last + 1 - first} "
               f"layers x {n_batches} batches of windows at {p['capture_s']:.2f} s, layer "
               f"{held[0]} measured)")
     print(f"training: at most {_duration(train)} ({len(todo)} heads x {params['steps']:,} steps x "
@@ -701,9 +701,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
-    # a model it refuses is refused before the bar
-    lp, capture = capture_pass(pr.spec, h, dtype, params['capture'])
-    scratch.commit(capture=capture)
+    lp = capture_pass(pr.spec, h, dtype, params['capture'])  # what it refuses, before the bar
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     try:
@@ -724,7 +722,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     finally:
         lp.close()
         bar.close()
-    scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()))
+    scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()), capture=lp.name)
 
 
 # %% ../nbs/04c_heads.ipynb #540b68cd
@@ -859,7 +857,7 @@ def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:di
     reports = m['heads']
     ckpt = sum(t.nbytes for t in index_checkpoint(d).values())
     return dict(builder='edge0.heads.train_heads', model=str(d), model_type=spec.model_type,
-                recipe=json.dumps(dict(params, capture=m.get('capture', params['capture']))),
+                recipe=json.dumps(dict(params, capture=m['capture'])),  # as it ran
                 data=json.dumps(windows.record), train_tokens=str(windows.train.size),
                 heldout_tokens=str(windows.heldout.size), heldout_recall=json.dumps(reports),
                 final_kl=f"{np.mean([r['final_kl'] for r in reports.values()]):.4f}",
