@@ -683,9 +683,9 @@ def _expect(scratch:Scratch, lp, h, pr:Prerouter, ids:np.ndarray, roles:Roles,
         read = rest * p['read_s'] / p['bytes'] if p['bytes'] else 0.0
         compute = (roles.last + 1 - first) * n_batches * p['capture_s']
         print(f"capture by {lp.name}: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to "
-              f"read at {p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; {roles.last + 1 - first} "
-              f"layers x {n_batches} batches of windows at {p['capture_s']:.2f} s, layer "
-              f"{held[0]} measured)")
+              f"read at {p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; "
+              f"{roles.last + 1 - first} layers x {n_batches} batches of windows at "
+              f"{p['capture_s']:.2f} s, layer {held[0]} measured)")
     print(f"training: at most {_duration(train)} ({len(todo)} heads x {params['steps']:,} steps x "
           f"{1e3 * step_s:.1f} ms by {params['trainer']}, measured; early stopping ends most heads "
           f"sooner)\nexpected: at most {_duration(read + compute + train)} in all")
