@@ -33,10 +33,11 @@ from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 
 # %% auto #0
-__all__ = ['RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch',
-           'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers', 'layer_bytes',
-           'training_pool', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key',
-           'provenance', 'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
+__all__ = ['CAPTURES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass',
+           'TorchPass', 'capture_pass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head',
+           'step_seconds', 'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling',
+           'calibration_windows', 'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads',
+           'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -95,6 +96,7 @@ def _carried_state(model, layers) -> str|None:
 class LayerPass:
     """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
     forward pass"""
+    name = 'mlx'  # the capture it makes, as the heads' recipe records it
     # the dtype the model is served in (`serving_dtype`)
     def __init__(self, spec:MoESpec, model, dtype=None):
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
@@ -139,6 +141,82 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
         L[:] = own
         if to_router: owner.__dict__.pop(name, None)
     return (out if catch is None else catch.held), self.tap.seen.get(layer)
+
+# %% ../nbs/04c_heads.ipynb #p1t-01
+class TorchPass:
+    """Runs one decoder layer at a time over batches of windows through the torch step's layers
+    (`02c_torch_step`); the surface of `LayerPass`"""
+    name = 'torch'
+    def __init__(self, spec:MoESpec, h): # h: a streamed handle `check_torch_step` accepts
+        from edge0.torchstep import _embedding
+        inner = h.model.model
+        emb = getattr(inner, 'embed_tokens', None)  # Ling: `word_embeddings`
+        self.spec, self.model, self.engine = spec, h.model, h.engine
+        self.embed = _embedding(emb if emb is not None else inner.word_embeddings)[0]
+        self.built = {}
+
+    def layer(self, i:int):
+        "The torch step's layer `i`, built when first asked for and kept until another is"
+        from edge0.torchstep import Layer
+        if i not in self.built: self.built = {i: Layer(self.spec, self.model, i, self.engine)}
+        return self.built[i]
+
+    def close(self): self.built = {}
+
+# %% ../nbs/04c_heads.ipynb #p1t-02
+@patch
+def __call__(self:TorchPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
+             state=None, # (b, seq, D) float32 input of `layer` (None: layer 0, the embedding's)
+             to_router:bool=False): # stop at `layer`'s router: its experts are not computed
+    "`(output of layer or None, (router input, router logits) or None)`: float32 tensors"
+    import torch
+    L, (b, seq) = self.layer(layer), ids.shape
+    with torch.inference_mode():
+        x = (self.embed(torch.from_numpy(ids.astype(np.int64).ravel())).view(b, seq, -1)
+             if state is None else torch.from_numpy(np.array(state, np.float32)))
+        # each window is a sequence of its own: attended with a fresh cache
+        h = torch.cat([w + L.attn(L.norm1(w), L.attn.new_cache()) for w in x])
+        xn = L.norm2(h)
+        if L.moe is None: return (h + L.mlp(xn)).view(b, seq, -1), None
+        m, logits = L.moe, L.moe.router(xn)
+        if to_router: return None, (xn, logits)
+        # the block once for all the windows' tokens: each expert's rows in one product
+        inds, w = route(self.spec.routing, logits, self.engine.k, m.bias)
+        y = m.combine(xn, m.experts(xn, np.asarray(inds)), w)
+        return (h + y).view(b, seq, -1), (xn, logits)
+
+# %% ../nbs/04c_heads.ipynb #p1t-03
+@patch
+def host(self:LayerPass, a) -> np.ndarray: return B.to_numpy(a.astype(B.float32))
+
+@patch
+def routed(self:LayerPass, layer:int, logits, k:int) -> np.ndarray:
+    "Routed ids (T, k) of `layer`'s router `logits` in the model's own dtype, as a served step's"
+    bias = router_bias_of(self.spec, self.model, layer)
+    return np.array(route(self.spec.routing, logits.reshape(-1, logits.shape[-1]), k, bias)[0])
+
+@patch
+def host(self:TorchPass, a) -> np.ndarray: return a.numpy()
+
+@patch
+def routed(self:TorchPass, layer:int, logits, k:int) -> np.ndarray:
+    "Routed ids (T, k) of `layer`'s float32 router `logits`, as the torch step routes them"
+    return np.asarray(route(self.spec.routing, logits, k, self.layer(layer).moe.bias)[0])
+
+# %% ../nbs/04c_heads.ipynb #p1t-04
+CAPTURES = ('auto', 'mlx', 'torch')
+
+def capture_pass(spec:MoESpec, h, dtype=None, capture:str='auto'):
+    """`TorchPass` where the torch step can serve `h` ('auto'), else `LayerPass`; 'torch' where it
+    cannot refused in one line"""
+    why = None if capture == 'mlx' or torch_available() else "torch is not installed"
+    if capture != 'mlx' and why is None:
+        from edge0.torchstep import check_torch_step
+        why = check_torch_step(h)
+    if capture == 'torch' and why:
+        raise InputError(f"capture='torch': the torch step cannot serve {spec.model_type} here "
+                         f"({why}); capture='auto' or 'mlx' runs the MLX graph")
+    return LayerPass(spec, h.model, dtype) if capture == 'mlx' or why else TorchPass(spec, h)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d
 def _lock(d:Path) -> int:
@@ -248,27 +326,25 @@ def _new_caps(scratch:Scratch, layer:int, keys:list, rows:int, spec:MoESpec, k:i
                   logits=((rows, spec.num_experts), np.float32), routed=((rows, k), np.int32))
     return {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
 
-def _capture_batch(lp:LayerPass, layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool,
-                   out, caps:dict, k:int, bias):
+def _capture_batch(lp, # a `LayerPass` or `TorchPass`
+                   layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool, out, caps:dict,
+                   k:int):
     "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
     spec, seq = lp.spec, ids.shape[1]
-    D, E = spec.hidden_size, spec.num_experts
     y, seen = lp(layer, ids[i:j], None if state is None else state[i:j], to_router)
-    if out is not None: out[i:j] = B.to_numpy(y.astype(B.float32))
+    if out is not None: out[i:j] = lp.host(y)
     if not caps: return
-    x, lg = seen[0].reshape(-1, D), seen[1].reshape(-1, E).astype(B.float32)
     rows = slice(i * seq, j * seq)
-    if 'h' in caps: caps['h'][rows] = B.to_numpy(x.astype(B.float32))
-    if 'logits' in caps: caps['logits'][rows] = B.to_numpy(lg)
-    if 'routed' in caps:  # routed as served: the logits in the model's own dtype
-        caps['routed'][rows] = np.array(route(spec.routing, seen[1].reshape(-1, E), k, bias)[0])
+    if 'h' in caps: caps['h'][rows] = lp.host(seen[0]).reshape(-1, spec.hidden_size)
+    if 'logits' in caps: caps['logits'][rows] = lp.host(seen[1]).reshape(-1, spec.num_experts)
+    if 'routed' in caps: caps['routed'][rows] = lp.routed(layer, seen[1], k)  # as the pass serves
 
 # %% ../nbs/04c_heads.ipynb #5a95a1cb
-def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarray, roles:Roles,
+def capture_layer(scratch:Scratch, lp, engine, layer:int, ids:np.ndarray, roles:Roles,
                   k:int,
                   batch:int=4, bar=None) -> dict:
-    """Run `layer` over every window: keep the next layer's input and this layer's captures;
-    `{read_s, capture_s, bytes}`"""
+    """Run `layer` over every window by pass `lp`: keep the next layer's input and this layer's
+    captures; `{read_s, capture_s, bytes}`"""
     spec, t0 = lp.spec, time.time()
     (N, seq), D = ids.shape, spec.hidden_size
     to_router, keys = layer == roles.last, roles.keys(layer)
@@ -280,10 +356,8 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
         state = scratch.get(f"state{layer}") if layer > 0 else None
         out = None if to_router else scratch.new(f"state{layer + 1}", (N, seq, D), np.float32)
         caps = _new_caps(scratch, layer, keys, N * seq, spec, k)
-        bias = router_bias_of(spec, lp.model, layer) if keys else None
         for i in range(0, N, batch):
-            _capture_batch(lp, layer, ids, state, i, min(i + batch, N), to_router, out, caps, k,
-                           bias)
+            _capture_batch(lp, layer, ids, state, i, min(i + batch, N), to_router, out, caps, k)
             if bar is not None: bar.update(1)
     finally:
         if hold: engine.drop_resident(layer)
@@ -302,7 +376,7 @@ RECIPE = dict(tokens=65_536, seq=256, steps=1000, batch=512, lr=1e-3, seed=0, hi
               # tokens of the model's own text added to the calibration documents
               self_tokens=0,
               # the routing-weighted term of the loss (02a `train_head`; 0: KL alone)
-              weighted=1.0, patience=3, val=0.0625, trainer='auto')  # `fit_head`, `_check_fit`
+              weighted=1.0, patience=3, val=0.0625, trainer='auto', capture='auto')  # `_check_fit`
 CKPT_EVERY = 50  # training steps between a head's checkpoints (and its evaluations)
 
 def _head_file(scratch:Scratch, n:int, ckpt:bool=False) -> Path:
@@ -457,6 +531,8 @@ def _check_fit(params:dict) -> dict:
     if name not in TRAINERS: raise InputError(f"trainer={name!r}: expected auto, mlx or torch")
     if name == 'torch' and not torch_available():
         raise InputError("trainer='torch' needs torch: pip install torch, or trainer='mlx'")
+    if params['capture'] not in CAPTURES:
+        raise InputError(f"capture={params['capture']!r}: expected auto, mlx or torch")
     if not (isinstance(params['patience'], int) and params['patience'] >= 0):
         raise InputError(f"patience={params['patience']!r}: expected a whole number of "
                          "evaluations >= 0 (0: no early stopping)")
@@ -572,7 +648,7 @@ def step_seconds(pr:Prerouter, params:dict, steps:int=3) -> float:
     for s in range(1, steps + 1): tr.step(batch(s))
     return (time.perf_counter() - t0) / steps
 
-def _probe_capture(lp:LayerPass, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
+def _probe_capture(lp, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
     """Read MoE `layer`'s experts and keep them for its capture, then run a batch of windows through
     it: `{read_s, capture_s, bytes}`"""
     stats = engine.stats[layer]
@@ -581,7 +657,7 @@ def _probe_capture(lp:LayerPass, engine, ids:np.ndarray, layer:int, batch:int) -
     state = None if layer == 0 else np.random.default_rng(0).normal(
         size=(*ids[:batch].shape, lp.spec.hidden_size)).astype(np.float32)  # times, not values
     t0 = time.perf_counter()
-    B.eval(lp(layer, ids[:batch], state)[0])
+    lp.host(lp(layer, ids[:batch], state)[0])
     return dict(read_s=stats.read_s - read0, capture_s=time.perf_counter() - t0,
                 bytes=stats.bytes_read - bytes0)
 
@@ -593,7 +669,7 @@ def _add_probe(cost:dict, probe:dict|None) -> dict:
 def _duration(s:float) -> str:
     return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
-def _expect(scratch:Scratch, lp:LayerPass, h, pr:Prerouter, ids:np.ndarray, roles:Roles,
+def _expect(scratch:Scratch, lp, h, pr:Prerouter, ids:np.ndarray, roles:Roles,
             params:dict, batch:int, first:int) -> dict:
     """Measure and print what the rest of the run should take; `{layer: its probe's cost}`"""
     spec, n_batches, probe, read, compute = pr.spec, -(-len(ids) // batch), {}, 0.0, 0.0
@@ -606,10 +682,10 @@ def _expect(scratch:Scratch, lp:LayerPass, h, pr:Prerouter, ids:np.ndarray, role
         rest = sum(t.nbytes for l in held for t in h.engine.store.layers[l].values()) - p['bytes']
         read = rest * p['read_s'] / p['bytes'] if p['bytes'] else 0.0
         compute = (roles.last + 1 - first) * n_batches * p['capture_s']
-        print(f"capture: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to read at "
-              f"{p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; {roles.last + 1 - first} "
-              f"layers x {n_batches} batches of windows at {p['capture_s']:.2f} s, layer "
-              f"{held[0]} measured)")
+        print(f"capture by {lp.name}: {_duration(read + compute)} ({rest / MiB:,.0f} MiB more to "
+              f"read at {p['bytes'] / MiB / max(p['read_s'], 1e-9):,.0f} MiB/s; "
+              f"{roles.last + 1 - first} layers x {n_batches} batches of windows at "
+              f"{p['capture_s']:.2f} s, layer {held[0]} measured)")
     print(f"training: at most {_duration(train)} ({len(todo)} heads x {params['steps']:,} steps x "
           f"{1e3 * step_s:.1f} ms by {params['trainer']}, measured; early stopping ends most heads "
           f"sooner)\nexpected: at most {_duration(read + compute + train)} in all")
@@ -625,7 +701,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
-    lp = LayerPass(pr.spec, h.model, dtype)  # a model it refuses is refused before the bar
+    lp = capture_pass(pr.spec, h, dtype, params['capture'])  # what it refuses, before the bar
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     try:
@@ -646,7 +722,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     finally:
         lp.close()
         bar.close()
-    scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()))
+    scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()), capture=lp.name)
 
 
 # %% ../nbs/04c_heads.ipynb #540b68cd
@@ -781,7 +857,7 @@ def provenance(d:Path, spec:MoESpec, windows:Calibration, params:dict, budget:di
     reports = m['heads']
     ckpt = sum(t.nbytes for t in index_checkpoint(d).values())
     return dict(builder='edge0.heads.train_heads', model=str(d), model_type=spec.model_type,
-                recipe=json.dumps(params),
+                recipe=json.dumps(dict(params, capture=m['capture'])),  # as it ran
                 data=json.dumps(windows.record), train_tokens=str(windows.train.size),
                 heldout_tokens=str(windows.heldout.size), heldout_recall=json.dumps(reports),
                 final_kl=f"{np.mean([r['final_kl'] for r in reports.values()]):.4f}",
