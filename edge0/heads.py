@@ -6,6 +6,8 @@
 from __future__ import annotations
 import errno, fcntl, hashlib, inspect, json, os, shutil, time
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -31,12 +33,12 @@ from .serving import Serving, check_training
 from .streaming import check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
-
 # %% auto #0
-__all__ = ['RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass', 'Scratch',
-           'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers', 'layer_bytes',
-           'training_pool', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key',
-           'provenance', 'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
+__all__ = ['V41', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'Carry',
+           'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds',
+           'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
+           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows',
+           'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -44,11 +46,12 @@ class _Reached(Exception):
 
 class _Feed(B.Module):
     """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
-    state stored for it)"""
-    def __init__(self, layer):
+    state stored for it), or with a carried state what `answer` (`Carry.feed`'s) returns"""
+    def __init__(self, layer, answer=None):
         super().__init__()
         object.__setattr__(self, '_layer', layer)
         object.__setattr__(self, 'held', None)
+        object.__setattr__(self, '_answer', answer)
         # Hunyuan's layers return the keys and values they share (None without cross-layer attention)
         object.__setattr__(self, '_kv', 'shared_kv_states' in
                            inspect.signature(type(layer).__call__).parameters)
@@ -58,18 +61,21 @@ class _Feed(B.Module):
         try: return super().__getattr__(key)
         except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
     def __call__(self, x, *args, **kw):
+        if self._answer is not None: return self._answer(x, *args, **kw)
         # Kimi K3's layers thread the loop's `blocks` through, Gemma 4's its shared keys and values
         if 'blocks' in kw: return self.held, kw['blocks']
         if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
 class _Catch(_Feed):
-    """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output)
-    and stops the pass"""
+    """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output;
+    with a carried state, what `catch` takes of all it is handed) and stops the pass"""
+    def __init__(self, layer, catch=None):
+        super().__init__(layer)
+        object.__setattr__(self, '_catch', catch)
     def __call__(self, x, *args, **kw):
-        object.__setattr__(self, 'held', x)
+        object.__setattr__(self, 'held', x if self._catch is None else self._catch(x, args, kw))
         raise _Reached
-
 
 # %% ../nbs/04c_heads.ipynb #0959c515
 def decoder_layers(spec:MoESpec, model) -> list:
@@ -77,54 +83,135 @@ def decoder_layers(spec:MoESpec, model) -> list:
     `.{layer}...`)"""
     return attr_at(model, spec.block_path.split('.{layer}')[0])
 
+# %% ../nbs/04c_heads.ipynb #v41-02
+@dataclass(frozen=True)
+class Carry:
+    """What a family's decoder layers hand on at a layer boundary, as named per-window arrays, and
+    how the stand-ins of a layer-at-a-time pass hand it back and catch it"""
+    # (model args, boundary, windows, seq, dtype) -> [(name, shape, dtype)]: what the layers from
+    # `boundary` on are handed by those before it, in the dtypes the model makes them in
+    parts:Callable
+    # (model args, boundary, {name: array}) -> answer(x, *args, **kw): what the stand-ins before
+    # `boundary` return when the model's loop calls them
+    feed:Callable
+    # (model args, boundary, x, args, kw) -> {name: array}: the parts, taken from what the model's
+    # loop hands the layer at `boundary`
+    catch:Callable
+
+def _stored(dtype):
+    "The numpy dtype a part is kept in: floats as float32 (bfloat16 exactly), the rest as they are"
+    return np.bool_ if dtype == B.bool_ else np.int32 if dtype == B.int32 else np.float32
+
+def _as_stored(a) -> np.ndarray:
+    "Part `a` as `_stored` keeps it"
+    return B.to_numpy(a.astype(B.float32) if _stored(a.dtype) is np.float32 else a)
+
+# %% ../nbs/04c_heads.ipynb #v41-06
+def _v41(name:str): return bnn._mlx_lm('deepseek_v41', name)  # its pipeline stages' own helpers
+
+def _v41_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """DeepSeek-V4.1's parts at `boundary`: the message mlx-lm's pipeline sends a stage starting
+    there, for `n` windows of `seq` tokens from position 0"""
+    return _v41('_layout')(a, _v41('_crossing')(a, boundary), n, seq, 0, dtype)
+
+def _v41_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the streams and their mix, the shared state put where layers read it"
+    fed, fields = {}, _v41('_CACHE_FIELDS')
+    for key, source in _v41('_crossing')(a, boundary).items():
+        part = parts[key]
+        if key == 'candidates':  # a flag a block, as sent; a flag an index key, as read
+            keys = _v41('_index_keys')(a, source, part.shape[1])
+            flags = np.repeat(B.to_numpy(part), a.candidate_block_size, -1)[..., :keys]
+            part = B.array(flags) if keys else None
+        elif key in fields and part.shape[1] == 0: part = None  # no group closed yet
+        fed[key] = part
+    def answer(x, *args, shared:dict, **kw):
+        shared.update(fed)
+        return parts['streams'], parts['pre_mix']
+    return answer
+
+def _v41_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`, laid out as `_layout` lays them, from what the loop hands its layer"
+    shared, (n, seq), out = kw['shared'], x.shape[:2], dict(streams=x, pre_mix=args[0])
+    for key, shape, dtype in _v41_parts(a, boundary, n, seq, x.dtype)[2:]:
+        part = shared.get(key)
+        out[key] = (B.zeros(shape, dtype) if part is None else
+                    part[..., ::a.candidate_block_size] if key == 'candidates' else part)
+    return out
+
+V41 = Carry(_v41_parts, _v41_feed, _v41_catch)
+
 # %% ../nbs/04c_heads.ipynb #0959c515-0
-def _carried_state(model, layers) -> str|None:
-    "What `model`'s decoder layers carry from one to the next beside the hidden state (None: none)"
-    if any(getattr(layer, 'use_attn_res', False) for layer in layers):
-        return "layers mix attention residuals across blocks of layers (attn_res_block_size)"
-    if getattr(getattr(model, 'args', None), 'use_cla', False):
-        return "layers share keys and values in pairs (use_cla)"
-    if any(getattr(getattr(layer, 'self_attn', None), 'has_kv', True) is False for layer in layers):
-        return "last layers reuse earlier layers' keys and values (num_kv_shared_layers)"
+# what a family's layers hand on beside the hidden state: (whether `model`'s do, what, its `Carry`;
+# None: phase 1 cannot carry it)
+_HANDED_ON = (
+    (lambda model, layers: any(getattr(l, 'use_attn_res', False) for l in layers),
+     "layers mix attention residuals across blocks of layers (attn_res_block_size)", None),
+    (lambda model, layers: getattr(getattr(model, 'args', None), 'use_cla', False),
+     "layers share keys and values in pairs (use_cla)", None),
+    (lambda model, layers: any(getattr(getattr(l, 'self_attn', None), 'has_kv', True) is False
+                               for l in layers),
+     "last layers reuse earlier layers' keys and values (num_kv_shared_layers)", None),
     # DeepSeek-V4.1's layers take and return (streams, mix)
-    if any('pre_mix' in inspect.signature(type(layer).__call__).parameters for layer in layers):
-        return "layers pass hyper-connection streams and their mix on to the next (hc_mult)"
-    return None
+    (lambda model, layers: any('pre_mix' in inspect.signature(type(l).__call__).parameters
+                               for l in layers),
+     "layers pass hyper-connection streams and their mix on to the next (hc_mult)", V41))
+
+def _carried_state(model, layers) -> tuple:
+    """`(what model's decoder layers hand on beside the hidden state, its Carry)`: `(None, None)`
+    when nothing; a Carry of None when phase 1 cannot carry it"""
+    return next(((why, how) for hands_on, why, how in _HANDED_ON if hands_on(model, layers)),
+                (None, None))
 
 # %% ../nbs/04c_heads.ipynb #0959c515-1
 class LayerPass:
     """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
     forward pass"""
-    # the dtype the model is served in (`serving_dtype`)
-    def __init__(self, spec:MoESpec, model, dtype=None):
+    def __init__(self, spec:MoESpec, model,
+                 dtype=None, # the dtype the model is served in (`serving_dtype`)
+                 carry:bool=False): # carry what the layers hand on beside the hidden state
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
-        why = _carried_state(model, self.layers)
-        if why: raise InputError(f"this {spec.model_type}'s {why}; phase 1 runs one layer at a time "
-                                 "and cannot carry that state")
+        why, how = _carried_state(model, self.layers)
+        mt = spec.model_type
+        if why and how is None: raise InputError(f"this {mt}'s {why}; phase 1 runs one layer at a "
+                                                 "time and cannot carry that state")
+        if why and not carry: raise InputError(f"this {mt}'s {why}; this pass keeps one hidden "
+                                               "state between layers (phase 1 carries the rest)")
+        self.carry, self.args = how, getattr(model, 'args', None)
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
         self.tap = RouterTap(spec, model)
+
+    def parts(self, boundary:int, n:int, seq:int) -> list:
+        "`[(name, shape, dtype)]` of the state at `boundary` for `n` windows (the hidden state: '')"
+        if self.carry is None: return [('', (n, seq, self.spec.hidden_size), self.dtype)]
+        return self.carry.parts(self.args, boundary, n, seq, self.dtype)
 
     def close(self):
         self.layers[:] = self.own
         self.tap.remove()
 
 # %% ../nbs/04c_heads.ipynb #fhd-x03
+def _fed(a, dtype):  # an array is fed as it is (a function of it stays differentiable)
+    return (a if isinstance(a, B.array) else B.array(a)).astype(dtype)
+
 @patch
 def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-             # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the
-             # embedding)
+             # (b, seq, D) input of `layer`, numpy or an array, or with a carried state its parts
+             # `{name: array}` (None: layer 0, fed by the embedding)
              state=None,
              to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-    """`(output of layer (the last one's: the logits), (router input, router logits, chosen or
-    None) or None)`"""
-    L, own = self.layers, self.own
-    L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
-    if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
-        held = state if isinstance(state, B.array) else B.array(state)
-        object.__setattr__(L[layer - 1], 'held', held.astype(self.dtype))
-    catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
+    """`(output of layer (the last one's: the logits; with a carried state, its parts), (router
+    input, router logits, chosen or None) or None)`"""
+    L, own, c, answer = self.layers, self.own, self.carry, None
+    if layer > 0 and c is not None:
+        kinds = {name: dtype for name, _, dtype in self.parts(layer, *ids.shape)}
+        answer = c.feed(self.args, layer, {name: _fed(a, kinds[name]) for name, a in state.items()})
+    L[:] = [_Feed(own[j], answer) if j < layer else own[j] for j in range(len(own))]
+    if layer > 0 and c is None: object.__setattr__(L[layer - 1], 'held', _fed(state, self.dtype))
+    catch = (_Catch(own[layer + 1], c and partial(c.catch, self.args, layer + 1))
+             if layer + 1 < len(L) and not to_router else None)
     if catch is not None: L[layer + 1] = catch
     blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
     if to_router:  # the tap has recorded the router once the experts are called: stop there
@@ -248,13 +335,18 @@ def _new_caps(scratch:Scratch, layer:int, keys:list, rows:int, spec:MoESpec, k:i
                   logits=((rows, spec.num_experts), np.float32), routed=((rows, k), np.int32))
     return {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
 
+def _state_name(boundary:int, part:str) -> str:
+    "A state's array in the scratch: `state{l}` the hidden state, `state{l}.{part}` a carried part"
+    return f"state{boundary}" + (f".{part}" if part else '')
+
 def _capture_batch(lp:LayerPass, layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool,
                    out, caps:dict, k:int, bias):
     "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
     spec, seq = lp.spec, ids.shape[1]
     D, E = spec.hidden_size, spec.num_experts
-    y, seen = lp(layer, ids[i:j], None if state is None else state[i:j], to_router)
-    if out is not None: out[i:j] = B.to_numpy(y.astype(B.float32))
+    rows = None if state is None else {name: a[i:j] for name, a in state.items()}
+    y, seen = lp(layer, ids[i:j], rows if lp.carry or rows is None else rows[''], to_router)
+    for name, a in (out or {}).items(): a[i:j] = _as_stored(y[name] if lp.carry else y)
     if not caps: return
     x, lg = seen[0].reshape(-1, D), seen[1].reshape(-1, E).astype(B.float32)
     rows = slice(i * seq, j * seq)
@@ -269,16 +361,18 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
                   batch:int=4, bar=None) -> dict:
     """Run `layer` over every window: keep the next layer's input and this layer's captures;
     `{read_s, capture_s, bytes}`"""
-    spec, t0 = lp.spec, time.time()
-    (N, seq), D = ids.shape, spec.hidden_size
+    spec, t0, (N, seq) = lp.spec, time.time(), ids.shape
     to_router, keys = layer == roles.last, roles.keys(layer)
     hold = layer in spec.moe_layers and not to_router  # read its experts once, for all the windows
     stats = engine.stats[layer] if layer in spec.moe_layers else None
     read0, bytes0 = (stats.read_s, stats.bytes_read) if stats else (0.0, 0)
     if hold: engine.keep_resident(layer)
     try:
-        state = scratch.get(f"state{layer}") if layer > 0 else None
-        out = None if to_router else scratch.new(f"state{layer + 1}", (N, seq, D), np.float32)
+        state = ({name: scratch.get(_state_name(layer, name))
+                  for name, *_ in lp.parts(layer, N, seq)} if layer > 0 else None)
+        out = None if to_router else {
+            name: scratch.new(_state_name(layer + 1, name), shape, _stored(dtype))
+            for name, shape, dtype in lp.parts(layer + 1, N, seq)}
         caps = _new_caps(scratch, layer, keys, N * seq, spec, k)
         bias = router_bias_of(spec, lp.model, layer) if keys else None
         for i in range(0, N, batch):
@@ -289,7 +383,7 @@ def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarr
         if hold: engine.drop_resident(layer)
         B.clear_cache()
     for key in keys: scratch.keep(f"cap{layer}.{key}")
-    if out is not None: scratch.keep(f"state{layer + 1}")
+    for name in out or {}: scratch.keep(_state_name(layer + 1, name))
     read_s = stats.read_s - read0 if stats else 0.0
     return dict(read_s=read_s, capture_s=time.time() - t0 - read_s,
                 bytes=stats.bytes_read - bytes0 if stats else 0)
@@ -572,14 +666,21 @@ def step_seconds(pr:Prerouter, params:dict, steps:int=3) -> float:
     for s in range(1, steps + 1): tr.step(batch(s))
     return (time.perf_counter() - t0) / steps
 
+def _any_state(lp:LayerPass, layer:int, ids:np.ndarray):
+    "A state of the shape `layer` takes for windows `ids`, to time it: random floats, zero ids"
+    rng, parts = np.random.default_rng(0), {}
+    for name, shape, dtype in lp.parts(layer, *ids.shape):
+        floats = _stored(dtype) is np.float32
+        parts[name] = (rng.normal(size=shape) if floats else np.zeros(shape)).astype(_stored(dtype))
+    return parts if lp.carry else parts['']
+
 def _probe_capture(lp:LayerPass, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
     """Read MoE `layer`'s experts and keep them for its capture, then run a batch of windows through
     it: `{read_s, capture_s, bytes}`"""
     stats = engine.stats[layer]
     read0, bytes0 = stats.read_s, stats.bytes_read
     engine.keep_resident(layer)
-    state = None if layer == 0 else np.random.default_rng(0).normal(
-        size=(*ids[:batch].shape, lp.spec.hidden_size)).astype(np.float32)  # times, not values
+    state = None if layer == 0 else _any_state(lp, layer, ids[:batch])
     t0 = time.perf_counter()
     B.eval(lp(layer, ids[:batch], state)[0])
     return dict(read_s=stats.read_s - read0, capture_s=time.perf_counter() - t0,
@@ -625,7 +726,8 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
-    lp = LayerPass(pr.spec, h.model, dtype)  # a model it refuses is refused before the bar
+    # a model it refuses is refused before the bar
+    lp = LayerPass(pr.spec, h.model, dtype, carry=True)
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     try:
@@ -639,7 +741,8 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
                            bytes_read=scratch.m['bytes_read'] + cost['bytes'],
                            capture_s=scratch.m['capture_s'] + cost['capture_s'],
                            peak_rss=max(scratch.m['peak_rss'], peak_rss()))
-            if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
+            if layer > 0:  # only once the manifest no longer needs it
+                scratch.drop(*(_state_name(layer, name) for name, *_ in lp.parts(layer, *ids.shape)))
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))
@@ -647,7 +750,6 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
         lp.close()
         bar.close()
     scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()))
-
 
 # %% ../nbs/04c_heads.ipynb #540b68cd
 def layer_bytes(store) -> int:
