@@ -4,7 +4,7 @@
 
 # %% ../nbs/04c_heads.ipynb #e060b2cd
 from __future__ import annotations
-import errno, fcntl, hashlib, inspect, json, os, shutil, time
+import errno, fcntl, hashlib, inspect, json, math, os, shutil, time
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -796,14 +796,24 @@ def training_pool(d:Path, spec:MoESpec, k:int, pool_bytes, what:str='phase 1') -
     return pool, lb, kernels
 
 # %% ../nbs/04c_heads.ipynb #hd000006-1
-def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int) -> dict:
+def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int, state:int|None=None) -> dict:
     """The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one
     layer is refused"""
     pool, lb, kernels = training_pool(d, spec, k, pool_bytes)
     D, E = spec.hidden_size, spec.num_experts
+    state = tokens * D * 4 if state is None else state  # None: one hidden state, before the load
     # two layers' states, an owner's inputs, two targets' logits
-    scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)
+    scratch = 2 * state + tokens * (D * 4 + 2 * E * 4 + 2 * k * 4)
     return dict(pool=pool, layer=lb, scratch=scratch, memory=lb + scratch <= pool, kernels=kernels)
+
+# %% ../nbs/04c_heads.ipynb #v41-13
+def _state_bytes(spec:MoESpec, model, n:int, seq:int) -> int:
+    "Bytes of the largest state between two layers of `model` for `n` windows, as phase 1 keeps it"
+    how = _carried_state(model, decoder_layers(spec, model))[1]
+    if how is None: return n * seq * spec.hidden_size * 4
+    return max(sum(math.prod(shape) * np.dtype(_stored(dtype)).itemsize
+                   for _, shape, dtype in how.parts(model.args, b, n, seq, B.float32))
+               for b in range(1, spec.num_layers))
 
 # %% ../nbs/04c_heads.ipynb #ff891a17
 def _check_disk(root:Path, nbytes:int):
@@ -971,6 +981,11 @@ def _stream_train(d:Path, spec:MoESpec, k:int, dtype, budget:dict, scratch:Scrat
         with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']),
                          spec=spec, k=k,
                          dtype=dtype) as h:
+            # what its layers hand on is known now: the states' room counted again
+            budget = _budget(d, spec, k, budget['pool'], ids.size,
+                             _state_bytes(spec, h.model, *ids.shape))
+            _check_disk(root, budget['scratch'])
+            scratch.memory = budget['memory']
             pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
             for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)),
                                                     pr.heads[f"layer{n}"], params['lr'])
