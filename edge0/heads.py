@@ -34,7 +34,7 @@ from .streaming import check_tokenizer, load as stream_load, open_tokenizer, ser
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['V41', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'Carry',
+__all__ = ['V41', 'CLA', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'Carry',
            'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds',
            'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
            'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows',
@@ -141,6 +141,28 @@ def _v41_catch(a, boundary:int, x, args, kw) -> dict:
 
 V41 = Carry(_v41_parts, _v41_feed, _v41_catch)
 
+# %% ../nbs/04c_heads.ipynb #v41-17
+def _cla_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """Hunyuan's parts at `boundary`: the hidden state, and inside a pair of layers the keys and
+    values the pair's first layer made (before RoPE, as it returns them)"""
+    parts = [('hidden', (n, seq, a.hidden_size), dtype)]
+    if boundary % a.cla_share_factor == 0: return parts
+    width = a.num_key_value_heads * (a.hidden_size // a.num_attention_heads)
+    return parts + [(name, (n, seq, width), dtype) for name in ('keys', 'values')]
+
+def _cla_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the hidden state, and the pair's keys and values (None between pairs)"
+    kv = (parts['keys'], parts['values']) if 'keys' in parts else None
+    return lambda x, *args, **kw: (parts['hidden'], kv)
+
+def _cla_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`: the loop hands its layer `(x, mask, cache, shared_kv_states)`"
+    if boundary % a.cla_share_factor == 0: return dict(hidden=x)
+    keys, values = kw['shared_kv_states'] if 'shared_kv_states' in kw else args[2]
+    return dict(hidden=x, keys=keys, values=values)
+
+CLA = Carry(_cla_parts, _cla_feed, _cla_catch)
+
 # %% ../nbs/04c_heads.ipynb #0959c515-0
 # what a family's layers hand on beside the hidden state: (whether `model`'s do, what, its `Carry`;
 # None: phase 1 cannot carry it)
@@ -148,7 +170,7 @@ _HANDED_ON = (
     (lambda model, layers: any(getattr(l, 'use_attn_res', False) for l in layers),
      "layers mix attention residuals across blocks of layers (attn_res_block_size)", None),
     (lambda model, layers: getattr(getattr(model, 'args', None), 'use_cla', False),
-     "layers share keys and values in pairs (use_cla)", None),
+     "layers share keys and values in pairs (use_cla)", CLA),
     (lambda model, layers: any(getattr(getattr(l, 'self_attn', None), 'has_kv', True) is False
                                for l in layers),
      "last layers reuse earlier layers' keys and values (num_kv_shared_layers)", None),
