@@ -764,7 +764,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
                            capture_s=scratch.m['capture_s'] + cost['capture_s'],
                            peak_rss=max(scratch.m['peak_rss'], peak_rss()))
             if layer > 0:  # only once the manifest no longer needs it
-                scratch.drop(*(_state_name(layer, name) for name, *_ in lp.parts(layer, *ids.shape)))
+                scratch.drop(*(_state_name(layer, n) for n, *_ in lp.parts(layer, *ids.shape)))
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))
