@@ -67,6 +67,7 @@ class _Feed(B.Module):
         if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
+# %% ../nbs/04c_heads.ipynb #v41-34
 class _Catch(_Feed):
     """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output;
     with a carried state, what `catch` takes of all it is handed) and stops the pass"""
@@ -106,6 +107,9 @@ def _as_stored(a) -> np.ndarray:
     "Part `a` as `_stored` keeps it"
     return B.to_numpy(a.astype(B.float32) if _stored(a.dtype) is np.float32 else a)
 
+def _fed(a, dtype):  # an array is fed as it is (a function of it stays differentiable)
+    return (a if isinstance(a, B.array) else B.array(a)).astype(dtype)
+
 # %% ../nbs/04c_heads.ipynb #v41-06
 def _v41(name:str): return bnn._mlx_lm('deepseek_v41', name)  # its pipeline stages' own helpers
 
@@ -130,6 +134,7 @@ def _v41_feed(a, boundary:int, parts:dict):
         return parts['streams'], parts['pre_mix']
     return answer
 
+# %% ../nbs/04c_heads.ipynb #v41-30
 def _v41_catch(a, boundary:int, x, args, kw) -> dict:
     "The parts at `boundary`, laid out as `_layout` lays them, from what the loop hands its layer"
     shared, (n, seq), out = kw['shared'], x.shape[:2], dict(streams=x, pre_mix=args[0])
@@ -215,9 +220,6 @@ class LayerPass:
         self.tap.remove()
 
 # %% ../nbs/04c_heads.ipynb #fhd-x03
-def _fed(a, dtype):  # an array is fed as it is (a function of it stays differentiable)
-    return (a if isinstance(a, B.array) else B.array(a)).astype(dtype)
-
 @patch
 def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
              # (b, seq, D) input of `layer`, numpy or an array, or with a carried state its parts
@@ -336,6 +338,23 @@ def remove(self:Scratch):
     self.close()
     (self.dir.parent / f".{self.dir.name}.lock").unlink(missing_ok=True)
 
+# %% ../nbs/04c_heads.ipynb #v41-26
+def _state_name(boundary:int, part:str) -> str:
+    "A state's array in the scratch: `state{l}` the hidden state, `state{l}.{part}` a carried part"
+    return f"state{boundary}" + (f".{part}" if part else '')
+
+def _state_names(lp:LayerPass, boundary:int, ids:np.ndarray) -> list:
+    "The scratch arrays of the state at `boundary` for windows `ids`"
+    return [_state_name(boundary, name) for name, *_ in lp.parts(boundary, *ids.shape)]
+
+def _any_state(lp:LayerPass, layer:int, ids:np.ndarray):
+    "A state of the shape `layer` takes for windows `ids`, to time it: random floats, zero ids"
+    rng, parts = np.random.default_rng(0), {}
+    for name, shape, dtype in lp.parts(layer, *ids.shape):
+        floats = _stored(dtype) is np.float32
+        parts[name] = (rng.normal(size=shape) if floats else np.zeros(shape)).astype(_stored(dtype))
+    return parts if lp.carry else parts['']
+
 # %% ../nbs/04c_heads.ipynb #f367b618
 @dataclass(frozen=True)
 class Roles:
@@ -357,10 +376,6 @@ def _new_caps(scratch:Scratch, layer:int, keys:list, rows:int, spec:MoESpec, k:i
                   logits=((rows, spec.num_experts), np.float32), routed=((rows, k), np.int32))
     return {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
 
-def _state_name(boundary:int, part:str) -> str:
-    "A state's array in the scratch: `state{l}` the hidden state, `state{l}.{part}` a carried part"
-    return f"state{boundary}" + (f".{part}" if part else '')
-
 def _capture_batch(lp:LayerPass, layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool,
                    out, caps:dict, k:int, bias):
     "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
@@ -379,8 +394,7 @@ def _capture_batch(lp:LayerPass, layer:int, ids:np.ndarray, state, i:int, j:int,
 
 # %% ../nbs/04c_heads.ipynb #5a95a1cb
 def capture_layer(scratch:Scratch, lp:LayerPass, engine, layer:int, ids:np.ndarray, roles:Roles,
-                  k:int,
-                  batch:int=4, bar=None) -> dict:
+                  k:int, batch:int=4, bar=None) -> dict:
     """Run `layer` over every window: keep the next layer's input and this layer's captures;
     `{read_s, capture_s, bytes}`"""
     spec, t0, (N, seq) = lp.spec, time.time(), ids.shape
@@ -688,14 +702,6 @@ def step_seconds(pr:Prerouter, params:dict, steps:int=3) -> float:
     for s in range(1, steps + 1): tr.step(batch(s))
     return (time.perf_counter() - t0) / steps
 
-def _any_state(lp:LayerPass, layer:int, ids:np.ndarray):
-    "A state of the shape `layer` takes for windows `ids`, to time it: random floats, zero ids"
-    rng, parts = np.random.default_rng(0), {}
-    for name, shape, dtype in lp.parts(layer, *ids.shape):
-        floats = _stored(dtype) is np.float32
-        parts[name] = (rng.normal(size=shape) if floats else np.zeros(shape)).astype(_stored(dtype))
-    return parts if lp.carry else parts['']
-
 def _probe_capture(lp:LayerPass, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
     """Read MoE `layer`'s experts and keep them for its capture, then run a batch of windows through
     it: `{read_s, capture_s, bytes}`"""
@@ -748,8 +754,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
     roles = Roles(owners, tuple(pr.next_layer[n] for n in owners))
     pending = lambda upto: [n for n in owners if pr.next_layer[n] <= upto and str(n) not in done()]
     n_batches, first = -(-len(ids) // batch), scratch.m['layer'] + 1
-    # a model it refuses is refused before the bar
-    lp = LayerPass(pr.spec, h.model, dtype, carry=True)
+    lp = LayerPass(pr.spec, h.model, dtype, carry=True)  # a model it refuses: before the bar
     bar = tqdm(total=(roles.last + 1) * n_batches, initial=first * n_batches, unit='batch',
                desc=f"capture: {roles.last + 1} layers x {len(ids)} windows", disable=not show)
     try:
@@ -763,8 +768,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
                            bytes_read=scratch.m['bytes_read'] + cost['bytes'],
                            capture_s=scratch.m['capture_s'] + cost['capture_s'],
                            peak_rss=max(scratch.m['peak_rss'], peak_rss()))
-            if layer > 0:  # only once the manifest no longer needs it
-                scratch.drop(*(_state_name(layer, n) for n, *_ in lp.parts(layer, *ids.shape)))
+            if layer > 0: scratch.drop(*_state_names(lp, layer, ids))  # the manifest is past it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))

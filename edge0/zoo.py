@@ -396,8 +396,7 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
                overwrite:bool=False, mode:str='affine', # mlx's quantization mode
                # rows of the token embedding at this RMS (None: drawn as every matrix)
                embed_rms:float|None=None,
-               # keys set over `tiny_config`'s: a variant it does not draw (Hunyuan's `use_cla`)
-               overrides:dict|None=None,
+               overrides:dict|None=None, # keys over `tiny_config`'s (e.g. Hunyuan's `use_cla`)
                **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
