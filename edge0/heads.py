@@ -34,11 +34,11 @@ from .streaming import check_tokenizer, load as stream_load, open_tokenizer, ser
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['V41', 'CLA', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'Carry',
-           'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds',
-           'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows',
-           'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows',
-           'train_prerouter']
+__all__ = ['V41', 'CLA', 'RES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers',
+           'Carry', 'LayerPass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head',
+           'step_seconds', 'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling',
+           'calibration_windows', 'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads',
+           'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -168,12 +168,35 @@ def _cla_catch(a, boundary:int, x, args, kw) -> dict:
 
 CLA = Carry(_cla_parts, _cla_feed, _cla_catch)
 
+# %% ../nbs/04c_heads.ipynb #v41-40
+def _res_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """Kimi K3's parts at `boundary`: the layer's input (its partial sum) and the raw blocks begun
+    before it, one a block start (`attn_res_block_size`)"""
+    t = getattr(a, 'text_config', a)  # Kimi K3's language model reads the text config
+    blocks = -(-boundary // t.attn_res_block_size)
+    return [('hidden', (n, seq, t.hidden_size), dtype),
+            ('blocks', (n, blocks, seq, t.hidden_size), dtype)]
+
+def _res_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the partial sum, and the loop's blocks refilled with the carried ones"
+    def answer(x, *args, blocks, **kw):
+        if blocks.raw is None:  # the first stand-in refills them; the others hand them on
+            for i in range(parts['blocks'].shape[1]): blocks.append(parts['blocks'][:, i])
+        return parts['hidden'], blocks
+    return answer
+
+def _res_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`: the partial sum, and the loop's raw blocks with the windows first"
+    return dict(hidden=x, blocks=kw['blocks'].raw.transpose(1, 0, 2, 3))
+
+RES = Carry(_res_parts, _res_feed, _res_catch)
+
 # %% ../nbs/04c_heads.ipynb #0959c515-0
 # what a family's layers hand on beside the hidden state: (whether `model`'s do, what, its `Carry`;
 # None: phase 1 cannot carry it)
 _HANDED_ON = (
     (lambda model, layers: any(getattr(l, 'use_attn_res', False) for l in layers),
-     "layers mix attention residuals across blocks of layers (attn_res_block_size)", None),
+     "layers mix attention residuals across blocks of layers (attn_res_block_size)", RES),
     (lambda model, layers: getattr(getattr(model, 'args', None), 'use_cla', False),
      "layers share keys and values in pairs (use_cla)", CLA),
     (lambda model, layers: any(getattr(getattr(l, 'self_attn', None), 'has_kv', True) is False
