@@ -4,8 +4,10 @@
 
 # %% ../nbs/04c_heads.ipynb #e060b2cd
 from __future__ import annotations
-import errno, fcntl, hashlib, inspect, json, os, shutil, time
+import errno, fcntl, hashlib, inspect, json, math, os, shutil, time
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
@@ -31,13 +33,12 @@ from .serving import Serving, check_training
 from .streaming import check_tokenizer, load as stream_load, open_tokenizer, serving_dtype
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
-
 # %% auto #0
-__all__ = ['CAPTURES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'LayerPass',
-           'TorchPass', 'capture_pass', 'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head',
-           'step_seconds', 'run_layers', 'layer_bytes', 'training_pool', 'self_documents', 'self_sampling',
-           'calibration_windows', 'heldout_tokens', 'data_key', 'provenance', 'heads_table', 'train_heads',
-           'teacher_windows', 'train_prerouter']
+__all__ = ['V41', 'CLA', 'RES', 'CAPTURES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1',
+           'decoder_layers', 'Carry', 'LayerPass', 'TorchPass', 'capture_pass', 'Scratch', 'Roles', 'capture_layer',
+           'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers', 'layer_bytes', 'training_pool',
+           'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key', 'provenance',
+           'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -45,11 +46,12 @@ class _Reached(Exception):
 
 class _Feed(B.Module):
     """Stands in for a decoder layer a pass skips: whatever it is given, it returns `held` (the
-    state stored for it)"""
-    def __init__(self, layer):
+    state stored for it), or with a carried state what `answer` (`Carry.feed`'s) returns"""
+    def __init__(self, layer, answer=None):
         super().__init__()
         object.__setattr__(self, '_layer', layer)
         object.__setattr__(self, 'held', None)
+        object.__setattr__(self, '_answer', answer)
         # Hunyuan's layers return the keys and values they share (None without cross-layer attention)
         object.__setattr__(self, '_kv', 'shared_kv_states' in
                            inspect.signature(type(layer).__call__).parameters)
@@ -59,18 +61,22 @@ class _Feed(B.Module):
         try: return super().__getattr__(key)
         except AttributeError: return getattr(object.__getattribute__(self, '_layer'), key)
     def __call__(self, x, *args, **kw):
+        if self._answer is not None: return self._answer(x, *args, **kw)
         # Kimi K3's layers thread the loop's `blocks` through, Gemma 4's its shared keys and values
         if 'blocks' in kw: return self.held, kw['blocks']
         if 'shared_kv' in kw: return self.held, kw['shared_kv'], kw.get('offset')
         return (self.held, None) if self._kv else self.held
 
+# %% ../nbs/04c_heads.ipynb #v41-34
 class _Catch(_Feed):
-    """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output)
-    and stops the pass"""
+    """Stands in for the layer after the one a pass runs: it keeps its input (that layer's output;
+    with a carried state, what `catch` takes of all it is handed) and stops the pass"""
+    def __init__(self, layer, catch=None):
+        super().__init__(layer)
+        object.__setattr__(self, '_catch', catch)
     def __call__(self, x, *args, **kw):
-        object.__setattr__(self, 'held', x)
+        object.__setattr__(self, 'held', x if self._catch is None else self._catch(x, args, kw))
         raise _Reached
-
 
 # %% ../nbs/04c_heads.ipynb #0959c515
 def decoder_layers(spec:MoESpec, model) -> list:
@@ -78,35 +84,160 @@ def decoder_layers(spec:MoESpec, model) -> list:
     `.{layer}...`)"""
     return attr_at(model, spec.block_path.split('.{layer}')[0])
 
+# %% ../nbs/04c_heads.ipynb #v41-02
+@dataclass(frozen=True)
+class Carry:
+    """What a family's decoder layers hand on at a layer boundary, as named per-window arrays, and
+    how the stand-ins of a layer-at-a-time pass hand it back and catch it"""
+    # (model args, boundary, windows, seq, dtype) -> [(name, shape, dtype)]: what the layers from
+    # `boundary` on are handed by those before it, in the dtypes the model makes them in
+    parts:Callable
+    # (model args, boundary, {name: array}) -> answer(x, *args, **kw): what the stand-ins before
+    # `boundary` return when the model's loop calls them
+    feed:Callable
+    # (model args, boundary, x, args, kw) -> {name: array}: the parts, taken from what the model's
+    # loop hands the layer at `boundary`
+    catch:Callable
+
+def _stored(dtype):
+    "The numpy dtype a part is kept in: floats as float32 (bfloat16 exactly), the rest as they are"
+    return np.bool_ if dtype == B.bool_ else np.int32 if dtype == B.int32 else np.float32
+
+def _as_stored(a) -> np.ndarray:
+    "Part `a` as `_stored` keeps it"
+    return B.to_numpy(a.astype(B.float32) if _stored(a.dtype) is np.float32 else a)
+
+def _fed(a, dtype):  # an array is fed as it is (a function of it stays differentiable)
+    return (a if isinstance(a, B.array) else B.array(a)).astype(dtype)
+
+# %% ../nbs/04c_heads.ipynb #v41-06
+def _v41(name:str): return bnn._mlx_lm('deepseek_v41', name)  # its pipeline stages' own helpers
+
+def _v41_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """DeepSeek-V4.1's parts at `boundary`: the message mlx-lm's pipeline sends a stage starting
+    there, for `n` windows of `seq` tokens from position 0"""
+    return _v41('_layout')(a, _v41('_crossing')(a, boundary), n, seq, 0, dtype)
+
+def _v41_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the streams and their mix, the shared state put where layers read it"
+    fed, fields = {}, _v41('_CACHE_FIELDS')
+    for key, source in _v41('_crossing')(a, boundary).items():
+        part = parts[key]
+        if key == 'candidates':  # a flag a block, as sent; a flag an index key, as read
+            keys = _v41('_index_keys')(a, source, part.shape[1])
+            flags = np.repeat(B.to_numpy(part), a.candidate_block_size, -1)[..., :keys]
+            part = B.array(flags) if keys else None
+        elif key in fields and part.shape[1] == 0: part = None  # no group closed yet
+        fed[key] = part
+    def answer(x, *args, shared:dict, **kw):
+        shared.update(fed)
+        return parts['streams'], parts['pre_mix']
+    return answer
+
+# %% ../nbs/04c_heads.ipynb #v41-30
+def _v41_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`, laid out as `_layout` lays them, from what the loop hands its layer"
+    shared, (n, seq), out = kw['shared'], x.shape[:2], dict(streams=x, pre_mix=args[0])
+    for key, shape, dtype in _v41_parts(a, boundary, n, seq, x.dtype)[2:]:
+        part = shared.get(key)
+        out[key] = (B.zeros(shape, dtype) if part is None else
+                    part[..., ::a.candidate_block_size] if key == 'candidates' else part)
+    return out
+
+V41 = Carry(_v41_parts, _v41_feed, _v41_catch)
+
+# %% ../nbs/04c_heads.ipynb #v41-17
+def _cla_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """Hunyuan's parts at `boundary`: the hidden state, and inside a pair of layers the keys and
+    values the pair's first layer made (before RoPE, as it returns them)"""
+    parts = [('hidden', (n, seq, a.hidden_size), dtype)]
+    if boundary % a.cla_share_factor == 0: return parts
+    width = a.num_key_value_heads * (a.hidden_size // a.num_attention_heads)
+    return parts + [(name, (n, seq, width), dtype) for name in ('keys', 'values')]
+
+def _cla_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the hidden state, and the pair's keys and values (None between pairs)"
+    kv = (parts['keys'], parts['values']) if 'keys' in parts else None
+    return lambda x, *args, **kw: (parts['hidden'], kv)
+
+def _cla_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`: the loop hands its layer `(x, mask, cache, shared_kv_states)`"
+    if boundary % a.cla_share_factor == 0: return dict(hidden=x)
+    keys, values = kw['shared_kv_states'] if 'shared_kv_states' in kw else args[2]
+    return dict(hidden=x, keys=keys, values=values)
+
+CLA = Carry(_cla_parts, _cla_feed, _cla_catch)
+
+# %% ../nbs/04c_heads.ipynb #v41-40
+def _res_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
+    """Kimi K3's parts at `boundary`: the layer's input (its partial sum) and the raw blocks begun
+    before it, one a block start (`attn_res_block_size`)"""
+    t = getattr(a, 'text_config', a)  # Kimi K3's language model reads the text config
+    blocks = -(-boundary // t.attn_res_block_size)
+    return [('hidden', (n, seq, t.hidden_size), dtype),
+            ('blocks', (n, blocks, seq, t.hidden_size), dtype)]
+
+def _res_feed(a, boundary:int, parts:dict):
+    "The stand-ins' answer: the partial sum, and the loop's blocks refilled with the carried ones"
+    def answer(x, *args, blocks, **kw):
+        if blocks.raw is None:  # the first stand-in refills them; the others hand them on
+            for i in range(parts['blocks'].shape[1]): blocks.append(parts['blocks'][:, i])
+        return parts['hidden'], blocks
+    return answer
+
+def _res_catch(a, boundary:int, x, args, kw) -> dict:
+    "The parts at `boundary`: the partial sum, and the loop's raw blocks with the windows first"
+    return dict(hidden=x, blocks=kw['blocks'].raw.transpose(1, 0, 2, 3))
+
+RES = Carry(_res_parts, _res_feed, _res_catch)
+
 # %% ../nbs/04c_heads.ipynb #0959c515-0
-def _carried_state(model, layers) -> str|None:
-    "What `model`'s decoder layers carry from one to the next beside the hidden state (None: none)"
-    if any(getattr(layer, 'use_attn_res', False) for layer in layers):
-        return "layers mix attention residuals across blocks of layers (attn_res_block_size)"
-    if getattr(getattr(model, 'args', None), 'use_cla', False):
-        return "layers share keys and values in pairs (use_cla)"
-    if any(getattr(getattr(layer, 'self_attn', None), 'has_kv', True) is False for layer in layers):
-        return "last layers reuse earlier layers' keys and values (num_kv_shared_layers)"
+# what a family's layers hand on beside the hidden state: (whether `model`'s do, what, its `Carry`;
+# None: phase 1 cannot carry it)
+_HANDED_ON = (
+    (lambda model, layers: any(getattr(l, 'use_attn_res', False) for l in layers),
+     "layers mix attention residuals across blocks of layers (attn_res_block_size)", RES),
+    (lambda model, layers: getattr(getattr(model, 'args', None), 'use_cla', False),
+     "layers share keys and values in pairs (use_cla)", CLA),
+    (lambda model, layers: any(getattr(getattr(l, 'self_attn', None), 'has_kv', True) is False
+                               for l in layers),
+     "last layers reuse earlier layers' keys and values (num_kv_shared_layers)", None),
     # DeepSeek-V4.1's layers take and return (streams, mix)
-    if any('pre_mix' in inspect.signature(type(layer).__call__).parameters for layer in layers):
-        return "layers pass hyper-connection streams and their mix on to the next (hc_mult)"
-    return None
+    (lambda model, layers: any('pre_mix' in inspect.signature(type(l).__call__).parameters
+                               for l in layers),
+     "layers pass hyper-connection streams and their mix on to the next (hc_mult)", V41))
+
+def _carried_state(model, layers) -> tuple:
+    """`(what model's decoder layers hand on beside the hidden state, its Carry)`: `(None, None)`
+    when nothing; a Carry of None when phase 1 cannot carry it"""
+    return next(((why, how) for hands_on, why, how in _HANDED_ON if hands_on(model, layers)),
+                (None, None))
 
 # %% ../nbs/04c_heads.ipynb #0959c515-1
 class LayerPass:
     """Runs one decoder layer of `model` at a time over batches of windows, through the model's own
     forward pass"""
     name = 'mlx'  # the capture it makes, as the heads' recipe records it
-    # the dtype the model is served in (`serving_dtype`)
-    def __init__(self, spec:MoESpec, model, dtype=None):
+    def __init__(self, spec:MoESpec, model,
+                 dtype=None, # the dtype the model is served in (`serving_dtype`)
+                 carry:bool=False): # carry what the layers hand on beside the hidden state
         self.spec, self.model, self.layers = spec, model, decoder_layers(spec, model)
-        why = _carried_state(model, self.layers)
-        if why: raise InputError(f"this {spec.model_type}'s {why}; phase 1 runs one layer at a time "
-                                 "and cannot carry that state")
+        why, how = _carried_state(model, self.layers)
+        mt = spec.model_type
+        if why and how is None: raise InputError(f"this {mt}'s {why}; phase 1 runs one layer at a "
+                                                 "time and cannot carry that state")
+        if why and not carry: raise InputError(f"this {mt}'s {why}; this pass keeps one hidden "
+                                               "state between layers (phase 1 carries the rest)")
+        self.carry, self.args = how, getattr(model, 'args', None)
         # states come back as float32 arrays: fed in the model's own dtype
         self.dtype = serving_dtype(spec, dtype)
         self.own = list(self.layers)
         self.tap = RouterTap(spec, model)
+
+    def parts(self, boundary:int, n:int, seq:int) -> list:
+        "`[(name, shape, dtype)]` of the state at `boundary` for `n` windows (the hidden state: '')"
+        if self.carry is None: return [('', (n, seq, self.spec.hidden_size), self.dtype)]
+        return self.carry.parts(self.args, boundary, n, seq, self.dtype)
 
     def close(self):
         self.layers[:] = self.own
@@ -115,18 +246,20 @@ class LayerPass:
 # %% ../nbs/04c_heads.ipynb #fhd-x03
 @patch
 def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of the windows
-             # (b, seq, D) input of `layer`, numpy or an array (None: layer 0, fed by the
-             # embedding)
+             # (b, seq, D) input of `layer`, numpy or an array, or with a carried state its parts
+             # `{name: array}` (None: layer 0, fed by the embedding)
              state=None,
              to_router:bool=False): # stop at `layer`'s router: its experts are not computed
-    """`(output of layer (the last one's: the logits), (router input, router logits, chosen or
-    None) or None)`"""
-    L, own = self.layers, self.own
-    L[:] = [_Feed(own[j]) if j < layer else own[j] for j in range(len(own))]
-    if layer > 0:  # an array is fed as it is (a function of it stays differentiable)
-        held = state if isinstance(state, B.array) else B.array(state)
-        object.__setattr__(L[layer - 1], 'held', held.astype(self.dtype))
-    catch = _Catch(own[layer + 1]) if layer + 1 < len(L) and not to_router else None
+    """`(output of layer (the last one's: the logits; with a carried state, its parts), (router
+    input, router logits, chosen or None) or None)`"""
+    L, own, c, answer = self.layers, self.own, self.carry, None
+    if layer > 0 and c is not None:
+        kinds = {name: dtype for name, _, dtype in self.parts(layer, *ids.shape)}
+        answer = c.feed(self.args, layer, {name: _fed(a, kinds[name]) for name, a in state.items()})
+    L[:] = [_Feed(own[j], answer) if j < layer else own[j] for j in range(len(own))]
+    if layer > 0 and c is None: object.__setattr__(L[layer - 1], 'held', _fed(state, self.dtype))
+    catch = (_Catch(own[layer + 1], c and partial(c.catch, self.args, layer + 1))
+             if layer + 1 < len(L) and not to_router else None)
     if catch is not None: L[layer + 1] = catch
     blk = block(self.spec, self.model, layer) if layer in self.spec.moe_layers else None
     if to_router:  # the tap has recorded the router once the experts are called: stop there
@@ -146,7 +279,7 @@ def __call__(self:LayerPass, layer:int, ids:np.ndarray, # (b, seq) token ids of 
 class TorchPass:
     """Runs one decoder layer at a time over batches of windows through the torch step's layers
     (`02c_torch_step`); the surface of `LayerPass`"""
-    name = 'torch'
+    name, carry = 'torch', None  # nothing carried beside the hidden state
     def __init__(self, spec:MoESpec, h): # h: a streamed handle `check_torch_step` accepts
         from edge0.torchstep import _embedding
         inner = h.model.model
@@ -160,6 +293,10 @@ class TorchPass:
         from edge0.torchstep import Layer
         if i not in self.built: self.built = {i: Layer(self.spec, self.model, i, self.engine)}
         return self.built[i]
+
+    def parts(self, boundary:int, n:int, seq:int) -> list:
+        "The state at `boundary` for `n` windows: the hidden state alone, in float32"
+        return [('', (n, seq, self.spec.hidden_size), B.float32)]
 
     def close(self): self.built = {}
 
@@ -216,7 +353,8 @@ def capture_pass(spec:MoESpec, h, dtype=None, capture:str='auto'):
     if capture == 'torch' and why:
         raise InputError(f"capture='torch': the torch step cannot serve {spec.model_type} here "
                          f"({why}); capture='auto' or 'mlx' runs the MLX graph")
-    return LayerPass(spec, h.model, dtype) if capture == 'mlx' or why else TorchPass(spec, h)
+    if capture == 'mlx' or why: return LayerPass(spec, h.model, dtype, carry=True)
+    return TorchPass(spec, h)
 
 # %% ../nbs/04c_heads.ipynb #bb5a792d
 def _lock(d:Path) -> int:
@@ -305,6 +443,23 @@ def remove(self:Scratch):
     self.close()
     (self.dir.parent / f".{self.dir.name}.lock").unlink(missing_ok=True)
 
+# %% ../nbs/04c_heads.ipynb #v41-26
+def _state_name(boundary:int, part:str) -> str:
+    "A state's array in the scratch: `state{l}` the hidden state, `state{l}.{part}` a carried part"
+    return f"state{boundary}" + (f".{part}" if part else '')
+
+def _state_names(lp:LayerPass, boundary:int, ids:np.ndarray) -> list:
+    "The scratch arrays of the state at `boundary` for windows `ids`"
+    return [_state_name(boundary, name) for name, *_ in lp.parts(boundary, *ids.shape)]
+
+def _any_state(lp:LayerPass, layer:int, ids:np.ndarray):
+    "A state of the shape `layer` takes for windows `ids`, to time it: random floats, zero ids"
+    rng, parts = np.random.default_rng(0), {}
+    for name, shape, dtype in lp.parts(layer, *ids.shape):
+        floats = _stored(dtype) is np.float32
+        parts[name] = (rng.normal(size=shape) if floats else np.zeros(shape)).astype(_stored(dtype))
+    return parts if lp.carry else parts['']
+
 # %% ../nbs/04c_heads.ipynb #f367b618
 @dataclass(frozen=True)
 class Roles:
@@ -331,8 +486,9 @@ def _capture_batch(lp, # a `LayerPass` or `TorchPass`
                    k:int):
     "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
     spec, seq = lp.spec, ids.shape[1]
-    y, seen = lp(layer, ids[i:j], None if state is None else state[i:j], to_router)
-    if out is not None: out[i:j] = lp.host(y)
+    rows = None if state is None else {name: a[i:j] for name, a in state.items()}
+    y, seen = lp(layer, ids[i:j], rows if lp.carry or rows is None else rows[''], to_router)
+    for name, a in (out or {}).items(): a[i:j] = _as_stored(y[name]) if lp.carry else lp.host(y)
     if not caps: return
     rows = slice(i * seq, j * seq)
     if 'h' in caps: caps['h'][rows] = lp.host(seen[0]).reshape(-1, spec.hidden_size)
@@ -341,20 +497,21 @@ def _capture_batch(lp, # a `LayerPass` or `TorchPass`
 
 # %% ../nbs/04c_heads.ipynb #5a95a1cb
 def capture_layer(scratch:Scratch, lp, engine, layer:int, ids:np.ndarray, roles:Roles,
-                  k:int,
-                  batch:int=4, bar=None) -> dict:
+                  k:int, batch:int=4, bar=None) -> dict:
     """Run `layer` over every window by pass `lp`: keep the next layer's input and this layer's
     captures; `{read_s, capture_s, bytes}`"""
-    spec, t0 = lp.spec, time.time()
-    (N, seq), D = ids.shape, spec.hidden_size
+    spec, t0, (N, seq) = lp.spec, time.time(), ids.shape
     to_router, keys = layer == roles.last, roles.keys(layer)
     hold = layer in spec.moe_layers and not to_router  # read its experts once, for all the windows
     stats = engine.stats[layer] if layer in spec.moe_layers else None
     read0, bytes0 = (stats.read_s, stats.bytes_read) if stats else (0.0, 0)
     if hold: engine.keep_resident(layer)
     try:
-        state = scratch.get(f"state{layer}") if layer > 0 else None
-        out = None if to_router else scratch.new(f"state{layer + 1}", (N, seq, D), np.float32)
+        state = ({name: scratch.get(_state_name(layer, name))
+                  for name, *_ in lp.parts(layer, N, seq)} if layer > 0 else None)
+        out = None if to_router else {
+            name: scratch.new(_state_name(layer + 1, name), shape, _stored(dtype))
+            for name, shape, dtype in lp.parts(layer + 1, N, seq)}
         caps = _new_caps(scratch, layer, keys, N * seq, spec, k)
         for i in range(0, N, batch):
             _capture_batch(lp, layer, ids, state, i, min(i + batch, N), to_router, out, caps, k)
@@ -363,7 +520,7 @@ def capture_layer(scratch:Scratch, lp, engine, layer:int, ids:np.ndarray, roles:
         if hold: engine.drop_resident(layer)
         B.clear_cache()
     for key in keys: scratch.keep(f"cap{layer}.{key}")
-    if out is not None: scratch.keep(f"state{layer + 1}")
+    for name in out or {}: scratch.keep(_state_name(layer + 1, name))
     read_s = stats.read_s - read0 if stats else 0.0
     return dict(read_s=read_s, capture_s=time.time() - t0 - read_s,
                 bytes=stats.bytes_read - bytes0 if stats else 0)
@@ -654,10 +811,10 @@ def _probe_capture(lp, engine, ids:np.ndarray, layer:int, batch:int) -> dict:
     stats = engine.stats[layer]
     read0, bytes0 = stats.read_s, stats.bytes_read
     engine.keep_resident(layer)
-    state = None if layer == 0 else np.random.default_rng(0).normal(
-        size=(*ids[:batch].shape, lp.spec.hidden_size)).astype(np.float32)  # times, not values
+    state = None if layer == 0 else _any_state(lp, layer, ids[:batch])
     t0 = time.perf_counter()
-    lp.host(lp(layer, ids[:batch], state)[0])
+    y = lp(layer, ids[:batch], state)[0]
+    B.eval(y) if lp.carry else lp.host(y)
     return dict(read_s=stats.read_s - read0, capture_s=time.perf_counter() - t0,
                 bytes=stats.bytes_read - bytes0)
 
@@ -715,7 +872,7 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
                            bytes_read=scratch.m['bytes_read'] + cost['bytes'],
                            capture_s=scratch.m['capture_s'] + cost['capture_s'],
                            peak_rss=max(scratch.m['peak_rss'], peak_rss()))
-            if layer > 0: scratch.drop(f"state{layer}")  # only once the manifest no longer needs it
+            if layer > 0: scratch.drop(*_state_names(lp, layer, ids))  # the manifest is past it
             for n in pending(layer):
                 _train_one(scratch, pr, h.model, n, T, params, show)
                 scratch.drop(*(f"cap{n}.{key}" for key in roles.keys(n)))
@@ -723,7 +880,6 @@ def run_layers(scratch:Scratch, pr:Prerouter, h, ids:np.ndarray, T:int, params:d
         lp.close()
         bar.close()
     scratch.commit(peak_rss=max(scratch.m['peak_rss'], peak_rss()), capture=lp.name)
-
 
 # %% ../nbs/04c_heads.ipynb #540b68cd
 def layer_bytes(store) -> int:
@@ -770,14 +926,24 @@ def training_pool(d:Path, spec:MoESpec, k:int, pool_bytes, what:str='phase 1') -
     return pool, lb, kernels
 
 # %% ../nbs/04c_heads.ipynb #hd000006-1
-def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int) -> dict:
+def _budget(d:Path, spec:MoESpec, k:int, pool_bytes, tokens:int, state:int|None=None) -> dict:
     """The pool, the largest layer and the scratch bytes of a run; a budget that cannot hold one
     layer is refused"""
     pool, lb, kernels = training_pool(d, spec, k, pool_bytes)
     D, E = spec.hidden_size, spec.num_experts
+    state = tokens * D * 4 if state is None else state  # None: one hidden state, before the load
     # two layers' states, an owner's inputs, two targets' logits
-    scratch = tokens * (3 * D * 4 + 2 * E * 4 + 2 * k * 4)
+    scratch = 2 * state + tokens * (D * 4 + 2 * E * 4 + 2 * k * 4)
     return dict(pool=pool, layer=lb, scratch=scratch, memory=lb + scratch <= pool, kernels=kernels)
+
+# %% ../nbs/04c_heads.ipynb #v41-13
+def _state_bytes(spec:MoESpec, model, n:int, seq:int) -> int:
+    "Bytes of the largest state between two layers of `model` for `n` windows, as phase 1 keeps it"
+    how = _carried_state(model, decoder_layers(spec, model))[1]
+    if how is None: return n * seq * spec.hidden_size * 4
+    return max(sum(math.prod(shape) * np.dtype(_stored(dtype)).itemsize
+                   for _, shape, dtype in how.parts(model.args, b, n, seq, B.float32))
+               for b in range(1, spec.num_layers))
 
 # %% ../nbs/04c_heads.ipynb #ff891a17
 def _check_disk(root:Path, nbytes:int):
@@ -945,6 +1111,11 @@ def _stream_train(d:Path, spec:MoESpec, k:int, dtype, budget:dict, scratch:Scrat
         with stream_load(d, StreamOptions(pool_bytes=budget['pool'], kernels=budget['kernels']),
                          spec=spec, k=k,
                          dtype=dtype) as h:
+            # what its layers hand on is known now: the states' room counted again
+            budget = _budget(d, spec, k, budget['pool'], ids.size,
+                             _state_bytes(spec, h.model, *ids.shape))
+            _check_disk(root, budget['scratch'])
+            scratch.memory = budget['memory']
             pr = init_prerouter(spec, h.model, owners, params['hidden'], k, params['seed'])
             for n in scratch.m['heads']: _load_head(_head_file(scratch, int(n)),
                                                     pr.heads[f"layer{n}"], params['lr'])

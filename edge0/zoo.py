@@ -396,13 +396,14 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
                overwrite:bool=False, mode:str='affine', # mlx's quantization mode
                # rows of the token embedding at this RMS (None: drawn as every matrix)
                embed_rms:float|None=None,
+               overrides:dict|None=None, # keys over `tiny_config`'s (e.g. Hunyuan's `use_cla`)
                **config_kw) -> Path:
     "Write a tiny `model_type` checkpoint (int4 g64 unless `bits=None`) to directory `dst`"
     from mlx_lm.utils import quantize_model, save_model, save_config
     dst = Path(dst)
     if dst.exists() and not overwrite: raise InputError(f"{dst} exists; pass overwrite=True to "
                                                         "replace it")
-    config = tiny_config(model_type, **config_kw)
+    config = tiny_config(model_type, **config_kw) | (overrides or {})
     model, spec = tiny_model(config, seed)
     if embed_rms: _scale_embedding(model, embed_rms)
     # bf16 like a real checkpoint, except the correction bias, which mlx-lm keeps in float32
@@ -416,7 +417,8 @@ def build_tiny(model_type:str, dst, seed:int=0, bits:int|None=4, group_size:int=
                                                       or config)['vocab_size'])
         config['edge0_provenance'] = dict(builder='edge0.zoo.build_tiny', model_type=model_type,
                                           seed=seed, bits=bits,
-                                          group_size=group_size, mode=mode, embed_rms=embed_rms)
+                                          group_size=group_size, mode=mode, embed_rms=embed_rms,
+                                          **({'overrides': overrides} if overrides else {}))
         save_model(tmp, model)
         save_config(config, tmp / 'config.json')
     return dst
