@@ -34,11 +34,11 @@ from .streaming import check_tokenizer, load as stream_load, open_tokenizer, ser
 from .teachers import CORPUS, blas_in_use, teacher_corpus, teacher_tokens
 
 # %% auto #0
-__all__ = ['V41', 'CLA', 'RES', 'CAPTURES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS', 'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1',
-           'decoder_layers', 'Carry', 'LayerPass', 'TorchPass', 'capture_pass', 'Scratch', 'Roles', 'capture_layer',
-           'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers', 'layer_bytes', 'training_pool',
-           'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens', 'data_key', 'provenance',
-           'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
+__all__ = ['HYPER_CONNECTIONS', 'SHARED_KV_PAIRS', 'ATTENTION_RESIDUALS', 'CAPTURES', 'RECIPE', 'CKPT_EVERY', 'TRAINERS',
+           'VAL_PAIRS', 'PHASE1', 'CODE_PHASE1', 'decoder_layers', 'Carry', 'LayerPass', 'TorchPass', 'capture_pass',
+           'Scratch', 'Roles', 'capture_layer', 'TorchHead', 'MLXHead', 'fit_head', 'step_seconds', 'run_layers',
+           'layer_bytes', 'training_pool', 'self_documents', 'self_sampling', 'calibration_windows', 'heldout_tokens',
+           'data_key', 'provenance', 'heads_table', 'train_heads', 'teacher_windows', 'train_prerouter']
 
 # %% ../nbs/04c_heads.ipynb #13cbbe2d
 class _Reached(Exception):
@@ -144,7 +144,7 @@ def _v41_catch(a, boundary:int, x, args, kw) -> dict:
                     part[..., ::a.candidate_block_size] if key == 'candidates' else part)
     return out
 
-V41 = Carry(_v41_parts, _v41_feed, _v41_catch)
+HYPER_CONNECTIONS = Carry(_v41_parts, _v41_feed, _v41_catch)
 
 # %% ../nbs/04c_heads.ipynb #v41-17
 def _cla_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
@@ -166,7 +166,7 @@ def _cla_catch(a, boundary:int, x, args, kw) -> dict:
     keys, values = kw['shared_kv_states'] if 'shared_kv_states' in kw else args[2]
     return dict(hidden=x, keys=keys, values=values)
 
-CLA = Carry(_cla_parts, _cla_feed, _cla_catch)
+SHARED_KV_PAIRS = Carry(_cla_parts, _cla_feed, _cla_catch)
 
 # %% ../nbs/04c_heads.ipynb #v41-40
 def _res_parts(a, boundary:int, n:int, seq:int, dtype) -> list:
@@ -189,23 +189,25 @@ def _res_catch(a, boundary:int, x, args, kw) -> dict:
     "The parts at `boundary`: the partial sum, and the loop's raw blocks with the windows first"
     return dict(hidden=x, blocks=kw['blocks'].raw.transpose(1, 0, 2, 3))
 
-RES = Carry(_res_parts, _res_feed, _res_catch)
+ATTENTION_RESIDUALS = Carry(_res_parts, _res_feed, _res_catch)
 
 # %% ../nbs/04c_heads.ipynb #0959c515-0
 # what a family's layers hand on beside the hidden state: (whether `model`'s do, what, its `Carry`;
 # None: phase 1 cannot carry it)
 _HANDED_ON = (
     (lambda model, layers: any(getattr(l, 'use_attn_res', False) for l in layers),
-     "layers mix attention residuals across blocks of layers (attn_res_block_size)", RES),
+     "layers mix attention residuals across blocks of layers (attn_res_block_size)",
+     ATTENTION_RESIDUALS),
     (lambda model, layers: getattr(getattr(model, 'args', None), 'use_cla', False),
-     "layers share keys and values in pairs (use_cla)", CLA),
+     "layers share keys and values in pairs (use_cla)", SHARED_KV_PAIRS),
     (lambda model, layers: any(getattr(getattr(l, 'self_attn', None), 'has_kv', True) is False
                                for l in layers),
      "last layers reuse earlier layers' keys and values (num_kv_shared_layers)", None),
     # DeepSeek-V4.1's layers take and return (streams, mix)
     (lambda model, layers: any('pre_mix' in inspect.signature(type(l).__call__).parameters
                                for l in layers),
-     "layers pass hyper-connection streams and their mix on to the next (hc_mult)", V41))
+     "layers pass hyper-connection streams and their mix on to the next (hc_mult)",
+     HYPER_CONNECTIONS))
 
 def _carried_state(model, layers) -> tuple:
     """`(what model's decoder layers hand on beside the hidden state, its Carry)`: `(None, None)`
