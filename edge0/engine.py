@@ -13,7 +13,8 @@ import numpy as np
 from .backend import core as B, quant as bq
 from .files import InputError, atomic_file, edge0_home
 from .memory import kv_bytes
-from .store import ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH
+from .store import (ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH,
+                         latency_curve, read_seconds)
 from .experts import torch_quant, expert_mlp, per_expert_mlp
 from .routing import check_k
 from .pool import POLICIES, LayerStats, ExpertPool
@@ -49,7 +50,8 @@ class StreamOptions:
     usage_profile:bool = False                # fill the pool at load with the most used experts
     residency:bool = True                     # measure cold fractions with mincore
     readahead:bool = False                    # WILLNEED hints ahead of whole-layer reads
-    whole_layer_share:float = 0.5             # 'auto': read whole above this share, until measured
+    read_mb_s:float = 1750.0                  # 'auto' prices reads at this rate ...
+    read_latency_ms:float = 0.29              # ... after this latency a read, until measured
     kernels:str|None = None                   # 'mlx' | 'torch' (None: torch on a CPU with torch)
     torch_step:bool = True                    # with torch's kernels: steps in torch
     low_bits:int|None = None                  # read the experts that matter least at these bits
@@ -192,7 +194,7 @@ def _init_state(self:StreamEngine):
     self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
     # prerouted slots and resident layers (see "Serving a decoder")
     self.planned, self.resident = {}, {}
-    # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
+    # 'routed' and 'layer': running averages of 'auto''s reads (reads, bytes, s) (`read_model`)
     self.read_costs = {}
     self.next_layer = self.spec.next_moe
     self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
@@ -224,16 +226,35 @@ def _stack(bundles:list) -> dict:
 @patch
 def _exact(self:StreamEngine, layer:int, x, indices):
     flat = np.array(indices).ravel()
-    uniq = np.unique(flat)
-    bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
+    uniq = np.unique(flat).tolist()
     if len(flat) == indices.shape[-1]:
-        return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer],
-                              self.acts[layer])
+        return per_expert_mlp(x, flat, dict(zip(uniq, self.pool.get(layer, uniq, self.stats[layer]))),
+                              self.quant[layer], self.acts[layer])
+    if x.ndim >= 2 and x.shape[-2] > 1: order, stack = self.routed_stack(layer, uniq)
+    else: order, stack = uniq, _stack(self.pool.get(layer, uniq, self.stats[layer]))  # a batch
     table = np.zeros(self.ids, np.uint32)
-    table[uniq] = np.arange(len(uniq), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles),
-                      self.quant[layer], self.acts[layer])
+    table[order] = np.arange(len(order), dtype=np.uint32)
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), stack, self.quant[layer],
+                      self.acts[layer])
 
+# %% ../nbs/01b3_engine.ipynb #ttf-e02
+@patch
+def routed_stack(self:StreamEngine, layer:int, experts:list) -> tuple[list, dict]:
+    """`(order, stack)`: `experts` of `layer` in one stack, row i expert `order[i]`: the pool's
+    stacked from it, the others read straight into a stack (not pooled), the two joined"""
+    s = self.stats[layer]
+    direct = torch_quant(self.quant[layer]) is None and max(experts) < self.num_experts
+    miss = [e for e in experts if not self.pool.has(layer, e)] if direct else []
+    held = [e for e in experts if e not in set(miss)]
+    parts = [_stack(self.pool.get(layer, held, s))] if held else []
+    if miss:
+        t0 = time.perf_counter()
+        read, cost = self.store.read_stack(layer, miss)
+        s.blocked_s += time.perf_counter() - t0
+        s.load(cost, bundles=len(miss))
+        parts.append(read)
+    if len(parts) == 1: return held + miss, parts[0]
+    return held + miss, {key: B.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
 class Staged:
@@ -392,28 +413,44 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
 
 # %% ../nbs/01b3_engine.ipynb #f238f5d8
 @patch
-def whole_layer_threshold(self:StreamEngine) -> float:
-    """Missing experts above which `auto` reads a layer whole: the measured cost ratio, else
-    `whole_layer_share` x E"""
-    c = self.read_costs
-    if 'expert' in c and 'layer' in c and c['expert'] > 0: return c['layer'] / c['expert']
-    return self.options.whole_layer_share * self.num_experts
+def read_model(self:StreamEngine) -> tuple:
+    """`(MB/s, s a read)` this engine prices reads at: the fit of its own routed and whole-layer
+    reads once it has made both (where positive), else the options' disk, its latency shared by
+    the store's reads in flight"""
+    w, r = self.read_costs.get('layer'), self.read_costs.get('routed')  # (reads, bytes, s)
+    if w is not None and r is not None and (det := w[0] * r[1] - r[0] * w[1]):
+        lat, per_byte = (w[2] * r[1] - r[2] * w[1]) / det, (w[0] * r[2] - r[0] * w[2]) / det
+        if lat > 0 and per_byte > 0: return 1e-6 / per_byte, lat
+    return self.options.read_mb_s, self.options.read_latency_ms / 1e3 / self.store.threads
 
 @patch
+def prefill_sizes(self:StreamEngine, layer:int, miss:list|None=None) -> list:
+    "Bytes of each read of a prefill of `layer` that reads `miss` (None: the whole layer)"
+    if miss is None or torch_quant(self.quant[layer]) is None: return self.store.read_sizes(layer,
+                                                                                              miss)
+    return [n for e in miss for n in self.store.read_sizes(layer, [e])]  # through the pool
+
+@patch
+def reads_whole(self:StreamEngine, layer:int, miss:list) -> bool:
+    "Whether reading `layer` whole costs no more than reading its experts `miss`, by `read_seconds`"
+    curve = latency_curve(*self.read_model())
+    return (read_seconds(self.prefill_sizes(layer), curve)
+            <= read_seconds(self.prefill_sizes(layer, miss), curve))
+
+# %% ../nbs/01b3_engine.ipynb #ttf-e06
+@patch
 def _auto(self:StreamEngine, layer:int, x, indices):
-    need = np.unique(np.array(indices)).tolist()
-    miss = sum(not self.pool.has(layer, e) for e in need)
-    whole = miss > self.whole_layer_threshold()
+    miss = [e for e in np.unique(np.array(indices)).tolist() if not self.pool.has(layer, e)]
+    whole = bool(miss) and self.reads_whole(layer, miss)
     s = self.stats[layer]
     blocked, loads = s.blocked_s, s.loads
     y = (self._whole_layer if whole else self._exact)(layer, x, indices)
-    if s.loads > loads:  # fold this read's cost per unit into the running average
-        waited = s.blocked_s - blocked
-        key, per = ('layer', waited) if whole else ('expert', waited / (s.loads - loads))
-        old = self.read_costs.get(key)
-        self.read_costs[key] = per if old is None else 0.8 * old + 0.2 * per
+    if s.loads > loads:  # fold this read into the running average of its kind
+        sizes = self.prefill_sizes(layer, None if whole else miss)
+        now = np.array([len(sizes), sum(sizes), s.blocked_s - blocked])
+        key, old = 'layer' if whole else 'routed', self.read_costs.get('layer' if whole else 'routed')
+        self.read_costs[key] = now if old is None else 0.8 * old + 0.2 * now
     return y
-
 
 # %% ../nbs/01b3_engine.ipynb #73a2a16b
 @patch

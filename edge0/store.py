@@ -21,7 +21,7 @@ __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS
            'gather', 'read_header', 'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache',
            'cold_share', 'read_files', 'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader',
            'DirectReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore',
-           'check_packing', 'read_seconds']
+           'check_packing', 'latency_curve', 'read_seconds']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -927,6 +927,10 @@ def read_sizes(self:ExpertStore, layer:int, experts=None) -> list:
     experts = range(self.spec.num_experts) if experts is None else sorted(experts)
     spans = sorted(s for _, _, ss in self.stack_parts(layer, experts) for s in ss)
     return [e - b for _, b, e, _ in _runs(spans, getattr(self.reader, 'align', 1))]
+
+def latency_curve(mb_s:float, latency_s:float):
+    "A read curve (MB/s by read size) of a disk streaming `mb_s` MB/s after `latency_s` s a read"
+    return lambda n: n / (latency_s + n / (mb_s * 1e6)) / 1e6
 
 def read_seconds(sizes, mb_s) -> float:
     "Seconds to read byte ranges of `sizes`, one read each, at `mb_s(nbytes)` MB/s (a read curve)"
