@@ -24,8 +24,8 @@ from fastcore.basics import patch, patch_to
 _log = logging.getLogger('edge0')
 
 # %% auto #0
-__all__ = ['PATHS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage', 'StreamingSwitchGLU',
-           'stats', 'reset_stats']
+__all__ = ['PATHS', 'PREFILL_PARTS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage',
+           'StreamingSwitchGLU', 'stats', 'reset_stats']
 
 # %% ../nbs/01b3_engine.ipynb #b8813b82
 PATHS = ('exact', 'staged', 'hot', 'whole_layer', 'auto')
@@ -228,33 +228,55 @@ def _exact(self:StreamEngine, layer:int, x, indices):
     flat = np.array(indices).ravel()
     uniq = np.unique(flat).tolist()
     if len(flat) == indices.shape[-1]:
-        return per_expert_mlp(x, flat, dict(zip(uniq, self.pool.get(layer, uniq, self.stats[layer]))),
-                              self.quant[layer], self.acts[layer])
-    if x.ndim >= 2 and x.shape[-2] > 1: order, stack = self.routed_stack(layer, uniq)
-    else: order, stack = uniq, _stack(self.pool.get(layer, uniq, self.stats[layer]))  # a batch
+        bundles = self.pool.get(layer, uniq, self.stats[layer])
+        return per_expert_mlp(x, flat, dict(zip(uniq, bundles)), self.quant[layer],
+                              self.acts[layer])
+    # a prompt's int4 experts for the MLX graph: read straight into stacks, not pooled
+    if x.ndim >= 2 and x.shape[-2] > 1 and torch_quant(self.quant[layer]) is None \
+            and uniq[-1] < self.num_experts: return self._routed(layer, x, indices)
     table = np.zeros(self.ids, np.uint32)
-    table[order] = np.arange(len(order), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), stack, self.quant[layer],
+    table[uniq] = np.arange(len(uniq), dtype=np.uint32)
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)),
+                      _stack(self.pool.get(layer, uniq, self.stats[layer])), self.quant[layer],
                       self.acts[layer])
 
 # %% ../nbs/01b3_engine.ipynb #ttf-e02
+PREFILL_PARTS = 4  # a prompt's routed reads in parts, each read while the one before computes
+
 @patch
-def routed_stack(self:StreamEngine, layer:int, experts:list) -> tuple[list, dict]:
-    """`(order, stack)`: `experts` of `layer` in one stack, row i expert `order[i]`: the pool's
-    stacked from it, the others read straight into a stack (not pooled), the two joined"""
+def routed_parts(self:StreamEngine, layer:int, experts:list):
+    """Yield `(experts, stack)`: the pool's of `experts` of `layer`, then the others in
+    `PREFILL_PARTS` parts read straight into stacks on the layer reader (not pooled)"""
     s = self.stats[layer]
-    direct = torch_quant(self.quant[layer]) is None and max(experts) < self.num_experts
-    miss = [e for e in experts if not self.pool.has(layer, e)] if direct else []
-    held = [e for e in experts if e not in set(miss)]
-    parts = [_stack(self.pool.get(layer, held, s))] if held else []
-    if miss:
+    miss = [e for e in experts if not self.pool.has(layer, e)]
+    held, n = sorted(set(experts) - set(miss)), -(-len(miss) // PREFILL_PARTS)
+    parts = [miss[i:i + n] for i in range(0, len(miss), n)] if miss else []
+    reads = [self.layer_reader.submit(self.store.read_stack, layer, p) for p in parts]
+    if held: yield held, _stack(self.pool.get(layer, held, s))
+    for p, read in zip(parts, reads):
         t0 = time.perf_counter()
-        read, cost = self.store.read_stack(layer, miss)
+        stack, cost = read.result()
         s.blocked_s += time.perf_counter() - t0
-        s.load(cost, bundles=len(miss))
-        parts.append(read)
-    if len(parts) == 1: return held + miss, parts[0]
-    return held + miss, {key: B.concatenate([p[key] for p in parts]) for key in parts[0]}
+        s.load(cost, bundles=len(p))
+        yield p, stack
+
+@patch
+def _routed(self:StreamEngine, layer:int, x, indices):
+    "`expert_mlp` of a prompt, its token-expert pairs computed part by part as `routed_parts` lands"
+    flat, k, d = np.array(indices).ravel(), indices.shape[-1], x.shape[-1]
+    xs, outs, at = x.reshape(-1, d), [], []
+    for experts, stack in self.routed_parts(layer, np.unique(flat).tolist()):
+        table = np.zeros(self.ids, np.uint32)
+        table[experts] = np.arange(len(experts), dtype=np.uint32)
+        pairs = np.nonzero(np.isin(flat, experts))[0]
+        y = expert_mlp(xs[B.array(pairs // k)], B.array(table[flat[pairs]][:, None]), stack,
+                       self.quant[layer], self.acts[layer])
+        B.async_eval(y)  # this part computes while the next is read
+        outs.append(y[:, 0])
+        at.append(pairs)
+    inv = np.empty(len(flat), np.int64)
+    inv[np.concatenate(at)] = np.arange(len(flat))
+    return B.concatenate(outs)[B.array(inv)].reshape(*indices.shape, d)
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
 class Staged:
@@ -404,12 +426,15 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
     y = expert_mlp(x, indices, w, self.quant[layer], self.acts[layer])
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
-    whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
-    if whole_next and nxt not in self.resident and self.pool.mapped is None:
-        if self.options.readahead: self.store.hint_layer(nxt)
-        self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
+    if nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer': self.read_ahead(nxt)
     return y
 
+@patch
+def read_ahead(self:StreamEngine, layer:int):
+    "Start reading `layer` whole on the layer reader, unless it is resident, mapped or on its way"
+    if layer in self.resident or layer in self.layer_reads or self.pool.mapped is not None: return
+    if self.options.readahead: self.store.hint_layer(layer)
+    self.layer_reads[layer] = self.layer_reader.submit(self.store.read_layer, layer)
 
 # %% ../nbs/01b3_engine.ipynb #f238f5d8
 @patch
@@ -440,15 +465,21 @@ def reads_whole(self:StreamEngine, layer:int, miss:list) -> bool:
 # %% ../nbs/01b3_engine.ipynb #ttf-e06
 @patch
 def _auto(self:StreamEngine, layer:int, x, indices):
-    miss = [e for e in np.unique(np.array(indices)).tolist() if not self.pool.has(layer, e)]
-    whole = bool(miss) and self.reads_whole(layer, miss)
+    need = np.unique(np.array(indices)).tolist()
+    miss = [e for e in need if not self.pool.has(layer, e)]
+    ahead = layer in self.layer_reads  # on its way
+    whole = ahead or (bool(miss) and self.reads_whole(layer, miss))
     s = self.stats[layer]
     blocked, loads = s.blocked_s, s.loads
     y = (self._whole_layer if whole else self._exact)(layer, x, indices)
-    if s.loads > loads:  # fold this read into the running average of its kind
+    nxt = self.next_layer.get(layer)
+    if len(need) == self.num_experts and nxt is not None \
+            and self.options.path(nxt, 'prefill') == 'auto': self.read_ahead(nxt)
+    if s.loads > loads and not ahead:  # fold this read into the running average of its kind
         sizes = self.prefill_sizes(layer, None if whole else miss)
         now = np.array([len(sizes), sum(sizes), s.blocked_s - blocked])
-        key, old = 'layer' if whole else 'routed', self.read_costs.get('layer' if whole else 'routed')
+        key = 'layer' if whole else 'routed'
+        old = self.read_costs.get(key)
         self.read_costs[key] = now if old is None else 0.8 * old + 0.2 * now
     return y
 
