@@ -24,8 +24,8 @@ from fastcore.basics import patch, patch_to
 _log = logging.getLogger('edge0')
 
 # %% auto #0
-__all__ = ['PATHS', 'PREFILL_PARTS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage',
-           'StreamingSwitchGLU', 'stats', 'reset_stats']
+__all__ = ['PATHS', 'StreamOptions', 'StreamEngine', 'Staged', 'incr_stack', 'usage_file', 'read_usage', 'StreamingSwitchGLU',
+           'stats', 'reset_stats']
 
 # %% ../nbs/01b3_engine.ipynb #b8813b82
 PATHS = ('exact', 'staged', 'hot', 'whole_layer', 'auto')
@@ -52,6 +52,7 @@ class StreamOptions:
     readahead:bool = False                    # WILLNEED hints ahead of whole-layer reads
     read_mb_s:float = 1750.0                  # 'auto' prices reads at this rate ...
     read_latency_ms:float = 0.29              # ... after this latency a read, until measured
+    prefill_parts:int = 4                     # a prompt's routed reads, each while one computes
     kernels:str|None = None                   # 'mlx' | 'torch' (None: torch on a CPU with torch)
     torch_step:bool = True                    # with torch's kernels: steps in torch
     low_bits:int|None = None                  # read the experts that matter least at these bits
@@ -87,6 +88,8 @@ def check(self:StreamOptions):
         raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
                          "None")
     if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
+    if not (whole(self.prefill_parts) and self.prefill_parts > 0):
+        raise InputError(f"prefill_parts {self.prefill_parts!r}: expected a positive number of parts")
     s = self.stage_ahead
     if not (s is None or (whole(s) and s > 0)):
         raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
@@ -241,15 +244,13 @@ def _exact(self:StreamEngine, layer:int, x, indices):
                       self.acts[layer])
 
 # %% ../nbs/01b3_engine.ipynb #ttf-e02
-PREFILL_PARTS = 4  # a prompt's routed reads in parts, each read while the one before computes
-
 @patch
 def routed_parts(self:StreamEngine, layer:int, experts:list):
     """Yield `(experts, stack)`: the pool's of `experts` of `layer`, then the others in
-    `PREFILL_PARTS` parts read straight into stacks on the layer reader (not pooled)"""
+    `prefill_parts` parts read straight into stacks on the layer reader (not pooled)"""
     s = self.stats[layer]
     miss = [e for e in experts if not self.pool.has(layer, e)]
-    held, n = sorted(set(experts) - set(miss)), -(-len(miss) // PREFILL_PARTS)
+    held, n = sorted(set(experts) - set(miss)), -(-len(miss) // self.options.prefill_parts)
     parts = [miss[i:i + n] for i in range(0, len(miss), n)] if miss else []
     reads = [self.layer_reader.submit(self.store.read_stack, layer, p) for p in parts]
     if held: yield held, _stack(self.pool.get(layer, held, s))
@@ -260,6 +261,7 @@ def routed_parts(self:StreamEngine, layer:int, experts:list):
         s.load(cost, bundles=len(p))
         yield p, stack
 
+# %% ../nbs/01b3_engine.ipynb #ttf-e13
 @patch
 def _routed(self:StreamEngine, layer:int, x, indices):
     "`expert_mlp` of a prompt, its token-expert pairs computed part by part as `routed_parts` lands"
