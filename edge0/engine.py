@@ -89,7 +89,8 @@ def check(self:StreamOptions):
                          "None")
     if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
     if not (whole(self.prefill_parts) and self.prefill_parts > 0):
-        raise InputError(f"prefill_parts {self.prefill_parts!r}: expected a positive number of parts")
+        raise InputError(f"prefill_parts {self.prefill_parts!r}: expected a positive number of "
+                         "parts")
     s = self.stage_ahead
     if not (s is None or (whole(s) and s > 0)):
         raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
