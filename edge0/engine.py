@@ -235,9 +235,8 @@ def _exact(self:StreamEngine, layer:int, x, indices):
         bundles = self.pool.get(layer, uniq, self.stats[layer])
         return per_expert_mlp(x, flat, dict(zip(uniq, bundles)), self.quant[layer],
                               self.acts[layer])
-    # a prompt's int4 experts for the MLX graph: read straight into stacks, not pooled
-    if x.ndim >= 2 and x.shape[-2] > 1 and torch_quant(self.quant[layer]) is None \
-            and uniq[-1] < self.num_experts: return self._routed(layer, x, indices)
+    if x.ndim >= 2 and x.shape[-2] > 1 and self.stacks_prompt(layer):
+        return self._routed(layer, x, indices)
     table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
     return expert_mlp(x, B.array(table[flat].reshape(indices.shape)),
@@ -245,6 +244,11 @@ def _exact(self:StreamEngine, layer:int, x, indices):
                       self.acts[layer])
 
 # %% ../nbs/01b3_engine.ipynb #ttf-e02
+@patch
+def stacks_prompt(self:StreamEngine, layer:int) -> bool:
+    "Whether a prompt's experts of `layer` are read straight into stacks (`_routed`), not pooled"
+    return torch_quant(self.quant[layer]) is None and self.low_bits is None
+
 @patch
 def routed_parts(self:StreamEngine, layer:int, experts:list):
     """Yield `(experts, stack)`: the pool's of `experts` of `layer`, then the others in
@@ -454,8 +458,7 @@ def read_model(self:StreamEngine) -> tuple:
 @patch
 def prefill_sizes(self:StreamEngine, layer:int, miss:list|None=None) -> list:
     "Bytes of each read of a prefill of `layer` that reads `miss` (None: the whole layer)"
-    if miss is None or torch_quant(self.quant[layer]) is None: return self.store.read_sizes(layer,
-                                                                                              miss)
+    if miss is None or self.stacks_prompt(layer): return self.store.read_sizes(layer, miss)
     return [n for e in miss for n in self.store.read_sizes(layer, [e])]  # through the pool
 
 @patch
