@@ -521,6 +521,7 @@ def _bench_arm_arguments(b):
     b.add_argument('--total-budget', action='store_true', help='--pool-mib bounds resident layers '
                                                                'and slots too')
     b.add_argument('--decode-path', choices=PATHS[:3], default='exact')
+    b.add_argument('--prefill-path', choices=PATHS, default='auto')
     b.add_argument('--kernels', choices=KERNELS)
     b.add_argument('--adapter', help='recovery LoRA to attach in every streamed arm')
     b.add_argument('--exact-top', type=_list(int), default=[0], metavar='M,...',
@@ -798,7 +799,8 @@ def _cmd_bench(a):
     from edge0.conditions import tier_rate
     from edge0.harness import arms_for, bench
     for t in a.tier: tier_rate(t)  # a bad tier fails before anything runs
-    arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path, kernels=a.kernels,
+    arms = arms_for(a.model, a.modes, a.k, a.pool_mib, path=a.decode_path,
+                    prefill_path=a.prefill_path, kernels=a.kernels,
                     adapter=a.adapter,
                     cold_steps=a.cold_steps, total_budget=a.total_budget)
     if a.exact_top != [0]: arms = _exact_top_arms(arms, a.exact_top)

@@ -13,7 +13,8 @@ import numpy as np
 from .backend import core as B, quant as bq
 from .files import InputError, atomic_file, edge0_home
 from .memory import kv_bytes
-from .store import ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH
+from .store import (ExpertStore, StoreError, fingerprint, READERS, DIRECT_DEPTH,
+                         latency_curve, read_seconds)
 from .experts import torch_quant, expert_mlp, per_expert_mlp
 from .routing import check_k
 from .pool import POLICIES, LayerStats, ExpertPool
@@ -49,7 +50,9 @@ class StreamOptions:
     usage_profile:bool = False                # fill the pool at load with the most used experts
     residency:bool = True                     # measure cold fractions with mincore
     readahead:bool = False                    # WILLNEED hints ahead of whole-layer reads
-    whole_layer_share:float = 0.5             # 'auto': read whole above this share, until measured
+    read_mb_s:float = 1750.0                  # 'auto' prices reads at this rate ...
+    read_latency_ms:float = 0.29              # ... after this latency a read, until measured
+    prefill_parts:int = 4                     # a prompt's routed reads, each while one computes
     kernels:str|None = None                   # 'mlx' | 'torch' (None: torch on a CPU with torch)
     torch_step:bool = True                    # with torch's kernels: steps in torch
     low_bits:int|None = None                  # read the experts that matter least at these bits
@@ -85,6 +88,9 @@ def check(self:StreamOptions):
         raise InputError(f"threads {t!r}: expected a positive number of reads in flight, or "
                          "None")
     if self.low_bits is not None: lowbit.check_low_bits(self.low_bits)
+    if not (whole(self.prefill_parts) and self.prefill_parts > 0):
+        raise InputError(f"prefill_parts {self.prefill_parts!r}: expected a positive number of "
+                         "parts")
     s = self.stage_ahead
     if not (s is None or (whole(s) and s > 0)):
         raise InputError(f"stage_ahead {s!r}: expected a positive number of planned layers "
@@ -192,7 +198,7 @@ def _init_state(self:StreamEngine):
     self.staged, self.hot_sets, self.layer_reads = {}, {}, {}
     # prerouted slots and resident layers (see "Serving a decoder")
     self.planned, self.resident = {}, {}
-    # 'expert' (s per expert read) and 'layer' (s per whole-layer read), measured by 'auto'
+    # 'routed' and 'layer': running averages of 'auto''s reads (reads, bytes, s) (`read_model`)
     self.read_costs = {}
     self.next_layer = self.spec.next_moe
     self.layer_reader = ThreadPoolExecutor(1, thread_name_prefix='edge0-layer')
@@ -224,16 +230,60 @@ def _stack(bundles:list) -> dict:
 @patch
 def _exact(self:StreamEngine, layer:int, x, indices):
     flat = np.array(indices).ravel()
-    uniq = np.unique(flat)
-    bundles = self.pool.get(layer, uniq.tolist(), self.stats[layer])
+    uniq = np.unique(flat).tolist()
     if len(flat) == indices.shape[-1]:
-        return per_expert_mlp(x, flat, dict(zip(uniq.tolist(), bundles)), self.quant[layer],
+        bundles = self.pool.get(layer, uniq, self.stats[layer])
+        return per_expert_mlp(x, flat, dict(zip(uniq, bundles)), self.quant[layer],
                               self.acts[layer])
+    if x.ndim >= 2 and x.shape[-2] > 1 and self.stacks_prompt(layer):
+        return self._routed(layer, x, indices)
     table = np.zeros(self.ids, np.uint32)
     table[uniq] = np.arange(len(uniq), dtype=np.uint32)
-    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)), _stack(bundles),
-                      self.quant[layer], self.acts[layer])
+    return expert_mlp(x, B.array(table[flat].reshape(indices.shape)),
+                      _stack(self.pool.get(layer, uniq, self.stats[layer])), self.quant[layer],
+                      self.acts[layer])
 
+# %% ../nbs/01b3_engine.ipynb #ttf-e02
+@patch
+def stacks_prompt(self:StreamEngine, layer:int) -> bool:
+    "Whether a prompt's experts of `layer` are read straight into stacks (`_routed`), not pooled"
+    return torch_quant(self.quant[layer]) is None and self.low_bits is None
+
+@patch
+def routed_parts(self:StreamEngine, layer:int, experts:list):
+    """Yield `(experts, stack)`: the pool's of `experts` of `layer`, then the others in
+    `prefill_parts` parts read straight into stacks on the layer reader (not pooled)"""
+    s = self.stats[layer]
+    miss = [e for e in experts if not self.pool.has(layer, e)]
+    held, n = sorted(set(experts) - set(miss)), -(-len(miss) // self.options.prefill_parts)
+    parts = [miss[i:i + n] for i in range(0, len(miss), n)] if miss else []
+    reads = [self.layer_reader.submit(self.store.read_stack, layer, p) for p in parts]
+    if held: yield held, _stack(self.pool.get(layer, held, s))
+    for p, read in zip(parts, reads):
+        t0 = time.perf_counter()
+        stack, cost = read.result()
+        s.blocked_s += time.perf_counter() - t0
+        s.load(cost, bundles=len(p))
+        yield p, stack
+
+# %% ../nbs/01b3_engine.ipynb #ttf-e13
+@patch
+def _routed(self:StreamEngine, layer:int, x, indices):
+    "`expert_mlp` of a prompt, its token-expert pairs computed part by part as `routed_parts` lands"
+    flat, k, d = np.array(indices).ravel(), indices.shape[-1], x.shape[-1]
+    xs, outs, at = x.reshape(-1, d), [], []
+    for experts, stack in self.routed_parts(layer, np.unique(flat).tolist()):
+        table = np.zeros(self.ids, np.uint32)
+        table[experts] = np.arange(len(experts), dtype=np.uint32)
+        pairs = np.nonzero(np.isin(flat, experts))[0]
+        y = expert_mlp(xs[B.array(pairs // k)], B.array(table[flat[pairs]][:, None]), stack,
+                       self.quant[layer], self.acts[layer])
+        B.async_eval(y)  # this part computes while the next is read
+        outs.append(y[:, 0])
+        at.append(pairs)
+    inv = np.empty(len(flat), np.int64)
+    inv[np.concatenate(at)] = np.arange(len(flat))
+    return B.concatenate(outs)[B.array(inv)].reshape(*indices.shape, d)
 
 # %% ../nbs/01b3_engine.ipynb #ad1403f1
 class Staged:
@@ -383,37 +433,61 @@ def _whole_layer(self:StreamEngine, layer:int, x, indices):
     y = expert_mlp(x, indices, w, self.quant[layer], self.acts[layer])
     B.async_eval(y)  # compute this layer while the next one is read
     nxt = self.next_layer.get(layer)
-    whole_next = nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer'
-    if whole_next and nxt not in self.resident and self.pool.mapped is None:
-        if self.options.readahead: self.store.hint_layer(nxt)
-        self.layer_reads[nxt] = self.layer_reader.submit(self.store.read_layer, nxt)
+    if nxt is not None and self.options.path(nxt, 'prefill') == 'whole_layer': self.read_ahead(nxt)
     return y
 
+@patch
+def read_ahead(self:StreamEngine, layer:int):
+    "Start reading `layer` whole on the layer reader, unless it is resident, mapped or on its way"
+    if layer in self.resident or layer in self.layer_reads or self.pool.mapped is not None: return
+    if self.options.readahead: self.store.hint_layer(layer)
+    self.layer_reads[layer] = self.layer_reader.submit(self.store.read_layer, layer)
 
 # %% ../nbs/01b3_engine.ipynb #f238f5d8
 @patch
-def whole_layer_threshold(self:StreamEngine) -> float:
-    """Missing experts above which `auto` reads a layer whole: the measured cost ratio, else
-    `whole_layer_share` x E"""
-    c = self.read_costs
-    if 'expert' in c and 'layer' in c and c['expert'] > 0: return c['layer'] / c['expert']
-    return self.options.whole_layer_share * self.num_experts
+def read_model(self:StreamEngine) -> tuple:
+    """`(MB/s, s a read)` this engine prices reads at: the fit of its own routed and whole-layer
+    reads once it has made both (where positive), else the options' disk, its latency shared by
+    the store's reads in flight"""
+    w, r = self.read_costs.get('layer'), self.read_costs.get('routed')  # (reads, bytes, s)
+    if w is not None and r is not None and (det := w[0] * r[1] - r[0] * w[1]):
+        lat, per_byte = (w[2] * r[1] - r[2] * w[1]) / det, (w[0] * r[2] - r[0] * w[2]) / det
+        if lat > 0 and per_byte > 0: return 1e-6 / per_byte, lat
+    return self.options.read_mb_s, self.options.read_latency_ms / 1e3 / self.store.threads
 
+@patch
+def prefill_sizes(self:StreamEngine, layer:int, miss:list|None=None) -> list:
+    "Bytes of each read of a prefill of `layer` that reads `miss` (None: the whole layer)"
+    if miss is None or self.stacks_prompt(layer): return self.store.read_sizes(layer, miss)
+    return [n for e in miss for n in self.store.read_sizes(layer, [e])]  # through the pool
+
+@patch
+def reads_whole(self:StreamEngine, layer:int, miss:list) -> bool:
+    "Whether reading `layer` whole costs no more than reading its experts `miss`, by `read_seconds`"
+    curve = latency_curve(*self.read_model())
+    return (read_seconds(self.prefill_sizes(layer), curve)
+            <= read_seconds(self.prefill_sizes(layer, miss), curve))
+
+# %% ../nbs/01b3_engine.ipynb #ttf-e06
 @patch
 def _auto(self:StreamEngine, layer:int, x, indices):
     need = np.unique(np.array(indices)).tolist()
-    miss = sum(not self.pool.has(layer, e) for e in need)
-    whole = miss > self.whole_layer_threshold()
+    miss = [e for e in need if not self.pool.has(layer, e)]
+    ahead = layer in self.layer_reads  # on its way
+    whole = ahead or (bool(miss) and self.reads_whole(layer, miss))
     s = self.stats[layer]
     blocked, loads = s.blocked_s, s.loads
     y = (self._whole_layer if whole else self._exact)(layer, x, indices)
-    if s.loads > loads:  # fold this read's cost per unit into the running average
-        waited = s.blocked_s - blocked
-        key, per = ('layer', waited) if whole else ('expert', waited / (s.loads - loads))
+    nxt = self.next_layer.get(layer)
+    if len(need) == self.num_experts and nxt is not None \
+            and self.options.path(nxt, 'prefill') == 'auto': self.read_ahead(nxt)
+    if s.loads > loads and not ahead:  # fold this read into the running average of its kind
+        sizes = self.prefill_sizes(layer, None if whole else miss)
+        now = np.array([len(sizes), sum(sizes), s.blocked_s - blocked])
+        key = 'layer' if whole else 'routed'
         old = self.read_costs.get(key)
-        self.read_costs[key] = per if old is None else 0.8 * old + 0.2 * per
+        self.read_costs[key] = now if old is None else 0.8 * old + 0.2 * now
     return y
-
 
 # %% ../nbs/01b3_engine.ipynb #73a2a16b
 @patch

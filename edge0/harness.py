@@ -213,8 +213,9 @@ def run_arm(arm:Arm, sequence:list, prompt:int, tokens:int, cache:str='cold', tr
     io0 = io_counters()
     toks, times, snaps = _forced_decode(arm, gen, first, dec, eng)
     n, io1 = len(times), io_counters()
-    out = dict(arm=arm.name, load_s=load_s, prefill_cold_tps=len(ids) / cold_s,
-               prefill_warm_tps=len(ids) / warm_s,
+    # time to first token after the load, the experts cold and warm
+    out = dict(arm=arm.name, load_s=load_s, ttft_cold_s=cold_s, ttft_warm_s=warm_s,
+               prefill_cold_tps=len(ids) / cold_s, prefill_warm_tps=len(ids) / warm_s,
                decode_tps=n / sum(times), step_ms=1e3 * statistics.median(times),
                peak_active_mb=B.memory_stats().peak / MiB,
                rss_mb=peak_rss() / MiB, tokens=toks,
@@ -350,7 +351,8 @@ def fit_load_cost(per_step:list) -> dict:
                 steps=len(s), cold_range=(float(x.min()), float(x.max())))
 
 # %% ../nbs/05_harness.ipynb #3fa2f456
-METRICS = ('decode_tps', 'step_ms', 'prefill_cold_tps', 'prefill_warm_tps', 'load_s',
+METRICS = ('decode_tps', 'step_ms', 'ttft_cold_s', 'ttft_warm_s', 'prefill_cold_tps',
+           'prefill_warm_tps', 'load_s',
            'peak_active_mb', 'rss_mb',
            'mb_per_step', 'mb_per_token', 'loads_per_step', 'hits_per_step', 'cold_fraction',
            'blocked_ms_per_step',
@@ -404,7 +406,7 @@ def _row(name:str, r:dict) -> str:
         return (f"{name:18}failed every round: exit {f['returncode']}"
                 + (' (OOM-killed)' if f['killed'] else '') + f": {last_line(f['stderr'])}")
     s = (f"{name:18}{r['decode_tps']:>7.2f}{r['step_ms']:>8.1f}"
-         f"{r['prefill_cold_tps']:>10.1f}/{r['prefill_warm_tps']:<7.1f}"
+         f"{r['ttft_cold_s']:>10.3f}/{r['ttft_warm_s']:<7.3f}"
          f"{r['peak_active_mb']:>9.0f}{r['rss_mb']:>8.0f}")
     if 'mb_per_step' in r:
         c = r['load_cost']
@@ -432,7 +434,7 @@ def table(report:dict) -> str:
                                "steps after a "
              f"{report['prompt']}-token prompt", *report.get('notes', []),
              *report.get('routing', {}).values()]
-    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'prefill c/w tok/s':>18}{'MLX MiB':>9}"
+    head = (f"{'arm':18}{'tok/s':>7}{'step ms':>8}{'first token c/w s':>18}{'MLX MiB':>9}"
             f"{'RSS MiB':>8}{'MiB/step':>9}{'MiB/tok':>8}{'loads':>6}{'cold':>5}{'blocked':>8}"
             f"{'load a+b*cold ms (resid)':>26}")
     lines.append(head)

@@ -13,7 +13,7 @@ from .files import InputError
 from .memory import KV_TOKENS, MiB, pool_budget, step_and_room
 from .routing import spec_for
 from types import SimpleNamespace
-from .store import ExpertStore, LoadStats, model_spec
+from .store import ExpertStore, LoadStats, model_spec, read_seconds
 from .pool import POLICIES, ExpertPool, LayerStats
 from .engine import StreamOptions
 from .routing_stats import lru_hits
@@ -289,7 +289,7 @@ def miss_ms(mb:dict, dev:Device, batch:int, cold:bool, direct:bool=False) -> flo
     if rows:
         sizes = sorted(rows)
         return float(np.interp(batch, sizes, [rows[b]['ms_per_expert'] for b in sizes]))
-    disk = sum(n / (read_mb_s(dev, n) * 1e6) * 1e3 for n in mb['ranges'])
+    disk = read_seconds(mb['ranges'], lambda n: read_mb_s(dev, n)) * 1e3  # as the engine's auto
     if direct: return disk
     # out of the page cache, into the pool
     copy = 2 * mb['bundle'] / ((dev.mem_gb_s or 10.0) * 1e9) * 1e3

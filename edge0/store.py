@@ -21,7 +21,7 @@ __all__ = ['EXPERTS_META', 'PAGE', 'SIZES', 'PATTERNS', 'ALIGN', 'GAP', 'READERS
            'gather', 'read_header', 'shard_files', 'index_checkpoint', 'fingerprint', 'Residency', 'drop_cache',
            'cold_share', 'read_files', 'read_rate', 'open_direct', 'direct_read_rate', 'Slabs', 'PreadReader',
            'DirectReader', 'MmapReader', 'layer_quant', 'expected_shapes', 'LoadStats', 'model_spec', 'ExpertStore',
-           'check_packing']
+           'check_packing', 'latency_curve', 'read_seconds']
 
 # %% ../nbs/01a_store.ipynb #422b9914
 class StoreError(InputError):
@@ -911,6 +911,57 @@ def hint(self:ExpertStore, layer:int, experts):
 def hint_layer(self:ExpertStore, layer:int):
     "Read-ahead advice for all experts of `layer` (one hint per tensor)"
     for t in self.layers[layer].values(): self.reader.hint(t.path, t.start, t.end - t.start)
+
+# %% ../nbs/01a_store.ipynb #ttf-s02
+@patch
+def stack_parts(self:ExpertStore, layer:int, experts) -> list:
+    "`[(key, TensorInfo, spans)]`: each part's rows of `experts` of `layer`, `[(path, offset, n)]`"
+    rows = [self.ranges(layer, e) for e in experts]
+    return [(key, t, [(t.path, r[i][2], n) for r in rows])
+            for i, (key, t, _, n) in enumerate(rows[0])]
+
+@patch
+def read_sizes(self:ExpertStore, layer:int, experts=None) -> list:
+    """Bytes of each read that brings `experts` of `layer` (None: all of them) in as one stack per
+    part: a run of neighbouring rows is one read"""
+    experts = range(self.spec.num_experts) if experts is None else sorted(experts)
+    spans = sorted(s for _, _, ss in self.stack_parts(layer, experts) for s in ss)
+    return [e - b for _, b, e, _ in _runs(spans, getattr(self.reader, 'align', 1))]
+
+def latency_curve(mb_s:float, latency_s:float):
+    "A read curve (MB/s by read size) of a disk streaming `mb_s` MB/s after `latency_s` s a read"
+    return lambda n: n / (latency_s + n / (mb_s * 1e6)) / 1e6
+
+def read_seconds(sizes, mb_s) -> float:
+    "Seconds to read byte ranges of `sizes`, one read each, at `mb_s(nbytes)` MB/s (a read curve)"
+    return sum(n / (mb_s(n) * 1e6) for n in sizes)
+
+# %% ../nbs/01a_store.ipynb #ttf-s05
+def _joined(views) -> np.ndarray:
+    "The bytes of `views` end to end: a view where they lie so already, else a copy"
+    a = [np.frombuffer(v, np.uint8) for v in views]
+    if all(x.ctypes.data + x.size == y.ctypes.data for x, y in zip(a, a[1:])):
+        return np.lib.stride_tricks.as_strided(a[0], (sum(x.size for x in a),), writeable=False)
+    return np.concatenate(a)
+
+@patch
+def read_stack(self:ExpertStore, layer:int, experts) -> tuple[dict, LoadStats]:
+    """`experts` of `layer` (int4 ids, for the MLX graph) read straight into one stack per part,
+    `{(proj, part): (n, ...) array}` in their order; every read in flight on the store's threads"""
+    stats, t0 = LoadStats(), time.perf_counter()
+    parts = self.stack_parts(layer, experts)
+    prepared = [self._prepare([(key, t, off, n, None) for _, off, n in spans], stats)
+                for key, t, spans in parts]
+    reads = iter([r for _, rs in prepared for r in rs])  # each taken once, by any thread
+    if self.pool is None: _drain(reads)
+    else:
+        for f in [self.pool.submit(_drain, reads) for _ in range(self.threads)]: f.result()
+    out = {key: bio.from_buffer(_joined(views), t.dtype, (len(experts), *t.shape[1:]),
+                                evaluate=False) for (key, t, _), (views, _) in zip(parts, prepared)}
+    bio.materialize(*out.values())  # one copy out of the read buffers, which go back
+    stats.nbytes = sum(n for _, _, spans in parts for *_, n in spans)
+    stats.seconds = time.perf_counter() - t0
+    return out, stats
 
 # %% ../nbs/01a_store.ipynb #a5a0a021
 @patch

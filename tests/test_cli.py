@@ -180,3 +180,16 @@ def test_spec_answers_every_moe_type_of_mlx_lm(edge0_cmd, tmp_path, capsys):
     assert r.returncode == 0 and 'model_type     gpt_oss' in r.stdout, r.stderr
     r = run(edge0_cmd, 'spec', tmp_path / 'gemma4_text')  # the layer is the block: said what it does
     assert r.returncode == 0 and 'router normalizes its input, per-expert weight scales' in r.stdout, r.stderr
+
+def test_bench_reports_the_time_to_first_token(edge0_cmd, tmp_path):
+    "`edge0 bench` prints the time to the first token, cold and warm, in seconds, and writes both to its JSON"
+    out = tmp_path / 'r.json'
+    r = run(edge0_cmd, 'bench', '--model', 'edge0-tiny', '--rounds', 1, '--tokens', 1, '--prompt', 8,
+            '--prefill-path', 'whole_layer', '--out', tmp_path, '--json', out)
+    assert r.returncode == 0, r.stderr
+    assert 'first token c/w s' in r.stdout
+    res = json.loads(out.read_text())['tiers']['nvme']['results']['off']
+    assert res['ttft_cold_s'] > 0 and res['ttft_warm_s'] > 0
+    assert abs(res['prefill_cold_tps'] * res['ttft_cold_s'] - 8) < 1e-6  # the prompt's 8 tokens in that time
+    r = run(edge0_cmd, 'bench', '--model', 'edge0-tiny', '--prefill-path', 'fast')
+    assert r.returncode == 2 and "--prefill-path: invalid choice: 'fast'" in r.stderr
