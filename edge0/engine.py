@@ -478,8 +478,9 @@ def _auto(self:StreamEngine, layer:int, x, indices):
     s = self.stats[layer]
     blocked, loads = s.blocked_s, s.loads
     y = (self._whole_layer if whole else self._exact)(layer, x, indices)
+    # a layer this prompt reads whole: the next is read whole too, ahead, while this one computes
     nxt = self.next_layer.get(layer)
-    if len(need) == self.num_experts and nxt is not None \
+    if (whole or len(need) == self.num_experts) and nxt is not None \
             and self.options.path(nxt, 'prefill') == 'auto': self.read_ahead(nxt)
     if s.loads > loads and not ahead:  # fold this read into the running average of its kind
         sizes = self.prefill_sizes(layer, None if whole else miss)
