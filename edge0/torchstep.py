@@ -18,9 +18,9 @@ from .experts import torch_quant
 from .decode import Executor, Step
 
 # %% auto #0
-__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'KV', 'Attention', 'MLA', 'attention', 'DeltaNet', 'Recurrent',
-           'Lightning', 'MLP', 'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head', 'StepCounts',
-           'TorchStep', 'TorchExecutor']
+__all__ = ['TORCH_FAMILIES', 'Proj', 'fuse', 'Norm', 'Rope', 'share_ropes', 'KV', 'Attention', 'MLA', 'attention', 'DeltaNet',
+           'Recurrent', 'Lightning', 'MLP', 'Experts', 'MoE', 'Layer', 'packed_for_torch', 'check_torch_step', 'Head',
+           'StepCounts', 'TorchStep', 'TorchExecutor']
 
 # %% ../nbs/02c_torch_step.ipynb #accce16a
 # attention it computes
@@ -81,7 +81,9 @@ class Proj:
 @patch
 def __call__(self:Proj, x):
     "`x @ W.T (+ bias)` for float32 rows `x` (M, in)"
-    if self.packed is None: y = x @ self.w.T
+    if self.packed is None:  # a float weight: one operation with its bias
+        if not self.refine and self.lora is None: return F.linear(x, self.w, self.bias)
+        y = F.linear(x, self.w)
     else: y = _INT4(x.to(torch.bfloat16), self.packed, self.group, self.sz).float()
     if self.refine: self._exact_top(x, y)
     if self.lora is not None: y = y + self.lora[2] * ((x @ self.lora[0].T) @ self.lora[1].T)
@@ -140,10 +142,15 @@ def _rope_fields(m) -> tuple:
 
 # %% ../nbs/02c_torch_step.ipynb #34106acc
 class Norm:
-    "An mlx-lm `RMSNorm` in torch, float32"
+    """An mlx-lm `RMSNorm` in torch, float32; one row's mean square as one product (a decode
+    step's rows: torch's `rms_norm` costs several operations more)"""
     def __init__(self, m:RMSNorm):
         self.w, self.eps, self.shape = _f32(m.weight), m.eps, tuple(m.weight.shape)
-    def __call__(self, x): return F.rms_norm(x, self.shape, self.w, self.eps)
+        self.eps_t = torch.full((1, 1), float(m.eps))
+    def __call__(self, x):
+        if x.dim() != 2 or len(x) != 1: return F.rms_norm(x, self.shape, self.w, self.eps)
+        # scaled, then weighed: the order mlx's `rms_norm` computes in
+        return x * torch.addmm(self.eps_t, x, x.mT, alpha=1 / x.shape[1]).rsqrt_() * self.w
 
 class Rope:
     """An mlx-lm rotary embedding in torch (`RoPE`: traditional or not, partial dims; YaRN's and
@@ -173,21 +180,36 @@ def grow(self:Rope, end:int):
     pos = torch.arange(-(-end // 256) * 256, dtype=torch.float64)[:, None] * self.inv
     # YaRN scales the rotated part, which is a scale of the table
     self.cos, self.sin = (self.mscale * pos.cos()).float(), (self.mscale * pos.sin()).float()
-    # `at`'s: each output's cos, and the signed sin its partner is multiplied by
+    # `at`'s: each output's cos, the signed sin its partner is multiplied by, and where each
+    # output's partner lies (the neighbour where pairs interleave, else half the dims away)
     if self.traditional: pair = lambda a, b: torch.stack([a, b], -1).flatten(-2)
     else: pair = lambda a, b: torch.cat([a, b], -1)
     self.cos2, self.sin2 = pair(self.cos, self.cos), pair(-self.sin, self.sin)
+    d = torch.arange(self.dims)
+    self.partner = d ^ 1 if self.traditional else d.roll(self.dims // 2)
+    self.pos = None  # the position whose rows `at` holds
 
 @patch
 def at(self:Rope, x, pos:int):
-    "`x` (R, hd) rotated for one position `pos`: `__call__`'s rotation in fewer operations"
-    self.grow(pos + 1)
+    """`x` (R, hd) rotated for one position `pos`: `__call__`'s rotation in fewer operations (the
+    position's rows kept for the next call: the layers that share this rope ask for the same)"""
+    if pos >= len(self.cos): self.grow(pos + 1)
+    if pos != self.pos: self.pos, self.c, self.s = pos, self.cos2[pos], self.sin2[pos]
     d = self.dims
-    r = x[..., :d]
-    partner = (r.reshape(-1, d // 2, 2).flip(-1).reshape(r.shape) if self.traditional
-               else r.roll(d // 2, -1))
-    r = r * self.cos2[pos] + partner * self.sin2[pos]
+    r = x if x.shape[-1] == d else x[..., :d]
+    r = r * self.c + r.index_select(-1, self.partner) * self.s
     return torch.cat([r, x[..., d:]], -1) if x.shape[-1] > d else r
+
+# %% ../nbs/02c_torch_step.ipynb #share-ropes-1
+def share_ropes(layers:list) -> list:
+    """`layers`, the rotary embeddings of their attention that compute the same rotation made one:
+    `Rope.at` takes a position's rows from the tables once a step, not once a layer"""
+    seen = {}
+    for L in layers:
+        r = getattr(L.attn, 'rope', None)
+        if r is not None:
+            L.attn.rope = seen.setdefault((r.dims, r.traditional, r.mscale, r.inv.numpy().tobytes()), r)
+    return layers
 
 # %% ../nbs/02c_torch_step.ipynb #dfa8e0c8
 class KV:
@@ -208,6 +230,12 @@ class KV:
         self.k[:, self.n:end], self.v[:, self.n:end] = k, v
         self.n = end
         return self.k[:, :end], self.v[:, :end]
+    def add1(self, k, v) -> tuple:
+        "One token's `k` (heads, hd) and `v` (heads, v_dim): `add`'s, in fewer operations"
+        if self.n == self.k.shape[1]: return self.add(k[:, None], v[:, None])
+        self.k[:, self.n], self.v[:, self.n] = k, v
+        self.n += 1
+        return self.k[:, :self.n], self.v[:, :self.n]
     def trim(self, n:int):
         "Keep the first `n` tokens"
         self.n = min(self.n, n)
@@ -279,7 +307,7 @@ def step(self:Attention, x, cache:KV):
     qk = torch.cat([q.reshape(H, d), k.view(Hk, d)])
     if self.per_head: qk = F.rms_norm(qk, (d,), None, self.q_norm.eps) * self.qk_w.view(H + Hk, d)
     qk = self.rope.at(qk, cache.n)
-    keys, values = cache.add(qk[H:, None], v.view(Hk, 1, d))
+    keys, values = cache.add1(qk[H:], v.view(Hk, d))
     s = torch.bmm(qk[:H].view(Hk, H // Hk, d), keys.transpose(1, 2)).mul_(self.scale)
     out = torch.bmm(s.softmax(-1), values).view(1, H * d)
     return self.o(out if gate is None else out * torch.sigmoid(gate.reshape(1, -1)))
@@ -359,7 +387,8 @@ def step(self:MLA, x, cache:KV):
     q, latent, k_pe = self.inputs(x)
     q = q.view(H, self.nope + self.pe)
     pe = self.rope.at(torch.cat([q[:, self.nope:], k_pe]), cache.n)  # the heads', then the key's
-    lat, kpe = (t[0] for t in cache.add(self.kv_norm(latent)[None], pe[None, H:]))  # (T, rank|pe)
+    lat, kpe = cache.add1(self.kv_norm(latent), pe[H:])  # (1, T, rank|pe)
+    lat, kpe = lat[0], kpe[0]
     q_lat = torch.bmm(q[:, None, :self.nope], self.to_lat)[:, 0]  # (H, rank)
     # every head against the cached latents and rotated parts, then the latents read out
     att = torch.addmm(pe[:H] @ kpe.T, q_lat, lat.T).mul_(self.scale).softmax(-1)  # (H, T)
@@ -396,6 +425,8 @@ class DeltaNet:
         self.conv_t = self.conv.T.contiguous()  # (kernel, channels): a decode step's window
         self.decay, self.dt_bias = -torch.exp(_f32(a.A_log)), _f32(a.dt_bias)
         self.norm, self.o = Norm(a.norm), Proj(a.out_proj)
+        inv = self.dk ** -0.5  # `unit_qk1`'s: the queries' readout scale, the keys'
+        self.qk_scale = torch.tensor([inv ** 2] * self.hk + [inv] * self.hk)[:, None]
 
     def new_cache(self): return Recurrent(self.width, self.channels, self.hv, self.dv, self.dk)
 
@@ -463,14 +494,22 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-3s
 @patch
+def unit_qk1(self:DeltaNet, qk) -> tuple:
+    "One token's queries and keys (2 * hk * dk,) as `unit_qk`'s (hv, dk) each, in fewer operations"
+    inv = self.dk ** -0.5
+    qk = F.rms_norm(qk.view(2 * self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2) * self.qk_scale
+    if self.hv > self.hk: qk = qk.repeat_interleave(self.hv // self.hk, 0)
+    return qk.chunk(2)
+
+@patch
 def step(self:DeltaNet, x, cache:Recurrent):
     "One token `x` (1, D) after the tokens `cache` holds -> (1, D)"
     hk, hv, dk, dv = self.hk, self.hv, self.dk, self.dv
     qkv, z, b, a = self.inputs(x)
     inp = torch.cat([cache.conv, qkv])  # the convolution's window: the kept inputs, then this one
     cache.conv = inp[1:]
-    q, k, v = F.silu((inp * self.conv_t).sum(0)).split([hk * dk, hk * dk, hv * dv])
-    q, k = self.unit_qk(q, k)
+    qk, v = F.silu((inp * self.conv_t).sum(0)).split([2 * hk * dk, hv * dv])
+    q, k = self.unit_qk1(qk)
     s = cache.state * torch.exp(self.decay * F.softplus(a[0] + self.dt_bias))[:, None, None]
     delta = (v.view(hv, dv) - torch.bmm(s, k[:, :, None])[..., 0]) * torch.sigmoid(b[0])[:, None]
     s = torch.baddbmm(s, delta[:, :, None], k[:, None, :])  # (H, dv, dk)
@@ -535,8 +574,9 @@ class Experts:
         self.calls = 0  # kernel calls, for the profile
         # gate and up packed as one product (a checkpoint converted before has them apart)
         self.stacked = 'gate_up_proj' in engine.quant[layer]
-        # the resident layer's arrays, and each expert's views into them
-        self.held, self.views = None, {}
+        # the resident layer's arrays, each expert's views into them, and the `(gate_up, down)` of
+        # a shared expert computed with the routed ones (`MoE` sets it)
+        self.held, self.views, self.shared = None, {}, None
 
     def bundles(self, experts:list) -> dict:
         """`{expert: {(proj, part): torch tensor}}`: from a resident layer, else the pool (misses
@@ -580,7 +620,7 @@ def __call__(self:Experts, x, inds:np.ndarray, bundles:dict|None=None):
     # what the step leaves unused
     if self.layer == self.engine.spec.moe_layers[0]: self.engine.lend(len(x))
     self.engine.stats[self.layer].calls += 1
-    if len(x) == 1: return self.one(x, inds.ravel().tolist(), bundles)[None]
+    if len(x) == 1: return self.one(x, inds.reshape(-1).tolist(), bundles)[None]
     flat = inds.ravel()
     order = np.argsort(flat, kind='stable')  # the (token, slot) pairs by expert, tokens in order
     uniq, counts = np.unique(flat[order], return_counts=True)
@@ -601,10 +641,22 @@ def one(self:Experts, x, ids:list, bundles:dict|None=None):
     """`(K, D)`: the experts `ids` on the one token `x` (1, D); the elementwise work done once
     for all K"""
     bundles = bundles or self.bundles(list(dict.fromkeys(ids)))
-    ws = [bundles[e] for e in ids]
-    g, u = self.gate_up(x.to(torch.bfloat16), ws)
+    ws, xb, G = [bundles[e] for e in ids], x.to(torch.bfloat16), self.group
+    if not self.stacked or ('gate_up_proj', 'bias') in ws[0] or ('down_proj', 'bias') in ws[0]:
+        g, u = self.gate_up(xb, ws)
+        act = (F.silu(g) * u).to(torch.bfloat16)
+        return torch.cat([self.mm(a, w, 'down_proj') for a, w in zip(act.split(1), ws)]).float()
+    # the common one: gate and up one product, no biases; the kernel called directly
+    self.calls += 2 * len(ws)
+    parts = [(w['gate_up_proj', 'packed'], w['gate_up_proj', 'sz'], w['down_proj', 'packed'],
+              w['down_proj', 'sz']) for w in ws]
+    sh = self.shared  # its row last, where it has the routed experts' shape
+    if sh is not None and sh[0].sz.shape[1] == parts[0][1].shape[1]:
+        parts.append((sh[0].packed, sh[0].sz, sh[1].packed, sh[1].sz))
+    g, u = torch.cat([_INT4(xb, p, G, sz) for p, sz, _, _ in parts]).float().chunk(2, -1)
     act = (F.silu(g) * u).to(torch.bfloat16)
-    return torch.cat([self.mm(a, w, 'down_proj') for a, w in zip(act.split(1), ws)]).float()
+    return torch.cat([_INT4(a, p, G, sz) for a, (_, _, p, sz) in zip(act.split(1),
+                                                                     parts)]).float()
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6
 def _router(m) -> Proj:
@@ -615,6 +667,18 @@ def _router(m) -> Proj:
     p.w = _f32(m)
     p.out_features = p.w.shape[0]
     return p
+
+# %% ../nbs/02c_torch_step.ipynb #shared-fuse-1
+def _shared_parts(spec:MoESpec, shared, group:int) -> tuple|None:
+    """`(gate_up, down)` of a block's shared expert where a decode step computes it with the routed
+    experts, in one stack of their outputs weighed with theirs: int4 in the experts' groups, gate and
+    up one product, nothing added, reading the block's own input"""
+    if (shared is None or shared.gate_up is None or spec.experts_norm is not None
+            or spec.weigh_input): return None
+    parts = (shared.gate_up, shared.down)
+    if any(p.packed is None or p.bias is not None or p.lora is not None or p.refine
+           or p.group != group for p in parts): return None
+    return parts
 
 # %% ../nbs/02c_torch_step.ipynb #14123dd6-1
 class MoE:
@@ -629,9 +693,15 @@ class MoE:
         self.experts = Experts(engine, layer)
         self.shared = MLP(getattr(blk, spec.shared)) if spec.shared else None
         self.shared_gate = Proj(getattr(blk, spec.shared_gate)) if spec.shared_gate else None
+        self.experts.shared, self.unit = _shared_parts(spec, self.shared,
+                                                       self.experts.group), torch.ones(1, 1)
 
     def combine(self, x, y, w):
-        "The block's output from expert outputs `y` (T, K, D) and weights `w` (T, K)"
+        """The block's output from expert outputs `y` (T, K, D) and weights `w` (T, K); a decode
+        step's shared expert may come as `y`'s last row (`Experts.one`): one product weighs all"""
+        if y.shape[-2] > w.shape[-1]:
+            s = torch.sigmoid(self.shared_gate(x)) if self.shared_gate is not None else self.unit
+            return torch.mm(torch.cat([w, s], -1), y[0])
         out = (y * w[..., None]).sum(-2)
         if self.shared is not None:
             sh = self.shared(x)
@@ -728,7 +798,8 @@ class TorchStep(Step):
         emb = getattr(inner, 'embed_tokens', None)
         # Ling: `word_embeddings`
         self.embed, tied = _embedding(emb if emb is not None else inner.word_embeddings)
-        self.layers = [Layer(spec, model, i, self.engine) for i in range(spec.num_layers)]
+        self.layers = share_ropes([Layer(spec, model, i, self.engine)
+                                   for i in range(spec.num_layers)])
         self.norm = Norm(inner.norm)
         head = getattr(getattr(model, 'language_model', model), 'lm_head', None)  # Qwen3.5: inside
         self.lm_head = Proj(head, bq.REFINE) if head is not None else _tied(tied, bq.REFINE)
@@ -780,11 +851,11 @@ def kernel_calls(self:TorchStep) -> int:
 class TorchExecutor(Executor):
     """The torch step computes what its decoder decides (`decode.Executor`): a block is the step's
     `MoE` of that layer"""
-    def __init__(self, step): self.step = step
+    def __init__(self, step): self.step, self.fast = step, {}
     def logits(self, m, x): return m.router(x)
     def bias(self, layer): return self.step.layers[layer].moe.bias
-    def experts(self, m, x,
-                inds): return m.experts(x, inds if isinstance(inds, np.ndarray) else inds.numpy())
+    def experts(self, m, x, inds):  # one row: its ids as a list (no copy into numpy first)
+        return m.experts(x, inds if isinstance(inds, np.ndarray) or len(x) == 1 else inds.numpy())
     def planned(self, layer, x, ids):
         eng = self.step.engine
         at, exact = eng.planned_at(layer, ids)
@@ -827,16 +898,21 @@ def _route_row(r:Routing, logits, k:int, bias) -> tuple:
         g = sel.view(r.n_group, E // r.n_group)
         drop = g.topk(2, -1).values.sum(-1).argsort(stable=True)[:r.n_group - r.topk_group]
         sel = g.index_fill(0, drop, r.group_fill).view(1, E)
-    inds = (-sel).argsort(stable=True)[:, :k]
+    inds = sel.argsort(dim=-1, descending=True, stable=True)[:, :k]
     w = s.gather(-1, inds)
     if k > 1 or r.norm_k1: w = w / w.sum(-1, keepdim=True)
     return inds, w * r.weight_scale
 
+# %% ../nbs/02c_torch_step.ipynb #e0fr-1b
 @patch
 def route(self:TorchExecutor, r:Routing, logits, k:int, bias=None):
-    "The decoder's routing: one token of a grouped sigmoid gate by `_route_row`, else `route`'s"
-    return _route_row(r, logits, k, bias) if _fast_groups(r, logits, k, bias) else route(r, logits,
-                                                                                           k, bias)
+    """The decoder's routing: one token of a grouped sigmoid gate by `_route_row`, else `route`'s
+    (which of the two asked once per routing and shape)"""
+    key = (id(r), k, bias is None, logits.shape)
+    seen = self.fast.get(key)
+    if seen is None or seen[0] is not r:  # kept with its routing: an id is not reused while it lives
+        seen = self.fast[key] = (r, _fast_groups(r, logits, k, bias))
+    return _route_row(r, logits, k, bias) if seen[1] else route(r, logits, k, bias)
 
 # %% ../nbs/02c_torch_step.ipynb #73340335
 @patch
