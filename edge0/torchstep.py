@@ -142,15 +142,10 @@ def _rope_fields(m) -> tuple:
 
 # %% ../nbs/02c_torch_step.ipynb #34106acc
 class Norm:
-    """An mlx-lm `RMSNorm` in torch, float32; one row's mean square as one product (a decode
-    step's rows: torch's `rms_norm` costs several operations more)"""
+    "An mlx-lm `RMSNorm` in torch, float32"
     def __init__(self, m:RMSNorm):
         self.w, self.eps, self.shape = _f32(m.weight), m.eps, tuple(m.weight.shape)
-        self.eps_t = torch.full((1, 1), float(m.eps))
-    def __call__(self, x):
-        if x.dim() != 2 or len(x) != 1: return F.rms_norm(x, self.shape, self.w, self.eps)
-        # scaled, then weighed: the order mlx's `rms_norm` computes in
-        return x * torch.addmm(self.eps_t, x, x.mT, alpha=1 / x.shape[1]).rsqrt_() * self.w
+    def __call__(self, x): return F.rms_norm(x, self.shape, self.w, self.eps)
 
 class Rope:
     """An mlx-lm rotary embedding in torch (`RoPE`: traditional or not, partial dims; YaRN's and
