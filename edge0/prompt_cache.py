@@ -227,8 +227,10 @@ def flush(self:Writer):
 _writers, _writers_lock = {}, threading.Lock()
 
 def writer_of(folder) -> Writer:
-    "The one `Writer` of `folder` in this process"
-    with _writers_lock: return _writers.setdefault(folder, Writer())
+    """The one `Writer` of `folder` in this process, however the folder is spelled (relative,
+    absolute, through a link)"""
+    key = None if folder is None else Path(folder).resolve()
+    with _writers_lock: return _writers.setdefault(key, Writer())
 
 # %% ../nbs/07_prompt_cache.ipynb #pc-21
 DEFAULT_MIB = 2048  # `--prompt-cache-mib`: a few long prompts' caches of a large model
