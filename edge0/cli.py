@@ -22,7 +22,7 @@ from .decode import Sampling
 from .session import Session, format_stats
 from .serving import Serving
 from dataclasses import replace
-from .heads import RECIPE, train_heads, train_prerouter
+from .heads import CAPTURES, RECIPE, train_heads, train_prerouter
 from .memory import MiB, peak_rss, process_memory
 from .prompt_cache import DEFAULT_MIB
 
@@ -572,6 +572,9 @@ def _heads_arguments(t):
                    help="heads: add about this many tokens of text the model writes itself from "
                         "the calibration "
                    "documents, generated streamed as served (default: none)")
+    t.add_argument('--capture', choices=CAPTURES, help="heads: the forward pass that captures "
+                   "each layer: the torch step's where it serves the checkpoint, else the MLX "
+                   "graph (auto, the default); torch insists (refused where it cannot serve); mlx")
 
 # %% ../nbs/09_cli.ipynb #c5bef26c
 def _train_run_arguments(t):
@@ -833,7 +836,8 @@ def _cmd_heads(a, serving:Serving):
     recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens),
                                     ('self_tokens', a.self_tokens),
                                     ('heldout_tokens', a.heldout_tokens),
-                                    ('weighted', a.weighted)) if v is not None}
+                                    ('weighted', a.weighted), ('capture', a.capture))
+              if v is not None}
     if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "
                                                        "(--corpus)")
@@ -861,7 +865,7 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
 def _cmd_distil(a, serving:Serving):
     "Phase 3 for any model, streamed: self-distillation (or from --teacher) of `serving`'s adapter"
     from edge0.distil import distil
-    for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted'):
+    for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted', 'capture'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
                                                         "--phase heads")
     distil(a.model, serving, a.teacher, a.data, a.work, a.dst, **_overrides(a))
@@ -893,7 +897,8 @@ def _cmd_train(a):
     if a.model not in known:
         raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is "
                        f"not one (known: {', '.join(known)}); --phase heads takes any model")
-    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted'):
+    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted',
+                 'capture'):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
                                                         "--phase heads")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "
