@@ -829,15 +829,13 @@ def _cmd_plan(a):
     if a.json: print(f"wrote {save(p, a.json)}")
 
 # %% ../nbs/09_cli.ipynb #829ef978
+_HEADS_FLAGS = ('tokens', 'self_tokens', 'heldout_tokens', 'weighted', 'capture')  # heads' alone
+
 def _cmd_heads(a, serving:Serving):
     "Phase 1 for `serving` of any model; a bundled teacher without --data: its recipe, on a copy"
     if a.weighted is not None and not 0 <= a.weighted < float('inf'):
         raise CLIError(f"--weighted {a.weighted}: expected a number >= 0")
-    recipe = {key: v for key, v in (('steps', a.steps), ('tokens', a.tokens),
-                                    ('self_tokens', a.self_tokens),
-                                    ('heldout_tokens', a.heldout_tokens),
-                                    ('weighted', a.weighted), ('capture', a.capture))
-              if v is not None}
+    recipe = {f: getattr(a, f) for f in ('steps', *_HEADS_FLAGS) if getattr(a, f) is not None}
     if a.model in teachers() and not a.data and not a.self_tokens:
         if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "
                                                        "(--corpus)")
@@ -865,7 +863,7 @@ def _teacher_copy(name:str, dst, drop:tuple) -> Path:
 def _cmd_distil(a, serving:Serving):
     "Phase 3 for any model, streamed: self-distillation (or from --teacher) of `serving`'s adapter"
     from edge0.distil import distil
-    for flag in ('tokens', 'self_tokens', 'heldout_tokens', 'weighted', 'capture'):
+    for flag in _HEADS_FLAGS:
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
                                                         "--phase heads")
     distil(a.model, serving, a.teacher, a.data, a.work, a.dst, **_overrides(a))
@@ -897,8 +895,7 @@ def _cmd_train(a):
     if a.model not in known:
         raise CLIError(f"--phase {PHASE_NAMES[a.phase]} trains a committed teacher: {a.model!r} is "
                        f"not one (known: {', '.join(known)}); --phase heads takes any model")
-    for flag in ('data', 'tokens', 'pool_mib', 'self_tokens', 'heldout_tokens', 'weighted',
-                 'capture'):
+    for flag in ('data', 'pool_mib', *_HEADS_FLAGS):
         if getattr(a, flag) is not None: raise CLIError(f"--{flag.replace('_', '-')} is for "
                                                         "--phase heads")
     if not Path(a.corpus).is_dir(): raise CLIError(f"corpus folder {a.corpus} does not exist "

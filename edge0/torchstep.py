@@ -203,7 +203,8 @@ def share_ropes(layers:list) -> list:
     for L in layers:
         r = getattr(L.attn, 'rope', None)
         if r is not None:
-            L.attn.rope = seen.setdefault((r.dims, r.traditional, r.mscale, r.inv.numpy().tobytes()), r)
+            key = (r.dims, r.traditional, r.mscale, r.inv.numpy().tobytes())
+            L.attn.rope = seen.setdefault(key, r)
     return layers
 
 # %% ../nbs/02c_torch_step.ipynb #dfa8e0c8
@@ -492,7 +493,8 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
 def unit_qk1(self:DeltaNet, qk) -> tuple:
     "One token's queries and keys (2 * hk * dk,) as `unit_qk`'s (hv, dk) each, in fewer operations"
     inv = self.dk ** -0.5
-    qk = F.rms_norm(qk.view(2 * self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2) * self.qk_scale
+    qk = F.rms_norm(qk.view(2 * self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
+    qk = qk * self.qk_scale
     if self.hv > self.hk: qk = qk.repeat_interleave(self.hv // self.hk, 0)
     return qk.chunk(2)
 
@@ -666,8 +668,8 @@ def _router(m) -> Proj:
 # %% ../nbs/02c_torch_step.ipynb #shared-fuse-1
 def _shared_parts(spec:MoESpec, shared, group:int) -> tuple|None:
     """`(gate_up, down)` of a block's shared expert where a decode step computes it with the routed
-    experts, in one stack of their outputs weighed with theirs: int4 in the experts' groups, gate and
-    up one product, nothing added, reading the block's own input"""
+    experts, in one stack of their outputs weighed with theirs: int4 in the experts' groups, gate
+    and up one product, nothing added, reading the block's own input"""
     if (shared is None or shared.gate_up is None or spec.experts_norm is not None
             or spec.weigh_input): return None
     parts = (shared.gate_up, shared.down)
