@@ -120,6 +120,7 @@ def main():
         if r.returncode: sys.exit(f"{name}: the measuring process failed: {r.stderr.strip()[-400:]}")
         d['models'][name] = m = dict(json.loads(r.stdout.strip().splitlines()[-1]), routing=routing)
         print(f"  {name}: {json.dumps(m['median'])}", flush=True)
+    if not d['models']: sys.exit(f"none of {a.models} was found under {a.bench_dir}: nothing measured, {a.out}.* kept")
     d['wall_s'] = time.time() - t0
     Path(a.out + '.json').write_text(json.dumps(d, indent=1))
     Path(a.out + '.txt').write_text(report(d) + '\n')
