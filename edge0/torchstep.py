@@ -421,21 +421,21 @@ class DeltaNet:
         self.conv_t = self.conv.T.contiguous()  # (kernel, channels): a decode step's window
         self.decay, self.dt_bias = -torch.exp(_f32(a.A_log)), _f32(a.dt_bias)
         self.norm, self.o = Norm(a.norm), Proj(a.out_proj)
-        inv = self.dk ** -0.5  # `unit_qk1`'s: the queries' readout scale, the keys'
+        inv = self.dk ** -0.5  # `unit_qk`'s: the queries' readout scale, the keys'
         self.qk_scale = torch.tensor([inv ** 2] * self.hk + [inv] * self.hk)[:, None]
 
     def new_cache(self): return Recurrent(self.width, self.channels, self.hv, self.dv, self.dk)
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-1b
 @patch
-def unit_qk(self:DeltaNet, q, k) -> tuple:
-    "Queries and keys (..., hk * dk) as (..., hv, dk): unit length, the readout scale on queries"
+def unit_qk(self:DeltaNet, qk) -> tuple:
+    """Queries and keys `qk` (..., 2 * hk * dk: the queries', then the keys') as two (..., hv, dk):
+    unit length, the readout scale on queries; both normalized in one call"""
     inv = self.dk ** -0.5
-    q, k = (F.rms_norm(t.unflatten(-1, (self.hk, self.dk)), (self.dk,), None, 1e-6 * inv ** 2)
-            for t in (q, k))
-    q, k = inv ** 2 * q, inv * k
-    if self.hv > self.hk: q, k = (t.repeat_interleave(self.hv // self.hk, -2) for t in (q, k))
-    return q, k
+    qk = F.rms_norm(qk.unflatten(-1, (2 * self.hk, self.dk)), (self.dk,), None, 1e-6 * inv ** 2)
+    qk = qk * self.qk_scale
+    if self.hv > self.hk: qk = qk.repeat_interleave(self.hv // self.hk, -2)
+    return qk.chunk(2, -2)
 
 @patch
 def inputs(self:DeltaNet, x) -> tuple:
@@ -481,23 +481,14 @@ def __call__(self:DeltaNet, x, cache:Recurrent):
     inp = torch.cat([cache.conv, qkv])  # the causal convolution reads the kept inputs first
     cache.conv = inp[-self.width:]
     conv = F.silu((inp.unfold(0, self.width + 1, 1) * self.conv).sum(-1))
-    q, k, v = conv.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], -1)
-    q, k = self.unit_qk(q, k)
+    qk, v = conv.split([2 * self.hk * self.dk, self.hv * self.dv], -1)
+    q, k = self.unit_qk(qk)
     g = torch.exp(self.decay * F.softplus(a + self.dt_bias))
     y = cache.run(q, k, v.view(S, self.hv, self.dv), g, torch.sigmoid(b))
     y = self.norm(y) * F.silu(z.view(S, self.hv, self.dv))  # mlx-lm's gated RMSNorm
     return self.o(y.reshape(S, -1))
 
 # %% ../nbs/02c_torch_step.ipynb #gdn-3s
-@patch
-def unit_qk1(self:DeltaNet, qk) -> tuple:
-    "One token's queries and keys (2 * hk * dk,) as `unit_qk`'s (hv, dk) each, in fewer operations"
-    inv = self.dk ** -0.5
-    qk = F.rms_norm(qk.view(2 * self.hk, self.dk), (self.dk,), None, 1e-6 * inv ** 2)
-    qk = qk * self.qk_scale
-    if self.hv > self.hk: qk = qk.repeat_interleave(self.hv // self.hk, 0)
-    return qk.chunk(2)
-
 @patch
 def step(self:DeltaNet, x, cache:Recurrent):
     "One token `x` (1, D) after the tokens `cache` holds -> (1, D)"
@@ -506,7 +497,7 @@ def step(self:DeltaNet, x, cache:Recurrent):
     inp = torch.cat([cache.conv, qkv])  # the convolution's window: the kept inputs, then this one
     cache.conv = inp[1:]
     qk, v = F.silu((inp * self.conv_t).sum(0)).split([2 * hk * dk, hv * dv])
-    q, k = self.unit_qk1(qk)
+    q, k = self.unit_qk(qk)
     s = cache.state * torch.exp(self.decay * F.softplus(a[0] + self.dt_bias))[:, None, None]
     delta = (v.view(hv, dv) - torch.bmm(s, k[:, :, None])[..., 0]) * torch.sigmoid(b[0])[:, None]
     s = torch.baddbmm(s, delta[:, :, None], k[:, None, :])  # (H, dv, dk)
