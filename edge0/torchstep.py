@@ -898,7 +898,7 @@ def route(self:TorchExecutor, r:Routing, logits, k:int, bias=None):
     (which of the two asked once per routing and shape)"""
     key = (id(r), k, bias is None, logits.shape)
     seen = self.fast.get(key)
-    if seen is None or seen[0] is not r:  # kept with its routing: an id is not reused while it lives
+    if seen is None or seen[0] is not r:  # kept with its routing: its id is not reused meanwhile
         seen = self.fast[key] = (r, _fast_groups(r, logits, k, bias))
     return _route_row(r, logits, k, bias) if seen[1] else route(r, logits, k, bias)
 
