@@ -133,8 +133,8 @@ def _rope_fields(m) -> tuple:
     if name not in _ROPES:
         raise InputError(f"its RoPE is {name} (the torch step computes {', '.join(_ROPES)})")
     if isinstance(m, RoPE):
-        return m.dims, m.traditional, 1.0, m.scale * m.base ** (
-            -torch.arange(0, m.dims, 2, dtype=torch.float64) / m.dims)
+        return m.dims, m.traditional, 1.0, torch.from_numpy(m.scale * m.base ** (
+            -np.arange(0, m.dims, 2, dtype=np.float64) / m.dims))
     inv = 1 / torch.from_numpy(np.array(m._freqs, np.float64))  # the module holds periods
     # DeepSeek-V2's YaRN: its whole input rotated, interleaved, no fields but the table
     if name == 'DeepseekV2YarnRotaryEmbedding': return 2 * len(inv), True, m.mscale, inv
@@ -172,9 +172,12 @@ class Rope:
 def grow(self:Rope, end:int):
     "The tables for positions up to `end`, grown by 256 positions at a time"
     if end <= len(self.cos): return
-    pos = torch.arange(-(-end // 256) * 256, dtype=torch.float64)[:, None] * self.inv
+    # numpy's cos and sin: torch's hand parts of a table to threads, and MKL's vector functions
+    # then give a last bit that moves with where each part lands (a table unlike the last run's)
+    pos = np.arange(-(-end // 256) * 256, dtype=np.float64)[:, None] * self.inv.numpy()
     # YaRN scales the rotated part, which is a scale of the table
-    self.cos, self.sin = (self.mscale * pos.cos()).float(), (self.mscale * pos.sin()).float()
+    table = lambda f: torch.from_numpy((self.mscale * f(pos)).astype(np.float32))
+    self.cos, self.sin = table(np.cos), table(np.sin)
     # `at`'s: each output's cos, the signed sin its partner is multiplied by, and where each
     # output's partner lies (the neighbour where pairs interleave, else half the dims away)
     if self.traditional: pair = lambda a, b: torch.stack([a, b], -1).flatten(-2)
