@@ -12,8 +12,9 @@ bundled calibration set, then served by `edge0 generate --mode routing --stats`.
 recall against the temporal-locality baseline, and the decoder's host syncs per step and dropped experts.
 Then phase 3 (`edge0.distil.distil`, the recovery LoRA for routing at native K) on a few short windows for 2 steps, and
 the adapter served by a `Session` in routing mode: a smoke run of the whole recipe on each family, not a quality figure.
-Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline, phase 3 trained and served (a
-family whose layers hand on more than one hidden state, DeepSeek-V4.1's streams, is refused by phase 3 in one line).
+Targets: 0 dropped, 1.0 host syncs per step, every head's recall above its baseline, phase 3 trained and served (on
+DeepSeek-V4.1 too, whose layers hand on hyper-connection streams beside the hidden state: phase 3 carries them as
+phase 1 does).
 Writes bench/results/phase1_families.txt and .json.
 """
 import argparse, json, os, re, subprocess, sys, tempfile, time

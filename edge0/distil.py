@@ -16,7 +16,7 @@ from .decode import Sampling, generate_ids, held_bytes
 from .files import InputError, edge0_home, find_model, is_writable, replace_whole
 from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
-from .heads import LayerPass, decoder_layers, training_pool
+from .heads import LayerPass, _as_stored, _stored, decoder_layers, training_pool
 from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerouter
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block, experts_slot
@@ -28,7 +28,7 @@ from .streaming import load as stream_load, open_tokenizer
 from .teachers import lr_schedule
 
 # %% auto #0
-__all__ = ['DISTIL', 'ResidentExperts', 'teacher_targets', 'student_windows', 'Distiller', 'distil']
+__all__ = ['DISTIL', 'DIFFERENTIABLE', 'ResidentExperts', 'teacher_targets', 'student_windows', 'Distiller', 'distil']
 
 # %% ../nbs/04g_distil.ipynb #7d80d611
 class _Resident:
@@ -75,17 +75,24 @@ class ResidentExperts:
 # %% ../nbs/04g_distil.ipynb #fds-x03
 def _teacher_layer(lp:LayerPass, layer:int, last:bool, x_ids:np.ndarray, states, prefill:int,
                    top:int, out:dict, batch:int):
-    """Run `layer` over every window in batches: the next layer's input, or at the `last` layer the
-    targets, into `out`"""
+    """Run `layer` over every window in batches: the next layer's input (where the family carries
+    more, its parts `{name: array}`), or at the `last` layer the targets, into `out`"""
     nxt = []
     for i in range(0, len(x_ids), batch):
-        y, _ = lp(layer, x_ids[i:i + batch], None if states is None else states[i:i + batch])
-        if not last: nxt.append(B.to_numpy(y.astype(B.float32)))
+        y, _ = lp(layer, x_ids[i:i + batch], _windows(states, i, i + batch))
+        if not last: nxt.append({n: _as_stored(a) for n, a in y.items()} if lp.carry else lp.host(y))
         else:
             idx, lp_top, tail = teacher_topk(y[:, prefill - 1:], top)
             out['idx'][i:i + batch], out['lp'][i:i + batch] = np.array(idx), np.array(lp_top)
             out['tail'][i:i + batch] = np.array(tail)
-    return np.concatenate(nxt) if nxt else None
+    if not nxt: return None
+    if not lp.carry: return np.concatenate(nxt)
+    return {n: np.concatenate([part[n] for part in nxt]) for n in nxt[0]}
+
+def _windows(state, i:int, j:int):
+    "Windows `i:j` of a state: None (the embedding's), an array, or a carried state's parts"
+    if state is None: return None
+    return {n: a[i:j] for n, a in state.items()} if isinstance(state, dict) else state[i:j]
 
 # %% ../nbs/04g_distil.ipynb #1d65ccfa
 # (N, L) windows: `prefill` prompt tokens, then the written ones
@@ -99,7 +106,8 @@ def teacher_targets(d:Path, ids:np.ndarray,
     out = dict(idx=np.zeros((N, n_out, top), np.int32), lp=np.zeros((N, n_out, top), np.float32),
                tail=np.zeros((N, n_out), np.float32))
     with stream_load(d, StreamOptions(pool_bytes=pool, kernels='mlx'), spec=spec) as h:
-        lp, experts = LayerPass(spec, h.model), ResidentExperts(spec, h.model, h.engine)
+        lp = LayerPass(spec, h.model, carry=True)
+        experts = ResidentExperts(spec, h.model, h.engine)
         states, n = None, len(decoder_layers(spec, h.model))
         try:
             for layer in tqdm(range(n), desc='teacher pass', unit='layer', disable=not show):
@@ -144,6 +152,11 @@ DISTIL = dict(windows=32, prompt=64, gen=64, steps=64, batch=2, lr=1e-3, warmup=
               alpha=16.0,
               targets=list(TARGETS), seed=0)
 
+# the model types whose mlx-lm code a transform cannot go through as it is, and what `Differentiable`
+# changes: DeepSeek-V4.1 rounds to fp8 and fp4 and gathers by its indexer's selections
+DIFFERENTIABLE = {'deepseek_v41': dict(roundings=('_fake_quant_fp8', '_fake_quant_fp4'),
+                                       selections=True)}
+
 def _flat(tree, prefix:str='') -> dict:
     return {f"{prefix}{key}": v for key, v in B.tree_flatten(tree)}
 
@@ -163,7 +176,10 @@ class Distiller:
         for m in self.adapter.modules.values(): m.unfreeze(keys=['lora_a', 'lora_b'], recurse=False)
         self.layers = decoder_layers(self.spec, model)
         self.prefix = self.spec.block_path.split('.{layer}')[0]
-        self.lp = LayerPass(self.spec, model)
+        self.lp = LayerPass(self.spec, model, carry=True)  # what the family's layers hand on
+        mt = self.spec.model_type
+        # mlx-lm's code made differentiable where it is not (restored by `close`)
+        self.made = [bnn.Differentiable(mt, **DIFFERENTIABLE[mt])] if mt in DIFFERENTIABLE else []
         self.experts = ResidentExperts(self.spec, model, self.handle.engine)
         m, heads = serving.exact_top, load_prerouter(d, self.spec, k, serving.heads)
         self.student = StudentPath(model, self.spec, heads, k, keep=m, ranked=bool(m))
@@ -171,23 +187,38 @@ class Distiller:
         self.step_no, self.log = 0, []
 
     def close(self):
-        for part in (self.student, self.experts, self.lp, self.handle): part.close()
+        for part in (self.student, self.experts, self.lp, *self.made, self.handle): part.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+# %% ../nbs/04g_distil.ipynb #fds-carry1
+def _split_state(x) -> tuple:
+    """`(what a layer's gradient is taken through, what is fed as it is or None)`: a carried
+    state's float parts, and its flags and ids"""
+    if not isinstance(x, dict): return x, None
+    floats = {n: a for n, a in x.items() if _stored(a.dtype) is np.float32}
+    return floats, {n: a for n, a in x.items() if n not in floats}
+
+def _dot(y, cotangent):
+    "The sum of `y` times `cotangent` in float32, over every part the cotangent has"
+    if not isinstance(y, dict): return (y.astype(B.float32) * cotangent).sum()
+    return sum((y[n].astype(B.float32) * c).sum() for n, c in cotangent.items())
+
 
 # %% ../nbs/04g_distil.ipynb #c8febadd
 @patch
 def _layer_grad(self:Distiller, layer:int, ids, x, cotangent, target):
     """`(value, parameter gradients, input gradient)` of decoder layer `layer` at input `x` (None:
-    the embedding)"""
+    the embedding; a carried state's parts: the gradient of its float parts)"""
     mod = self.layers[layer]
     params = mod.trainable_parameters()
+    x, held = _split_state(x)
     def f(p, x):
         mod.update(p)
-        y, _ = self.lp(layer, ids, x)
+        y, _ = self.lp(layer, ids, x if held is None else x | held)
         if cotangent is None: return reverse_kl_stored(y[:, self.recipe['prompt'] - 1:],
                                                        *target).mean()
-        return (y.astype(B.float32) * cotangent).sum()
+        return _dot(y, cotangent)
     try:
         if x is None: (value, gp), gx = B.value_and_grad(f, argnums=0)(params, None), None
         else: value, (gp, gx) = B.value_and_grad(f, argnums=(0, 1))(params, x)
@@ -203,7 +234,8 @@ def _forward(self:Distiller, ids) -> list:
         self.experts.hold(layer)
         y, _ = self.lp(layer, ids, xs[-1])
         B.eval(y)
-        xs.append(B.stop_gradient(y))
+        xs.append({n: B.stop_gradient(a) for n, a in y.items()} if isinstance(y, dict)
+                  else B.stop_gradient(y))
         self.experts.release(layer)
     return xs
 

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['UNGATED', 'GLUS', 'silu', 'gelu_erf', 'swiglu', 'value_and_grad', 'cross_entropy', 'linear', 'mlp_act', 'glu',
-           'rms_norm']
+           'rms_norm', 'straight_through', 'Differentiable']
 
 # %% ../../nbs/00_backend_nn.ipynb #650f0b43
 from functools import lru_cache, partial
@@ -77,3 +77,32 @@ def glu(act, gate, up):
 def rms_norm(x, weight, eps:float):
     "`x` over its root mean square along the last axis, times `weight` (mlx's fused kernel)"
     return mx.fast.rms_norm(x, weight, eps)
+
+# %% ../../nbs/00_backend_nn.ipynb #nn-c13
+def straight_through(f):
+    """`f`, a rounding of its first argument, with its forward unchanged and the identity for its
+    gradient"""
+    def call(x, *args, **kw):
+        g = mx.custom_function(lambda x: f(x, *args, **kw))
+        g.vjp(lambda primals, cotangent, output: cotangent)
+        return g(x)
+    return call
+
+class _Indices:
+    "`mlx.core` as an mlx-lm module calls it, the indices its selections return without a gradient"
+    def __getattr__(self, name): return getattr(mx, name)
+    def argpartition(self, *a, **kw): return mx.stop_gradient(mx.argpartition(*a, **kw))
+    def argsort(self, *a, **kw): return mx.stop_gradient(mx.argsort(*a, **kw))
+
+class Differentiable:
+    """mlx-lm's `mlx_lm.models.module` made differentiable until `close`: its roundings `names`
+    `straight_through`, and (`selections`) the indices it selects without a gradient"""
+    def __init__(self, module:str, roundings=(), selections:bool=False):
+        self.mod = importlib.import_module(f'mlx_lm.models.{module}')
+        self.own = {n: getattr(self.mod, n) for n in (*roundings, *(['mx'] if selections else []))}
+        for n in roundings: setattr(self.mod, n, straight_through(self.own[n]))
+        if selections: self.mod.mx = _Indices()
+    def close(self):
+        for n, f in self.own.items(): setattr(self.mod, n, f)
+        self.own = {}
+
