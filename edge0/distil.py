@@ -177,14 +177,13 @@ class Distiller:
         self.layers = decoder_layers(self.spec, model)
         self.prefix = self.spec.block_path.split('.{layer}')[0]
         self.lp = LayerPass(self.spec, model, carry=True)  # what the family's layers hand on
-        mt = self.spec.model_type
-        # mlx-lm's code made differentiable where it is not (restored by `close`)
-        self.made = [bnn.Differentiable(mt, **DIFFERENTIABLE[mt])] if mt in DIFFERENTIABLE else []
         self.experts = ResidentExperts(self.spec, model, self.handle.engine)
         m, heads = serving.exact_top, load_prerouter(d, self.spec, k, serving.heads)
         self.student = StudentPath(model, self.spec, heads, k, keep=m, ranked=bool(m))
         self.opt = bnn.optim.Adam(lr_schedule(recipe['lr'], recipe['warmup'], recipe['steps']))
         self.step_no, self.log = 0, []
+        mt = self.spec.model_type  # last: mlx-lm's code made differentiable until `close`
+        self.made = [bnn.Differentiable(mt, **DIFFERENTIABLE[mt])] if mt in DIFFERENTIABLE else []
 
     def close(self):
         for part in (self.student, self.experts, self.lp, *self.made, self.handle): part.close()
