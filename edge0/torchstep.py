@@ -722,12 +722,13 @@ def check_torch_step(handle) -> str|None:
     spec = handle.spec
     if handle.engine is None:
         return "the model is resident (the torch step serves streamed experts)"
-    if handle.kernels != 'torch': return f"kernels are {handle.kernels!r}, not 'torch'"
     if spec.model_type not in TORCH_FAMILIES:
         return (f"{spec.model_type} is not one of the torch step's families "
                 f"({', '.join(TORCH_FAMILIES)})")
+    # the layout first: a checkpoint packed for torch is refused at load by other kernels
     if not packed_for_torch(handle):
         return "the experts are not packed for torch (edge0 convert MODEL DST --layout torch-cpu)"
+    if handle.kernels != 'torch': return f"kernels are {handle.kernels!r}, not 'torch'"
     try: _check_routing(spec.routing, spec)
     except InputError as e: return str(e)
     inner = handle.model.model
