@@ -54,11 +54,14 @@ prerouters: setup
 	@echo "compare build/teachers/out/*-int4/prerouter*.safetensors with edge0/models/*-int4, then copy them there"
 
 # Phases 2 and 3: the recovery LoRA of edge0-tiny-code at K=8 and K=4 (about 45 min each with OpenBLAS), of edge0-tiny
-# at K=8 and K=4 (about 20 min each) and of edge0-tiny-ds at its native K=4 and narrowed to K=2 (about 10 min each),
+# at K=8 and K=4 (about 20 min each), of edge0-tiny-ds at its native K=4 and narrowed to K=2 (about 10 min each) and of
+# edge0-tiny-q35 at K=4 and K=2 (about 27 min each),
 # beside a copy of the committed base and heads; then edge0-tiny-code's adapters trained on the exact top-1 path
-# (lora-k{K}-top1). `make ladder` then measures all of them (a teacher without stage files in build/teachers is measured
-# with its committed phase-3 adapter).
-ADAPTERS := edge0-tiny-code:8 edge0-tiny-code:4 edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2
+# (lora-k{K}-top1). `make ladder` then measures all of them but edge0-tiny-q35's (a teacher without stage files in
+# build/teachers is measured with its committed phase-3 adapter); `bench/quality_ladder.py --runs edge0-tiny-q35:4
+# edge0-tiny-q35:2 --windows 8 --out bench/results/quality_ladder_q35` measures those.
+ADAPTERS := edge0-tiny-code:8 edge0-tiny-code:4 edge0-tiny:8 edge0-tiny:4 edge0-tiny-ds:4 edge0-tiny-ds:2 edge0-tiny-q35:4 \
+	edge0-tiny-q35:2
 EXACT_ADAPTERS := edge0-tiny-code:8 edge0-tiny-code:4
 adapters: setup
 	for tk in $(ADAPTERS); do for phase in 2 3; do $(if $(OPENBLAS),LD_PRELOAD=$(firstword $(OPENBLAS))) $(BIN)/edge0 train $${tk%:*} --phase $$phase --k $${tk#*:} --dst build/teachers/out || exit 1; done; done

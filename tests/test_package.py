@@ -10,7 +10,8 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 TEACHERS = ('edge0-tiny', 'edge0-tiny-ds', 'edge0-tiny-code', 'edge0-tiny-q35')  # bf16, training only: not shipped
 DEMOS = {'edge0-tiny-int4': ('lora-k4', 'lora-k8', 'prerouter-k4'), 'edge0-tiny-ds-int4': ('lora-k2', 'lora-k4'),
-         'edge0-tiny-code-int4': ('lora-k4', 'lora-k8', 'lora-k4-top1', 'lora-k8-top1', 'prerouter-k4')}
+         'edge0-tiny-code-int4': ('lora-k4', 'lora-k8', 'lora-k4-top1', 'lora-k8-top1', 'prerouter-k4'),
+         'edge0-tiny-q35-int4': ('lora-k2', 'lora-k4', 'prerouter-k2')}
 HIDDEN = ('torch', 'lm_eval', 'matplotlib')  # the `torch`, `eval` and `notebooks` extras (dist-infos too)
 
 
@@ -58,9 +59,6 @@ def _assert_ships_demos_not_teachers(names:list, prefix:str=''):
         for f in ('config.json', 'tokenizer.json', 'model.safetensors', 'prerouter.safetensors',
                   *[f'{a}.safetensors' for a in adapters]):
             assert f'{prefix}edge0/models/{d}/{f}' in names, f'{d}/{f}'
-    for f in ('config.json', 'tokenizer.json', 'model.safetensors', 'prerouter.safetensors',
-              'prerouter-k2.safetensors'):  # a base with heads and no adapters (04a)
-        assert f'{prefix}edge0/models/edge0-tiny-q35-int4/{f}' in names, f
     assert [n for n in names if n.startswith(f'{prefix}edge0/data/heldout-')]
     for f in ('LICENSE.md', 'austen.jsonl.gz', 'python.jsonl.gz', 'shakespeare.jsonl.gz', 'wiki.jsonl.gz'):
         assert f'{prefix}edge0/data/calibration/{f}' in names, f  # the bundled calibration set
