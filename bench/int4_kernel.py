@@ -56,7 +56,7 @@ class Layer:
         q = rng.integers(0, 16, (EXPERTS, N, K), dtype=np.uint8)
         s = torch.from_numpy(rng.uniform(0.002, 0.02, (EXPERTS, N, K // GROUP)).astype(np.float32)).to(torch.bfloat16)
         b = torch.from_numpy(rng.normal(0, 0.02, (EXPERTS, N, K // GROUP)).astype(np.float32)).to(torch.bfloat16)
-        self.N, self.K, self.s, self.b, self.q = N, K, s, b, q
+        self.N, self.K, self.s, self.b = N, K, s, b
         words = q.reshape(EXPERTS, N, K // 8, 8).astype(np.uint32) << (4 * np.arange(8, dtype=np.uint32))
         self.w = np.ascontiguousarray(np.bitwise_or.reduce(words, -1))
         self.s16, self.b16 = s.view(torch.int16).numpy(), b.view(torch.int16).numpy()
@@ -111,9 +111,9 @@ def errors(lib, gu:Layer, rng) -> dict:
     return out
 
 
-def expert_bytes(gu:Layer, dn:Layer) -> int:
-    "What one expert's gate-and-up and down read: packed values, scales and biases"
-    return sum(L.N * L.K // 2 + 2 * 2 * L.N * L.K // GROUP for L in (gu, dn))
+def nbytes(L:Layer) -> int:
+    "What one expert's product of `L` reads: packed values, bfloat16 scales and biases"
+    return L.N * L.K // 2 + 2 * 2 * L.N * L.K // GROUP
 
 
 def measure(lib, hidden:int, ffn:int, rounds:int, tokens:int, seed:int=0) -> dict:
@@ -137,11 +137,11 @@ def measure(lib, hidden:int, ffn:int, rounds:int, tokens:int, seed:int=0) -> dic
         for name, arm in arms.items():
             t0 = time.perf_counter(); arm(plan); dt = time.perf_counter() - t0
             if r: times.setdefault(name, []).append(dt / (tokens * LAYERS * K_ROUTED) * 1e6)
-    per = expert_bytes(gus[0], dns[0])
+    per = nbytes(gus[0]) + nbytes(dns[0])  # gate-and-up and down
     one = np.zeros(1, np.int32)
     cached = {'torch int4 (one call a product)': lambda: by_torch(gus[0], one, xt),
               'kernel (one call a layer)': lambda: kernel(lib, gus[0], one, x)}
-    return {'hidden': hidden, 'ffn': ffn, 'expert_bytes': per, 'error': err, 'cached_us': {n: best_us(f) for n, f in cached.items()},
+    return {'hidden': hidden, 'ffn': ffn, 'expert_bytes': per, 'gate_up_bytes': nbytes(gus[0]), 'error': err, 'cached_us': {n: best_us(f) for n, f in cached.items()},
             'us': {n: statistics.median(v) for n, v in times.items()}, 'rounds': times,
             'gbps': {n: per / statistics.median(v) / 1e3 for n, v in times.items()}}
 
@@ -181,7 +181,7 @@ def report(res:dict) -> list:
              f"alternating rounds of {res['tokens']} tokens x {LAYERS} layers x {K_ROUTED} experts; torch's threads "
              f"stream {res['stream_gbps']:.1f} GB/s (a sum)", '']
     for name, r in res['shapes'].items():
-        gu = 2 * r['ffn'] * r['hidden'] // 2 + 2 * 2 * 2 * r['ffn'] * r['hidden'] // GROUP
+        gu = r['gate_up_bytes']
         lines.append(f"  {name}: {r['expert_bytes'] / 2**20:.2f} MiB an expert (gate-and-up and down); a gate-and-up "
                      f"product of {gu / 2**20:.2f} MiB with its weights in cache: torch "
                      f"{r['cached_us']['torch int4 (one call a product)']:.1f} us, kernel "
