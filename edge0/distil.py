@@ -16,7 +16,7 @@ from .decode import Sampling, generate_ids, held_bytes
 from .files import InputError, edge0_home, find_model, is_writable, replace_whole
 from .memory import peak_rss, MiB
 from .lora import TARGETS, adapter_file, attach, load_checkpoint, save_adapter, save_checkpoint
-from .heads import LayerPass, _as_stored, _stored, decoder_layers, training_pool
+from .heads import LayerPass, _pass_rows, _stored, _stored_parts, decoder_layers, training_pool
 from .prerouter import heads_dir_for, heads_file, heads_fingerprint, load_prerouter
 from .recovery import StudentPath, reverse_kl_stored, teacher_topk
 from .routing import block, experts_slot
@@ -75,24 +75,17 @@ class ResidentExperts:
 # %% ../nbs/04g_distil.ipynb #fds-x03
 def _teacher_layer(lp:LayerPass, layer:int, last:bool, x_ids:np.ndarray, states, prefill:int,
                    top:int, out:dict, batch:int):
-    """Run `layer` over every window in batches: the next layer's input (where the family carries
-    more, its parts `{name: array}`), or at the `last` layer the targets, into `out`"""
+    """Run `layer` over every window in batches: the next layer's input `{name: array}` (the hidden
+    state '', or a carried state's parts), or at the `last` layer the targets, into `out`"""
     nxt = []
     for i in range(0, len(x_ids), batch):
-        y, _ = lp(layer, x_ids[i:i + batch], _windows(states, i, i + batch))
-        if not last: nxt.append({n: _as_stored(a) for n, a in y.items()} if lp.carry else lp.host(y))
+        y, _ = lp(layer, x_ids[i:i + batch], _pass_rows(lp, states, i, i + batch))
+        if not last: nxt.append(_stored_parts(lp, y))
         else:
             idx, lp_top, tail = teacher_topk(y[:, prefill - 1:], top)
             out['idx'][i:i + batch], out['lp'][i:i + batch] = np.array(idx), np.array(lp_top)
             out['tail'][i:i + batch] = np.array(tail)
-    if not nxt: return None
-    if not lp.carry: return np.concatenate(nxt)
-    return {n: np.concatenate([part[n] for part in nxt]) for n in nxt[0]}
-
-def _windows(state, i:int, j:int):
-    "Windows `i:j` of a state: None (the embedding's), an array, or a carried state's parts"
-    if state is None: return None
-    return {n: a[i:j] for n, a in state.items()} if isinstance(state, dict) else state[i:j]
+    return {n: np.concatenate([part[n] for part in nxt]) for n in nxt[0]} if nxt else None
 
 # %% ../nbs/04g_distil.ipynb #1d65ccfa
 # (N, L) windows: `prefill` prompt tokens, then the written ones

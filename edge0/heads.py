@@ -483,14 +483,23 @@ def _new_caps(scratch:Scratch, layer:int, keys:list, rows:int, spec:MoESpec, k:i
                   logits=((rows, spec.num_experts), np.float32), routed=((rows, k), np.int32))
     return {key: scratch.new(f"cap{layer}.{key}", *shapes[key]) for key in keys}
 
+def _pass_rows(lp, state, i:int, j:int):
+    "Windows `i:j` of a state `{name: array}` (None: layer 0's), as pass `lp` takes them"
+    if state is None: return None
+    rows = {name: a[i:j] for name, a in state.items()}
+    return rows if lp.carry else rows['']
+
+def _stored_parts(lp, y) -> dict:
+    "A layer's output `y` kept between layers, `{name: numpy}`: its parts, or the hidden state ''"
+    return {n: _as_stored(a) for n, a in y.items()} if lp.carry else {'': lp.host(y)}
+
 def _capture_batch(lp, # a `LayerPass` or `TorchPass`
                    layer:int, ids:np.ndarray, state, i:int, j:int, to_router:bool, out, caps:dict,
                    k:int):
     "Run windows `i:j` through `layer`: the next layer's input into `out`, its captures into `caps`"
     spec, seq = lp.spec, ids.shape[1]
-    rows = None if state is None else {name: a[i:j] for name, a in state.items()}
-    y, seen = lp(layer, ids[i:j], rows if lp.carry or rows is None else rows[''], to_router)
-    for name, a in (out or {}).items(): a[i:j] = _as_stored(y[name]) if lp.carry else lp.host(y)
+    y, seen = lp(layer, ids[i:j], _pass_rows(lp, state, i, j), to_router)
+    for name, a in (_stored_parts(lp, y) if out else {}).items(): out[name][i:j] = a
     if not caps: return
     rows = slice(i * seq, j * seq)
     if 'h' in caps: caps['h'][rows] = lp.host(seen[0]).reshape(-1, spec.hidden_size)
